@@ -1,0 +1,1 @@
+"""The local cloud: emulators, the launcher and the demo (no GCP account needed)."""
