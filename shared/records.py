@@ -1,0 +1,195 @@
+"""The job record: schema, ids, and the bytes it is stored as. Pure (stdlib only).
+
+Strict where a mistake would corrupt routing or storage (schema, id, pipeline,
+status, payload); lenient on the policy fields (attempts, timestamps, history)
+because shared.job_queue already reads hand-edited values safely, and a record
+with a typo in `attempts` must be recoverable by the policy, not reported as
+corrupt and left for a person.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import uuid
+from datetime import datetime
+from typing import Any
+
+from shared.job_queue import MAX_ATTEMPTS_LIMIT, STATES, format_time
+
+SCHEMA_VERSION = 1
+ID_MAX_LEN = 128
+
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+class InvalidInput(ValueError):
+    """Bad user input (ids, names, payloads); `.reason` is safe to show the user."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class InvalidRecord(ValueError):
+    """Stored bytes are not a valid record; report it, never overwrite or delete it."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+# --------------------------------------------------------------------------- ids
+
+
+def validate_job_id(value: object, what: str = "job id") -> str:
+    """The id itself, when it is safe as an object name segment; else InvalidInput."""
+    if not isinstance(value, str):
+        raise InvalidInput(f"{what} must be a string, not {type(value).__name__}")
+    if not value:
+        raise InvalidInput(f"{what} must not be empty")
+    shown = value if len(value) <= 40 else value[:40] + "..."
+    if len(value) > ID_MAX_LEN:
+        raise InvalidInput(f"{what} {shown!r} is too long: at most {ID_MAX_LEN} characters")
+    if not _ID.fullmatch(value):
+        raise InvalidInput(
+            f"{what} {shown!r} is invalid: only letters, digits, '.', '_' and '-' are allowed"
+            f" (max {ID_MAX_LEN}), starting with a letter or digit"
+        )
+    if ".." in value:
+        raise InvalidInput(f"{what} {shown!r} is invalid: it must not contain '..'")
+    return value
+
+
+def validate_batch_id(value: object) -> str:
+    return validate_job_id(value, "batch id")
+
+
+def new_job_id() -> str:
+    """Random, so ids are not sequential (GCS spreads load by object name)."""
+    return uuid.uuid4().hex
+
+
+def upload_job_id(bucket: str, name: str, generation: int | str) -> str:
+    """Deterministic per uploaded object version: a redelivered event finds its job."""
+    key = f"{bucket}\n{name}\n{generation}".encode()
+    return "up-" + hashlib.sha256(key).hexdigest()[:40]
+
+
+# --------------------------------------------------------------------------- records
+
+
+def new_record(
+    job_id: str,
+    pipeline: str,
+    payload: dict[str, Any],
+    now: datetime,
+    *,
+    batch_id: str | None = None,
+    client_id: str | None = None,
+    max_attempts: int | None = None,
+    source: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A fresh schema-1 record, queued with no attempts; raises InvalidInput."""
+    validate_job_id(job_id)
+    validate_job_id(pipeline, "pipeline")
+    if batch_id is not None:
+        validate_batch_id(batch_id)
+    if client_id is not None:
+        validate_job_id(client_id, "client id")
+    if not isinstance(payload, dict):
+        raise InvalidInput(f"payload must be a JSON object, not {type(payload).__name__}")
+    if max_attempts is not None and not (
+        type(max_attempts) is int and 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
+    ):
+        raise InvalidInput(f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}")
+    if source is not None and not isinstance(source, dict):
+        raise InvalidInput(f"source must be an object, not {type(source).__name__}")
+    at = format_time(now)
+    record: dict[str, Any] = {
+        "schema": SCHEMA_VERSION,
+        "id": job_id,
+        "pipeline": pipeline,
+        "payload": payload,
+        "batch_id": batch_id,
+        "client_id": client_id,
+        "source": source,
+        "status": "queued",
+        "stage": None,
+        "attempts": 0,
+        "max_attempts": max_attempts,
+        "owner": None,
+        "created_at": at,
+        "updated_at": at,
+        "not_before": None,
+        "rescues": 0,
+        "checkpoint": {"next_stage": 0, "state": {}},
+        "result": None,
+        "error": None,
+        "history": [{"at": at, "event": "submitted"}],
+    }
+    try:
+        _dumps(record)
+    except InvalidRecord as exc:
+        raise InvalidInput(f"payload is not plain JSON: {exc.reason}") from None
+    return record
+
+
+def validate_record(obj: object, job_id: str | None = None) -> dict[str, Any]:
+    """`obj` itself when it is a usable record; InvalidRecord says why not."""
+    if not isinstance(obj, dict):
+        raise InvalidRecord(f"record must be a JSON object, not {type(obj).__name__}")
+    schema = obj.get("schema")
+    if type(schema) is not int or schema != SCHEMA_VERSION:
+        raise InvalidRecord(f"unsupported schema {schema!r} (expected {SCHEMA_VERSION})")
+    record_id = obj.get("id")
+    try:
+        validate_job_id(record_id)
+    except InvalidInput as exc:
+        raise InvalidRecord(f"bad id: {exc.reason}") from None
+    if job_id is not None and record_id != job_id:
+        raise InvalidRecord(f"record id {record_id!r} does not match its name {job_id!r}")
+    pipeline = obj.get("pipeline")
+    if not isinstance(pipeline, str) or not pipeline:
+        raise InvalidRecord(f"pipeline must be a non-empty string, not {pipeline!r}")
+    status = obj.get("status")
+    if not isinstance(status, str) or status not in STATES:
+        raise InvalidRecord(f"unknown status {status!r} (known: {', '.join(STATES)})")
+    payload = obj.get("payload")
+    if not isinstance(payload, dict):
+        raise InvalidRecord(f"payload must be an object, not {type(payload).__name__}")
+    return obj
+
+
+def encode(record: dict[str, Any]) -> bytes:
+    """Compact UTF-8 JSON of a valid record (never writes junk)."""
+    return _dumps(validate_record(record))
+
+
+def decode(data: bytes, job_id: str | None = None) -> dict[str, Any]:
+    """A validated record from stored bytes; InvalidRecord on anything else."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise InvalidRecord(f"record data must be bytes, not {type(data).__name__}")
+    try:
+        text = bytes(data).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRecord(f"record is not UTF-8: {exc.reason} at byte {exc.start}") from None
+    try:
+        obj = json.loads(text)
+    except RecursionError:
+        raise InvalidRecord("record JSON is nested too deeply") from None
+    except ValueError as exc:
+        raise InvalidRecord(f"record is not JSON: {exc}") from None
+    return validate_record(obj, job_id)
+
+
+def _dumps(record: dict[str, Any]) -> bytes:
+    try:
+        text = json.dumps(record, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidRecord(f"record is not plain JSON: {exc}") from None
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates from a hand-built string
+        raise InvalidRecord("record has text that is not valid Unicode") from None
