@@ -10,13 +10,39 @@ Layout of the records bucket:
   pending/<id>               empty marker: the job still owes work
   batches/<batch>/<id>       empty marker: batch membership
   outputs/<id>/<attempt>/<name>  stage outputs, create-only, keyed by attempt
+
+Ids, batch ids and output names are validated here too (``records.InvalidInput``),
+so no caller can address an object outside its prefix.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import uuid
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from shared import records
+
+if TYPE_CHECKING:
+    from google.cloud.storage import Bucket, Client
+
+    from shared.config import Settings
+
+JOBS_PREFIX = "jobs/"
+PENDING_PREFIX = "pending/"
+BATCHES_PREFIX = "batches/"
+OUTPUTS_PREFIX = "outputs/"
+RECORD_CONTENT_TYPE = "application/json"
+
+HTTP_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds per HTTP request
+RETRY_INITIAL_S = 0.2
+RETRY_MAX_DELAY_S = 4.0
+RETRY_DEADLINE_S = 30.0
+_OUTPUT_NAME_MAX = 512
 
 
 class StorageError(Exception):
@@ -63,6 +89,8 @@ class PendingEntry:
 class Store(Protocol):
     """What the queue needs from storage (GcsStore and MemoryStore implement it)."""
 
+    calls: Counter[str]
+
     def read(self, job_id: str) -> Stored: ...
     def create(self, record: dict[str, Any]) -> Stored: ...
     def update(self, record: dict[str, Any], generation: int) -> Stored: ...
@@ -76,3 +104,315 @@ class Store(Protocol):
         self, job_id: str, attempt: int, name: str, data: bytes, content_type: str
     ) -> str: ...
     def read_object(self, bucket: str, name: str) -> tuple[bytes, str | None]: ...
+
+
+# --- object names and record coding, shared by both stores ---------------------------
+
+
+def job_object(job_id: str) -> str:
+    """Object name of a job's record."""
+    return f"{JOBS_PREFIX}{records.validate_job_id(job_id)}.json"
+
+
+def pending_object(job_id: str) -> str:
+    """Object name of a job's pending marker."""
+    return f"{PENDING_PREFIX}{records.validate_job_id(job_id)}"
+
+
+def batch_prefix(batch_id: str) -> str:
+    """Prefix under which a batch's membership markers live."""
+    return f"{BATCHES_PREFIX}{records.validate_batch_id(batch_id)}/"
+
+
+def batch_object(batch_id: str, job_id: str) -> str:
+    """Object name of one batch membership marker."""
+    return f"{batch_prefix(batch_id)}{records.validate_job_id(job_id)}"
+
+
+def output_object(job_id: str, attempt: int, name: str) -> str:
+    """Where an attempt's output lives; keyed by attempt so a zombie never clobbers the winner."""
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0:
+        raise records.InvalidInput(f"attempt must be a non-negative integer, got {attempt!r}")
+    parts = name.split("/") if isinstance(name, str) else []
+    if (
+        not parts
+        or len(name) > _OUTPUT_NAME_MAX
+        or any(p in ("", ".", "..") for p in parts)
+        or any(ord(c) < 32 or c == "\x7f" for c in name)
+    ):
+        raise records.InvalidInput(f"output name {name!r} is not a safe relative object name")
+    return f"{OUTPUTS_PREFIX}{records.validate_job_id(job_id)}/{attempt}/{name}"
+
+
+def record_id(record: dict[str, Any]) -> str:
+    """The validated id a record will be stored under."""
+    if not isinstance(record, dict):
+        raise records.InvalidRecord("a record must be a JSON object")
+    return records.validate_job_id(record.get("id"))
+
+
+def stamped(record: dict[str, Any]) -> dict[str, Any]:
+    """A copy with a fresh write_id, so a 412 can be told apart from our own retried write."""
+    return {**record, "write_id": uuid.uuid4().hex}
+
+
+def decode_record(job_id: str, data: bytes) -> dict[str, Any]:
+    """Decode stored bytes or raise CorruptRecord (the caller must leave the object alone)."""
+    try:
+        return records.decode(data, job_id)
+    except ValueError as exc:  # InvalidRecord, and anything else the decoder rejects
+        raise CorruptRecord(job_id, str(exc)) from exc
+
+
+def names_to_ids(names: list[str], prefix: str, suffix: str = "") -> list[str]:
+    """Ids from object names under prefix; foreign or nested names are skipped."""
+    out = []
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        rest = name[len(prefix) :]
+        if suffix:
+            if not rest.endswith(suffix):
+                continue
+            rest = rest[: -len(suffix)]
+        if rest and "/" not in rest:
+            out.append(rest)
+    return out
+
+
+def check_limit(limit: int | None) -> int | None:
+    """None (everything) or a positive int; anything else is a programming error."""
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"limit must be a positive integer or None, got {limit!r}")
+    return limit
+
+
+class CallCounter:
+    """A thread-safe ``calls`` Counter: logical API calls by kind, for the benchmarks."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+        self._calls_lock = threading.Lock()
+
+    def _count(self, kind: str) -> None:
+        with self._calls_lock:
+            self.calls[kind] += 1
+
+
+# --- Cloud Storage --------------------------------------------------------------------
+
+
+def default_retry() -> Any:
+    """Bounded retry of transient errors (429/5xx/connection), used on every call.
+
+    Passed explicitly so generation-matched writes are retried too; that is safe
+    because a 412 after a retry is resolved by the write_id re-read, never retried.
+    """
+    from google.cloud.storage.retry import DEFAULT_RETRY
+
+    return DEFAULT_RETRY.with_delay(
+        initial=RETRY_INITIAL_S, maximum=RETRY_MAX_DELAY_S, multiplier=2.0
+    ).with_timeout(RETRY_DEADLINE_S)
+
+
+def make_client(project: str | None) -> Client:
+    """A storage client: anonymous on STORAGE_EMULATOR_HOST (the library reads it), else ADC."""
+    from google.cloud import storage
+
+    return storage.Client(project=project)
+
+
+class GcsStore(CallCounter):
+    """The seam on Cloud Storage. One per process; the client and retry are shared by threads."""
+
+    def __init__(
+        self,
+        bucket_name: str,
+        client: Client | None = None,
+        *,
+        retry: Any = None,
+        timeout: Any = HTTP_TIMEOUT,
+    ) -> None:
+        super().__init__()
+        from google.api_core import exceptions as gexc
+
+        self._gexc = gexc
+        self.bucket_name = bucket_name
+        self._client = client if client is not None else make_client(None)
+        self._bucket: Bucket = self._client.bucket(bucket_name)
+        self._retry = retry if retry is not None else default_retry()
+        self._timeout = timeout
+
+    # records
+
+    def read(self, job_id: str) -> Stored:
+        name = job_object(job_id)
+        self._count("read")
+        blob = self._bucket.blob(name)
+        try:
+            data = blob.download_as_bytes(retry=self._retry, timeout=self._timeout)
+        except self._gexc.NotFound:
+            raise NotFound(f"no record {job_id}") from None
+        return Stored(decode_record(job_id, data), int(blob.generation or 0))
+
+    def create(self, record: dict[str, Any]) -> Stored:
+        job_id = record_id(record)
+        new = stamped(record)
+        try:
+            return self._put_record(job_id, new, 0)
+        except _Precondition:
+            pass
+        mine = self._landed(job_id, new["write_id"])
+        if mine is None:
+            raise AlreadyExists(f"record {job_id} already exists")
+        return mine
+
+    def update(self, record: dict[str, Any], generation: int) -> Stored:
+        job_id = record_id(record)
+        if isinstance(generation, bool) or not isinstance(generation, int) or generation < 1:
+            raise ValueError(f"generation must be a positive integer, got {generation!r}")
+        new = stamped(record)
+        try:
+            return self._put_record(job_id, new, generation)
+        except _Precondition:
+            pass
+        mine = self._landed(job_id, new["write_id"])
+        if mine is None:
+            raise LostRace(f"record {job_id} changed since generation {generation}")
+        return mine
+
+    def _put_record(self, job_id: str, record: dict[str, Any], generation: int) -> Stored:
+        data = records.encode(record)
+        self._count("write")
+        blob = self._bucket.blob(job_object(job_id))
+        try:
+            blob.upload_from_string(
+                data,
+                content_type=RECORD_CONTENT_TYPE,
+                if_generation_match=generation,
+                retry=self._retry,
+                timeout=self._timeout,
+            )
+        except self._gexc.PreconditionFailed:
+            raise _Precondition() from None
+        return Stored(records.decode(data, job_id), int(blob.generation or 0))
+
+    def _landed(self, job_id: str, write_id: str) -> Stored | None:
+        """After a 412: the stored record if it is our own write (the retry's first try landed)."""
+        try:
+            current = self.read(job_id)
+        except (NotFound, CorruptRecord):
+            return None
+        return current if current.record.get("write_id") == write_id else None
+
+    # markers
+
+    def add_pending(self, job_id: str) -> None:
+        self._create_marker(pending_object(job_id))
+
+    def remove_pending(self, job_id: str) -> None:
+        name = pending_object(job_id)
+        self._count("delete")
+        with contextlib.suppress(self._gexc.NotFound):  # already gone is fine
+            self._bucket.blob(name).delete(retry=self._retry, timeout=self._timeout)
+
+    def list_pending(self, limit: int | None = None) -> list[PendingEntry]:
+        blobs = self._list(PENDING_PREFIX, limit)
+        ids = names_to_ids([b.name for b in blobs], PENDING_PREFIX)
+        created = {b.name: b.time_created for b in blobs}
+        return [PendingEntry(i, created.get(PENDING_PREFIX + i)) for i in ids]
+
+    def add_to_batch(self, batch_id: str, job_id: str) -> None:
+        self._create_marker(batch_object(batch_id, job_id))
+
+    def list_batch(self, batch_id: str, limit: int | None = None) -> list[str]:
+        prefix = batch_prefix(batch_id)
+        return names_to_ids([b.name for b in self._list(prefix, limit)], prefix)
+
+    def list_jobs(self, limit: int | None = None) -> list[str]:
+        """Every record id (operator tool only: this costs O(history))."""
+        names = [b.name for b in self._list(JOBS_PREFIX, limit)]
+        return names_to_ids(names, JOBS_PREFIX, ".json")
+
+    def _create_marker(self, name: str) -> None:
+        self._count("write")
+        with contextlib.suppress(self._gexc.PreconditionFailed):  # already there: idempotent
+            self._bucket.blob(name).upload_from_string(
+                b"",
+                content_type="application/octet-stream",
+                if_generation_match=0,
+                retry=self._retry,
+                timeout=self._timeout,
+            )
+
+    def _list(self, prefix: str, limit: int | None) -> list[Any]:
+        """Blobs under prefix; one counted list call per page."""
+        it = self._client.list_blobs(
+            self._bucket,
+            prefix=prefix,
+            max_results=check_limit(limit),
+            fields="items(name,timeCreated),nextPageToken",
+            retry=self._retry,
+            timeout=self._timeout,
+        )
+        out: list[Any] = []
+        for page in it.pages:
+            self._count("list")
+            out.extend(page)
+        return out
+
+    # objects
+
+    def write_output(
+        self, job_id: str, attempt: int, name: str, data: bytes, content_type: str
+    ) -> str:
+        obj = output_object(job_id, attempt, name)
+        self._count("write")
+        try:
+            self._bucket.blob(obj).upload_from_string(
+                data,
+                content_type=content_type,
+                if_generation_match=0,
+                retry=self._retry,
+                timeout=self._timeout,
+            )
+            return obj
+        except self._gexc.PreconditionFailed:
+            pass
+        try:
+            existing, _ = self.read_object(self.bucket_name, obj)
+        except NotFound:
+            existing = None
+        if existing != bytes(data):
+            raise AlreadyExists(f"output {obj} already exists with other content")
+        return obj  # the same attempt wrote the same bytes before: a re-run, not a clash
+
+    def read_object(self, bucket: str, name: str) -> tuple[bytes, str | None]:
+        self._count("read")
+        blob = self._client.bucket(bucket).blob(name)
+        try:
+            data = blob.download_as_bytes(retry=self._retry, timeout=self._timeout)
+        except self._gexc.NotFound:
+            raise NotFound(f"no object gs://{bucket}/{name}") from None
+        return data, blob.content_type
+
+
+class _Precondition(Exception):
+    """Internal: the write got 412."""
+
+
+_STORES: dict[tuple[str, str], GcsStore] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def get_store(settings: Settings) -> GcsStore:
+    """The process's one GcsStore for the settings' bucket, created on first use."""
+    key = (settings.project, settings.records_bucket)
+    with _STORES_LOCK:
+        store = _STORES.get(key)
+        if store is None:
+            store = GcsStore(settings.records_bucket, make_client(settings.project))
+            _STORES[key] = store
+        return store

@@ -1,0 +1,120 @@
+"""The doorbell: publish job ids (never payloads) to the jobs topic.
+
+A ring only says "look at this record"; the record decides. A lost ring is
+repaired by the sweep, a duplicate is harmless, so callers may treat a failed
+ring as a warning once the record and pending marker are written.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shared.config import Settings
+
+RING_TIMEOUT_S = 10.0  # wait for the publish answer at most this long
+MAX_LATENCY_S = 0.01  # batch window: a doorbell should leave at once
+
+
+class DoorbellError(Exception):
+    """A ring was not confirmed by Pub/Sub (missing topic, no connection, timeout)."""
+
+    def __init__(self, job_id: str, reason: str):
+        super().__init__(f"doorbell for {job_id} failed: {reason}")
+        self.job_id = job_id
+        self.reason = reason
+
+
+def message_for(job_id: str) -> tuple[bytes, dict[str, str]]:
+    """The doorbell message: JSON {"job_id": id} and the same id as an attribute."""
+    if not isinstance(job_id, str) or not job_id:
+        raise ValueError(f"job id must be a non-empty string, got {job_id!r}")
+    return json.dumps({"job_id": job_id}).encode("utf-8"), {"job_id": job_id}
+
+
+_PUBLISHER: Any = None
+_PUBLISHER_LOCK = threading.Lock()
+
+
+def shared_publisher() -> Any:
+    """The process's one PublisherClient (the library reads PUBSUB_EMULATOR_HOST itself)."""
+    global _PUBLISHER
+    with _PUBLISHER_LOCK:
+        if _PUBLISHER is None:
+            from google.cloud import pubsub_v1
+
+            batch = pubsub_v1.types.BatchSettings(max_latency=MAX_LATENCY_S, max_messages=100)
+            _PUBLISHER = pubsub_v1.PublisherClient(batch_settings=batch)
+        return _PUBLISHER
+
+
+class Doorbell:
+    """Rings for one topic; thread-safe; counts publishes in ``calls["publish"]``."""
+
+    def __init__(
+        self, project: str, topic: str, publisher: Any = None, *, timeout: float = RING_TIMEOUT_S
+    ) -> None:
+        self.topic_path = f"projects/{project}/topics/{topic}"
+        self.calls: Counter[str] = Counter()
+        self._publisher = publisher
+        self._timeout = timeout
+        self._lock = threading.Lock()
+
+    def ring(self, job_id: str) -> None:
+        """Publish one doorbell and wait for Pub/Sub to accept it."""
+        future = self._publish(job_id)
+        self._wait(job_id, future)
+
+    def ring_many(self, job_ids: Iterable[str]) -> list[str]:
+        """Publish all (they batch together), then wait; returns the ids that failed."""
+        ids = list(job_ids)
+        for job_id in ids:
+            message_for(job_id)  # a bad id is a bug: raise before anything is published
+        pending: list[tuple[str, Any]] = []
+        failed: list[str] = []
+        for job_id in ids:
+            try:
+                pending.append((job_id, self._publish(job_id)))
+            except DoorbellError:
+                failed.append(job_id)
+        for job_id, future in pending:
+            try:
+                self._wait(job_id, future)
+            except DoorbellError:
+                failed.append(job_id)
+        return failed
+
+    def _publish(self, job_id: str) -> Any:
+        data, attrs = message_for(job_id)
+        with self._lock:
+            self.calls["publish"] += 1
+            if self._publisher is None:
+                self._publisher = shared_publisher()
+        try:
+            return self._publisher.publish(self.topic_path, data, timeout=self._timeout, **attrs)
+        except Exception as exc:  # the client raises on a closed publisher, bad topic path
+            raise DoorbellError(job_id, f"{type(exc).__name__}: {exc}") from exc
+
+    def _wait(self, job_id: str, future: Any) -> None:
+        try:
+            future.result(timeout=self._timeout)
+        except Exception as exc:  # NotFound, DeadlineExceeded, TimeoutError, ...
+            raise DoorbellError(job_id, f"{type(exc).__name__}: {exc}") from exc
+
+
+_DOORBELLS: dict[str, Doorbell] = {}
+_DOORBELLS_LOCK = threading.Lock()
+
+
+def get_doorbell(settings: Settings) -> Doorbell:
+    """The process's Doorbell for the settings' topic, created on first use."""
+    with _DOORBELLS_LOCK:
+        bell = _DOORBELLS.get(settings.topic_path)
+        if bell is None:
+            bell = Doorbell(settings.project, settings.jobs_topic)
+            _DOORBELLS[settings.topic_path] = bell
+        return bell

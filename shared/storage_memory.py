@@ -1,0 +1,199 @@
+"""MemoryStore: the storage seam in memory, with GcsStore's semantics, for unit tests.
+
+Records are kept as encoded bytes (as GCS keeps them), so a caller mutating a
+returned dict never changes what is stored, and corrupt bytes can be planted
+with ``put_raw``. Generations only increase, per store, like GCS's.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from shared import records
+from shared.storage import (
+    JOBS_PREFIX,
+    PENDING_PREFIX,
+    RECORD_CONTENT_TYPE,
+    AlreadyExists,
+    CallCounter,
+    LostRace,
+    NotFound,
+    PendingEntry,
+    Stored,
+    batch_object,
+    batch_prefix,
+    check_limit,
+    decode_record,
+    job_object,
+    names_to_ids,
+    output_object,
+    pending_object,
+    record_id,
+    stamped,
+)
+
+__all__ = ["MemoryObject", "MemoryStore"]
+
+
+@dataclass(frozen=True)
+class MemoryObject:
+    """One stored object."""
+
+    data: bytes
+    generation: int
+    content_type: str | None
+    created: datetime
+
+
+class MemoryStore(CallCounter):
+    """In-memory seam; thread-safe; counts calls like GcsStore."""
+
+    def __init__(self, bucket_name: str = "memory-records") -> None:
+        super().__init__()
+        self.bucket_name = bucket_name
+        self._objects: dict[tuple[str, str], MemoryObject] = {}
+        self._generation = 0
+        self._lock = threading.RLock()
+
+    # test helpers (not part of the Store protocol)
+
+    def put_raw(self, job_id: str, data: bytes) -> int:
+        """Plant raw bytes as a job's record (e.g. corrupt ones); returns the generation."""
+        with self._lock:
+            return self._put(self.bucket_name, job_object(job_id), data, RECORD_CONTENT_TYPE)
+
+    def put_object(
+        self, bucket: str, name: str, data: bytes, content_type: str | None = None
+    ) -> int:
+        """Plant any object (e.g. an upload in another bucket); returns the generation."""
+        with self._lock:
+            return self._put(bucket, name, bytes(data), content_type)
+
+    def raw(self, bucket: str, name: str) -> MemoryObject | None:
+        """What is stored under a name, uncounted (for assertions)."""
+        with self._lock:
+            return self._objects.get((bucket, name))
+
+    def names(self, prefix: str = "") -> list[str]:
+        """Object names in the records bucket under prefix, sorted, uncounted."""
+        with self._lock:
+            return sorted(
+                n for (b, n) in self._objects if b == self.bucket_name and n.startswith(prefix)
+            )
+
+    # records
+
+    def read(self, job_id: str) -> Stored:
+        name = job_object(job_id)
+        self._count("read")
+        with self._lock:
+            obj = self._objects.get((self.bucket_name, name))
+        if obj is None:
+            raise NotFound(f"no record {job_id}")
+        return Stored(decode_record(job_id, obj.data), obj.generation)
+
+    def create(self, record: dict[str, Any]) -> Stored:
+        job_id = record_id(record)
+        new = stamped(record)
+        data = records.encode(new)
+        self._count("write")
+        with self._lock:
+            key = (self.bucket_name, job_object(job_id))
+            if key in self._objects:
+                raise AlreadyExists(f"record {job_id} already exists")
+            gen = self._put(*key, data, RECORD_CONTENT_TYPE)
+        return Stored(records.decode(data, job_id), gen)
+
+    def update(self, record: dict[str, Any], generation: int) -> Stored:
+        job_id = record_id(record)
+        if isinstance(generation, bool) or not isinstance(generation, int) or generation < 1:
+            raise ValueError(f"generation must be a positive integer, got {generation!r}")
+        new = stamped(record)
+        data = records.encode(new)
+        self._count("write")
+        with self._lock:
+            key = (self.bucket_name, job_object(job_id))
+            current = self._objects.get(key)
+            if current is None or current.generation != generation:
+                raise LostRace(f"record {job_id} changed since generation {generation}")
+            gen = self._put(*key, data, RECORD_CONTENT_TYPE)
+        return Stored(records.decode(data, job_id), gen)
+
+    # markers
+
+    def add_pending(self, job_id: str) -> None:
+        self._create_marker(pending_object(job_id))
+
+    def remove_pending(self, job_id: str) -> None:
+        name = pending_object(job_id)
+        self._count("delete")
+        with self._lock:
+            self._objects.pop((self.bucket_name, name), None)
+
+    def list_pending(self, limit: int | None = None) -> list[PendingEntry]:
+        listed = self._list(PENDING_PREFIX, limit)
+        created = dict(listed)
+        ids = names_to_ids([n for n, _ in listed], PENDING_PREFIX)
+        return [PendingEntry(i, created[PENDING_PREFIX + i]) for i in ids]
+
+    def add_to_batch(self, batch_id: str, job_id: str) -> None:
+        self._create_marker(batch_object(batch_id, job_id))
+
+    def list_batch(self, batch_id: str, limit: int | None = None) -> list[str]:
+        prefix = batch_prefix(batch_id)
+        return names_to_ids([n for n, _ in self._list(prefix, limit)], prefix)
+
+    def list_jobs(self, limit: int | None = None) -> list[str]:
+        names = [n for n, _ in self._list(JOBS_PREFIX, limit)]
+        return names_to_ids(names, JOBS_PREFIX, ".json")
+
+    def _create_marker(self, name: str) -> None:
+        self._count("write")
+        with self._lock:
+            if (self.bucket_name, name) not in self._objects:
+                self._put(self.bucket_name, name, b"", "application/octet-stream")
+
+    def _list(self, prefix: str, limit: int | None) -> list[tuple[str, datetime]]:
+        limit = check_limit(limit)
+        self._count("list")
+        with self._lock:
+            found = sorted(
+                (n, o.created)
+                for (b, n), o in self._objects.items()
+                if b == self.bucket_name and n.startswith(prefix)
+            )
+        return found if limit is None else found[:limit]
+
+    # objects
+
+    def write_output(
+        self, job_id: str, attempt: int, name: str, data: bytes, content_type: str
+    ) -> str:
+        obj = output_object(job_id, attempt, name)
+        self._count("write")
+        with self._lock:
+            existing = self._objects.get((self.bucket_name, obj))
+            if existing is None:
+                self._put(self.bucket_name, obj, bytes(data), content_type)
+            elif existing.data != bytes(data):
+                raise AlreadyExists(f"output {obj} already exists with other content")
+        return obj
+
+    def read_object(self, bucket: str, name: str) -> tuple[bytes, str | None]:
+        self._count("read")
+        with self._lock:
+            obj = self._objects.get((bucket, name))
+        if obj is None:
+            raise NotFound(f"no object gs://{bucket}/{name}")
+        return obj.data, obj.content_type
+
+    def _put(self, bucket: str, name: str, data: bytes, content_type: str | None) -> int:
+        """Store under the lock (held by the caller); returns the new generation."""
+        self._generation += 1
+        self._objects[(bucket, name)] = MemoryObject(
+            data, self._generation, content_type, datetime.now(UTC)
+        )
+        return self._generation
