@@ -167,7 +167,7 @@ def encode(record: dict[str, Any]) -> bytes:
     return _dumps(validate_record(record))
 
 
-def decode(data: bytes, job_id: str | None = None) -> dict[str, Any]:
+def decode(data: bytes | bytearray | memoryview, job_id: str | None = None) -> dict[str, Any]:
     """A validated record from stored bytes; InvalidRecord on anything else."""
     if not isinstance(data, bytes | bytearray | memoryview):
         raise InvalidRecord(f"record data must be bytes, not {type(data).__name__}")
