@@ -21,9 +21,10 @@ import contextlib
 import threading
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from shared import records
 
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
     from google.cloud.storage import Bucket, Client
 
     from shared.config import Settings
+
+_T = TypeVar("_T")
 
 JOBS_PREFIX = "jobs/"
 PENDING_PREFIX = "pending/"
@@ -59,6 +62,13 @@ class AlreadyExists(StorageError):
 
 class LostRace(StorageError):
     """A generation-matched write lost: someone else wrote the record first."""
+
+
+class Unavailable(StorageError):
+    """A call failed for another reason (retries exhausted, network, permission).
+
+    The outcome of a failed write is unknown: re-read before acting on it.
+    """
 
 
 class CorruptRecord(StorageError):
@@ -239,22 +249,48 @@ class GcsStore(CallCounter):
         from google.api_core import exceptions as gexc
 
         self._gexc = gexc
+        self._failures = _failure_types()
         self.bucket_name = bucket_name
         self._client = client if client is not None else make_client(None)
         self._bucket: Bucket = self._client.bucket(bucket_name)
         self._retry = retry if retry is not None else default_retry()
         self._timeout = timeout
 
+    def _call(self, kind: str, what: str, fn: Callable[[], _T], *, count: bool = True) -> _T:
+        """Count one logical call and translate the client's errors into the seam's."""
+        if count:
+            self._count(kind)
+        try:
+            return fn()
+        except self._gexc.NotFound:
+            raise NotFound(f"no {what}") from None
+        except self._gexc.PreconditionFailed:
+            raise _Precondition(what) from None
+        except self._failures as exc:
+            raise Unavailable(f"{kind} of {what} failed: {type(exc).__name__}: {exc}") from exc
+
+    def _upload(self, name: str, data: bytes, content_type: str, generation: int) -> Any:
+        blob = self._bucket.blob(name)
+        blob.upload_from_string(
+            data,
+            content_type=content_type,
+            if_generation_match=generation,
+            retry=self._retry,
+            timeout=self._timeout,
+        )
+        return blob
+
+    def _download(self, bucket: str, name: str) -> tuple[bytes, Any]:
+        blob = self._client.bucket(bucket).blob(name)
+        return blob.download_as_bytes(retry=self._retry, timeout=self._timeout), blob
+
     # records
 
     def read(self, job_id: str) -> Stored:
         name = job_object(job_id)
-        self._count("read")
-        blob = self._bucket.blob(name)
-        try:
-            data = blob.download_as_bytes(retry=self._retry, timeout=self._timeout)
-        except self._gexc.NotFound:
-            raise NotFound(f"no record {job_id}") from None
+        data, blob = self._call(
+            "read", f"record {job_id}", lambda: self._download(self.bucket_name, name)
+        )
         return Stored(decode_record(job_id, data), int(blob.generation or 0))
 
     def create(self, record: dict[str, Any]) -> Stored:
@@ -285,18 +321,12 @@ class GcsStore(CallCounter):
 
     def _put_record(self, job_id: str, record: dict[str, Any], generation: int) -> Stored:
         data = records.encode(record)
-        self._count("write")
-        blob = self._bucket.blob(job_object(job_id))
-        try:
-            blob.upload_from_string(
-                data,
-                content_type=RECORD_CONTENT_TYPE,
-                if_generation_match=generation,
-                retry=self._retry,
-                timeout=self._timeout,
-            )
-        except self._gexc.PreconditionFailed:
-            raise _Precondition() from None
+        name = job_object(job_id)
+        blob = self._call(
+            "write",
+            f"record {job_id}",
+            lambda: self._upload(name, data, RECORD_CONTENT_TYPE, generation),
+        )
         return Stored(records.decode(data, job_id), int(blob.generation or 0))
 
     def _landed(self, job_id: str, write_id: str) -> Stored | None:
@@ -314,9 +344,11 @@ class GcsStore(CallCounter):
 
     def remove_pending(self, job_id: str) -> None:
         name = pending_object(job_id)
-        self._count("delete")
-        with contextlib.suppress(self._gexc.NotFound):  # already gone is fine
-            self._bucket.blob(name).delete(retry=self._retry, timeout=self._timeout)
+        blob = self._bucket.blob(name)
+        with contextlib.suppress(NotFound):  # already gone is fine
+            self._call(
+                "delete", name, lambda: blob.delete(retry=self._retry, timeout=self._timeout)
+            )
 
     def list_pending(self, limit: int | None = None) -> list[PendingEntry]:
         blobs = self._list(PENDING_PREFIX, limit)
@@ -337,18 +369,13 @@ class GcsStore(CallCounter):
         return names_to_ids(names, JOBS_PREFIX, ".json")
 
     def _create_marker(self, name: str) -> None:
-        self._count("write")
-        with contextlib.suppress(self._gexc.PreconditionFailed):  # already there: idempotent
-            self._bucket.blob(name).upload_from_string(
-                b"",
-                content_type="application/octet-stream",
-                if_generation_match=0,
-                retry=self._retry,
-                timeout=self._timeout,
+        with contextlib.suppress(_Precondition):  # already there: adding is idempotent
+            self._call(
+                "write", name, lambda: self._upload(name, b"", "application/octet-stream", 0)
             )
 
     def _list(self, prefix: str, limit: int | None) -> list[Any]:
-        """Blobs under prefix; one counted list call per page."""
+        """Blobs under prefix; one counted list call per page (pages are fetched lazily)."""
         it = self._client.list_blobs(
             self._bucket,
             prefix=prefix,
@@ -357,11 +384,14 @@ class GcsStore(CallCounter):
             retry=self._retry,
             timeout=self._timeout,
         )
+        pages = iter(it.pages)
         out: list[Any] = []
-        for page in it.pages:
-            self._count("list")
+        while True:
+            page = self._call("list", f"{prefix}*", lambda: next(pages, None), count=False)
+            if page is None:
+                return out
+            self._count("list")  # the page was fetched by this next()
             out.extend(page)
-        return out
 
     # objects
 
@@ -369,38 +399,47 @@ class GcsStore(CallCounter):
         self, job_id: str, attempt: int, name: str, data: bytes, content_type: str
     ) -> str:
         obj = output_object(job_id, attempt, name)
-        self._count("write")
+        payload = bytes(data)
         try:
-            self._bucket.blob(obj).upload_from_string(
-                data,
-                content_type=content_type,
-                if_generation_match=0,
-                retry=self._retry,
-                timeout=self._timeout,
-            )
+            self._call("write", obj, lambda: self._upload(obj, payload, content_type, 0))
             return obj
-        except self._gexc.PreconditionFailed:
+        except _Precondition:
             pass
         try:
-            existing, _ = self.read_object(self.bucket_name, obj)
+            existing: bytes | None = self.read_object(self.bucket_name, obj)[0]
         except NotFound:
             existing = None
-        if existing != bytes(data):
+        if existing != payload:
             raise AlreadyExists(f"output {obj} already exists with other content")
         return obj  # the same attempt wrote the same bytes before: a re-run, not a clash
 
     def read_object(self, bucket: str, name: str) -> tuple[bytes, str | None]:
-        self._count("read")
-        blob = self._client.bucket(bucket).blob(name)
-        try:
-            data = blob.download_as_bytes(retry=self._retry, timeout=self._timeout)
-        except self._gexc.NotFound:
-            raise NotFound(f"no object gs://{bucket}/{name}") from None
+        data, blob = self._call(
+            "read", f"object gs://{bucket}/{name}", lambda: self._download(bucket, name)
+        )
         return data, blob.content_type
 
 
 class _Precondition(Exception):
     """Internal: the write got 412."""
+
+
+def _failure_types() -> tuple[type[BaseException], ...]:
+    """Client errors that mean "the call failed" (after the retry gave up, or permanently)."""
+    import requests
+    from google.api_core import exceptions as gexc
+    from google.auth import exceptions as auth_exc
+    from google.cloud.storage import exceptions as storage_exc
+
+    return (
+        gexc.GoogleAPIError,  # HTTP errors and RetryError
+        requests.RequestException,
+        auth_exc.TransportError,
+        storage_exc.InvalidResponse,
+        storage_exc.DataCorruption,
+        ConnectionError,
+        TimeoutError,
+    )
 
 
 _STORES: dict[tuple[str, str], GcsStore] = {}

@@ -1,0 +1,80 @@
+"""The storage contract runs against BOTH stores: MemoryStore and GcsStore on
+fake-gcs-server (over the wire, through the official client).
+
+The GCS client here is pointed at the server with client_options, not with
+STORAGE_EMULATOR_HOST, so these tests need no Pub/Sub emulator.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from contract_support import Harness, make_gcs_client
+
+from shared.storage import GcsStore, Store, job_object
+from shared.storage_memory import MemoryStore
+
+
+@pytest.fixture(scope="session")
+def direct_gcs(gcs_server: str) -> Any:
+    """A plain client on fake-gcs-server, for planting and inspecting objects."""
+    return make_gcs_client(gcs_server)
+
+
+def _memory_harness() -> Harness:
+    store = MemoryStore()
+
+    def raw(name: str) -> bytes | None:
+        obj = store.raw(store.bucket_name, name)
+        return None if obj is None else obj.data
+
+    return Harness(
+        store=store,
+        bucket_name=store.bucket_name,
+        other_bucket="memory-uploads",
+        put_raw=store.put_raw,
+        raw=raw,
+        put_object=store.put_object,
+    )
+
+
+def _gcs_harness(client: Any, endpoint: str) -> Harness:
+    records_bucket = client.create_bucket(f"records-{uuid.uuid4().hex[:12]}")
+    uploads_bucket = client.create_bucket(f"uploads-{uuid.uuid4().hex[:12]}")
+    store = GcsStore(records_bucket.name, make_gcs_client(endpoint))
+
+    def put_raw(job_id: str, data: bytes) -> None:
+        records_bucket.blob(job_object(job_id)).upload_from_string(data)
+
+    def raw(name: str) -> bytes | None:
+        blob = records_bucket.get_blob(name)
+        return None if blob is None else blob.download_as_bytes()
+
+    def put_object(bucket: str, name: str, data: bytes, ct: str | None) -> None:
+        client.bucket(bucket).blob(name).upload_from_string(data, content_type=ct)
+
+    return Harness(
+        store=store,
+        bucket_name=records_bucket.name,
+        other_bucket=uploads_bucket.name,
+        put_raw=put_raw,
+        raw=raw,
+        put_object=put_object,
+    )
+
+
+@pytest.fixture(params=["memory", "gcs"])
+def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
+    if request.param == "memory":
+        yield _memory_harness()
+    else:
+        endpoint = request.getfixturevalue("gcs_server")
+        yield _gcs_harness(request.getfixturevalue("direct_gcs"), endpoint)
+
+
+@pytest.fixture
+def store(harness: Harness) -> Store:
+    return harness.store

@@ -1,0 +1,244 @@
+"""The storage seam's contract, proved against MemoryStore and GcsStore alike."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+
+import pytest
+from contract_support import Harness, new_job
+
+from shared import records
+from shared.storage import (
+    AlreadyExists,
+    CorruptRecord,
+    LostRace,
+    NotFound,
+    Stored,
+    job_object,
+)
+
+# --- records ---------------------------------------------------------------------------
+
+
+def test_create_then_read_round_trips_with_a_write_id(store):
+    job = new_job()
+    created = store.create(job)
+    assert created.generation > 0
+    assert created.record == {**job, "write_id": created.record["write_id"]}
+    assert len(created.record["write_id"]) == 32
+    assert "write_id" not in job  # the caller's dict is not touched
+    assert store.read(job["id"]) == created
+
+
+def test_create_is_create_only(harness: Harness):
+    store = harness.store
+    job = new_job()
+    first = store.create(job)
+    before = harness.raw(job_object(job["id"]))
+    with pytest.raises(AlreadyExists):
+        store.create({**job, "payload": {"other": True}})
+    assert harness.raw(job_object(job["id"])) == before
+    assert store.read(job["id"]) == first
+
+
+def test_update_with_current_generation_advances_it(store):
+    created = store.create(new_job())
+    updated = store.update({**created.record, "status": "running"}, created.generation)
+    assert updated.generation > created.generation
+    assert updated.record["write_id"] != created.record["write_id"]
+    assert store.read(created.record["id"]) == updated
+    assert updated.record["status"] == "running"
+
+
+def test_update_with_a_stale_generation_loses_and_changes_nothing(store):
+    created = store.create(new_job())
+    winner = store.update({**created.record, "status": "running", "owner": "a"}, created.generation)
+    with pytest.raises(LostRace):
+        store.update({**created.record, "status": "running", "owner": "b"}, created.generation)
+    assert store.read(created.record["id"]) == winner
+
+
+def test_update_of_a_missing_record_loses(store):
+    with pytest.raises(LostRace):
+        store.update(new_job(), 12345)
+    with pytest.raises(NotFound):
+        store.read("never-created")
+
+
+def test_concurrent_updates_from_one_generation_have_exactly_one_winner(store):
+    created = store.create(new_job())
+    results: list[object] = []
+    barrier = threading.Barrier(6)
+
+    def contend(owner: str) -> None:
+        barrier.wait()
+        try:
+            results.append(store.update({**created.record, "owner": owner}, created.generation))
+        except LostRace as exc:
+            results.append(exc)
+
+    threads = [threading.Thread(target=contend, args=(f"o{i}",)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wins = [r for r in results if isinstance(r, Stored)]
+    assert len(wins) == 1 and len(results) == 6
+    assert store.read(created.record["id"]) == wins[0]
+
+
+def test_a_fenced_writer_stays_fenced_after_the_winner_moves_on(store):
+    created = store.create(new_job())
+    gen = created.generation
+    for i in range(3):
+        gen = store.update({**created.record, "attempts": i + 1}, gen).generation
+    with pytest.raises(LostRace):
+        store.update({**created.record, "status": "done"}, created.generation)
+    assert store.read(created.record["id"]).record["attempts"] == 3
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"not json at all",
+        b'{"schema": 1, "id": "x"',
+        b"\xff\xfe\x00garbage",
+        b"[1, 2, 3]",
+        b'{"schema": 99, "id": "corrupt-1", "pipeline": "demo", "status": "queued", "payload": {}}',
+        b'{"schema": 1, "id": "someone-else", "pipeline": "demo", "status": "queued",'
+        b' "payload": {}}',
+    ],
+)
+def test_corrupt_bytes_raise_and_are_left_in_place(harness: Harness, data: bytes):
+    store = harness.store
+    harness.put_raw("corrupt-1", data)
+    with pytest.raises(CorruptRecord) as info:
+        store.read("corrupt-1")
+    assert info.value.job_id == "corrupt-1" and info.value.reason
+    with pytest.raises(AlreadyExists):
+        store.create(new_job("corrupt-1"))
+    assert harness.raw(job_object("corrupt-1")) == data
+
+
+@pytest.mark.parametrize("bad", ["../x", "a/b", "", ".hidden", "a" * 129, "x..y"])
+def test_bad_ids_are_refused_before_any_call(harness: Harness, bad: str):
+    store = harness.store
+    with pytest.raises(records.InvalidInput):
+        store.read(bad)
+    with pytest.raises(records.InvalidInput):
+        store.add_pending(bad)
+    with pytest.raises(records.InvalidInput):
+        store.add_to_batch(bad, "ok")
+    with pytest.raises((records.InvalidInput, records.InvalidRecord)):
+        store.create({**new_job(), "id": bad})
+    assert sum(store.calls.values()) == 0
+    assert store.list_jobs() == [] and store.list_pending() == []
+
+
+def test_an_invalid_record_is_never_written(harness: Harness):
+    store = harness.store
+    created = store.create(new_job())
+    with pytest.raises(records.InvalidRecord):
+        store.update({**created.record, "status": "exploded"}, created.generation)
+    with pytest.raises(records.InvalidRecord):
+        store.create({**new_job(), "payload": "not an object"})
+    assert store.read(created.record["id"]) == created
+    assert store.list_jobs() == [created.record["id"]]
+
+
+# --- pending index ---------------------------------------------------------------------
+
+
+def test_pending_markers_are_idempotent_and_listed_with_creation_time(store):
+    store.add_pending("job-b")
+    store.add_pending("job-a")
+    store.add_pending("job-b")
+    entries = store.list_pending()
+    assert [e.job_id for e in entries] == ["job-a", "job-b"]
+    assert all(isinstance(e.created, datetime) and e.created.tzinfo for e in entries)
+    store.remove_pending("job-b")
+    store.remove_pending("job-b")
+    store.remove_pending("never-there")
+    assert [e.job_id for e in store.list_pending()] == ["job-a"]
+
+
+def test_list_pending_honours_limit_and_never_lists_jobs(store):
+    for i in range(5):
+        store.add_pending(f"p{i}")
+    store.create(new_job("not-pending"))
+    store.calls.clear()
+    assert [e.job_id for e in store.list_pending(limit=3)] == ["p0", "p1", "p2"]
+    assert len(store.list_pending()) == 5
+    assert store.calls == {"list": 2}
+    with pytest.raises(ValueError):
+        store.list_pending(limit=0)
+
+
+# --- batches and the operator's listing ------------------------------------------------
+
+
+def test_batch_membership(store):
+    for job_id in ("j3", "j1", "j2", "j1"):
+        store.add_to_batch("batch-a", job_id)
+    store.add_to_batch("batch-ab", "other")
+    assert store.list_batch("batch-a") == ["j1", "j2", "j3"]
+    assert store.list_batch("batch-a", limit=2) == ["j1", "j2"]
+    assert store.list_batch("batch-ab") == ["other"]
+    assert store.list_batch("empty") == []
+
+
+def test_list_jobs_lists_records_only(store):
+    ids = sorted(store.create(new_job()).record["id"] for _ in range(3))
+    store.add_pending("marker-only")
+    store.add_to_batch("b", ids[0])
+    assert store.list_jobs() == ids
+    assert store.list_jobs(limit=2) == ids[:2]
+
+
+# --- outputs and uploaded objects ------------------------------------------------------
+
+
+def test_outputs_are_create_only_per_attempt(harness: Harness):
+    store = harness.store
+    name = store.write_output("job-1", 1, "result.json", b'{"a":1}', "application/json")
+    assert name == "outputs/job-1/1/result.json"
+    assert store.write_output("job-1", 1, "result.json", b'{"a":1}', "application/json") == name
+    with pytest.raises(AlreadyExists):
+        store.write_output("job-1", 1, "result.json", b'{"a":2}', "application/json")
+    assert harness.raw(name) == b'{"a":1}'
+    other = store.write_output("job-1", 2, "result.json", b'{"a":2}', "application/json")
+    assert other == "outputs/job-1/2/result.json"
+    assert store.read_object(harness.bucket_name, name) == (b'{"a":1}', "application/json")
+    nested = store.write_output("job-1", 1, "thumbs/small.png", b"\x89PNG", "image/png")
+    assert store.read_object(harness.bucket_name, nested) == (b"\x89PNG", "image/png")
+
+
+@pytest.mark.parametrize("bad", ["", "/abs", "a//b", "../up", "a/./b", "a/..", "x\ny"])
+def test_unsafe_output_names_are_refused(harness: Harness, bad: str):
+    with pytest.raises(records.InvalidInput):
+        harness.store.write_output("job-1", 1, bad, b"x", "text/plain")
+    with pytest.raises(records.InvalidInput):
+        harness.store.write_output("job-1", -1, "ok", b"x", "text/plain")
+    assert harness.store.calls["write"] == 0
+
+
+def test_read_object_reads_other_buckets(harness: Harness):
+    harness.put_object(harness.other_bucket, "in/photo.jpg", b"\xff\xd8jpeg", "image/jpeg")
+    data, content_type = harness.store.read_object(harness.other_bucket, "in/photo.jpg")
+    assert (data, content_type) == (b"\xff\xd8jpeg", "image/jpeg")
+    with pytest.raises(NotFound):
+        harness.store.read_object(harness.other_bucket, "in/missing.jpg")
+
+
+# --- call counting ---------------------------------------------------------------------
+
+
+def test_calls_count_logical_operations(store):
+    created = store.create(new_job("counted"))
+    store.read("counted")
+    store.update(created.record, created.generation)
+    store.add_pending("counted")
+    store.list_pending()
+    store.remove_pending("counted")
+    assert store.calls == {"write": 3, "read": 1, "list": 1, "delete": 1}
