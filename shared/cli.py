@@ -1,0 +1,337 @@
+"""reclaim: the operators' CLI (submit, status, watch, list, cancel, retry, sweep, dlq).
+
+It talks to Cloud Storage and Pub/Sub through the same seam, doorbell, submission
+code and policy transitions as the functions; this module only parses arguments,
+maps errors to exit codes and prints. The commands live in shared.cli_commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+# Exit codes (also listed in --help).
+EXIT_OK = 0
+EXIT_FAILED = 1  # watch: at least one job of the batch failed
+EXIT_USAGE = 2  # bad arguments, unknown job/pipeline, illegal transition, unreadable record
+EXIT_UNAVAILABLE = 3  # missing credentials, bucket or subscription; unreachable service
+EXIT_TIMEOUT = 4  # watch: --timeout passed before every job finished
+EXIT_INTERRUPTED = 130
+
+# `make dev` listens here (local/cloud.py); --local points the official clients at it.
+LOCAL_STORAGE_EMULATOR_HOST = "http://127.0.0.1:4443"
+LOCAL_PUBSUB_EMULATOR_HOST = "127.0.0.1:8085"
+# The pull subscription on the dead-letter topic (same name in terraform and local/wiring.py).
+DEFAULT_DEAD_LETTER_SUBSCRIPTION = "reclaim-dead-letter-hold"
+
+_DESCRIPTION = """\
+Operate a reclaim job queue from a terminal.
+
+The job records in the records bucket ARE the queue; this tool reads and changes
+them through the same storage seam, doorbell and policy as the functions.
+
+Where it points:
+  local cloud  set STORAGE_EMULATOR_HOST / PUBSUB_EMULATOR_HOST, or pass --local
+               (the `make dev` defaults 127.0.0.1:4443 and 127.0.0.1:8085)
+  GCP          --project/--bucket/--topic (or RECLAIM_PROJECT, RECLAIM_RECORDS_BUCKET,
+               RECLAIM_JOBS_TOPIC) with Application Default Credentials
+               (gcloud auth application-default login)
+"""
+
+_EPILOG = """\
+exit codes:
+  0  ok
+  1  watch: at least one job of the batch failed
+  2  usage error, unknown job or pipeline, illegal transition, unreadable record
+  3  missing credentials, bucket or subscription; service unreachable
+  4  watch: --timeout passed before every job finished
+
+examples:
+  reclaim --local submit demo --payload '{"n": 3}'
+  reclaim --local submit demo --batch catalog-0726 --from pieces.jsonl
+  reclaim --local watch catalog-0726
+  reclaim --local retry JOB_ID
+"""
+
+
+class CliError(Exception):
+    """A failure the user can act on: printed as is, with its exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE):
+        super().__init__(message)
+        self.code = code
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
+    return value
+
+
+def _common_options() -> argparse.ArgumentParser:
+    """Options accepted before or after the subcommand (`reclaim status X --json`)."""
+    common = argparse.ArgumentParser(add_help=False)
+    opts = common.add_argument_group("where and how (before or after the command)")
+    s = argparse.SUPPRESS
+    opts.add_argument(
+        "--project",
+        default=s,
+        metavar="P",
+        help="GCP project of the topics (default: $RECLAIM_PROJECT or reclaim-local)",
+    )
+    opts.add_argument(
+        "--bucket",
+        default=s,
+        metavar="B",
+        help="records bucket (default: $RECLAIM_RECORDS_BUCKET or reclaim-records)",
+    )
+    opts.add_argument(
+        "--topic",
+        default=s,
+        metavar="T",
+        help="doorbell topic id (default: $RECLAIM_JOBS_TOPIC or reclaim-jobs)",
+    )
+    opts.add_argument(
+        "--dead-letter-subscription",
+        default=s,
+        metavar="S",
+        help=f"pull subscription holding dead letters "
+        f"(default: {DEFAULT_DEAD_LETTER_SUBSCRIPTION})",
+    )
+    opts.add_argument(
+        "--local",
+        action="store_true",
+        default=s,
+        help="use the `make dev` emulators (127.0.0.1:4443 storage, 127.0.0.1:8085 Pub/Sub)",
+    )
+    opts.add_argument(
+        "--json",
+        action="store_true",
+        default=s,
+        help="machine-readable JSON on stdout (errors as JSON on stderr)",
+    )
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line; each subcommand's handler is in `func`."""
+    from shared import cli_commands as c
+
+    common = _common_options()
+    parser = argparse.ArgumentParser(
+        prog="reclaim",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        parents=[common],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def add(name: str, func: Callable[..., int], summary: str, details: str) -> Any:
+        p = sub.add_parser(
+            name,
+            help=summary,
+            description=f"{summary}\n\n{details}",
+            parents=[common],
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        p.set_defaults(func=func)
+        return p
+
+    p = add(
+        "submit",
+        c.cmd_submit,
+        "create a job, or a batch of jobs from a JSONL file",
+        "Goes through the same submission code as POST /jobs: pending marker, batch\n"
+        "marker, record, then the doorbell. Prints the job id(s).",
+    )
+    p.add_argument("pipeline", help="registered pipeline name (e.g. demo)")
+    p.add_argument("--batch", metavar="B", help="batch id to group the jobs under (for watch)")
+    p.add_argument(
+        "--id",
+        dest="job_id",
+        metavar="ID",
+        help="job id to use (default: a random one); resubmitting an id is refused",
+    )
+    p.add_argument(
+        "--max-attempts",
+        type=_positive_int,
+        metavar="N",
+        help="claims this job may take before it fails (default: the deployment's)",
+    )
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--payload", metavar="JSON", help="the job's payload, a JSON object")
+    src.add_argument(
+        "--from",
+        dest="from_file",
+        metavar="FILE.jsonl",
+        help="one JSON object per line, each a job's payload ('-' reads stdin)",
+    )
+
+    p = add(
+        "status",
+        c.cmd_status,
+        "show a job: its record, last error and history",
+        "Reading a job also applies the read-path watchdog, as GET /jobs/<id> does:\n"
+        "a job whose owner went silent is requeued (or failed when out of attempts).",
+    )
+    p.add_argument("job", help="job id")
+
+    p = add(
+        "watch",
+        c.cmd_watch,
+        "follow a batch until every job is terminal",
+        "A live progress bar with counts by status, rate and ETA. Exits 0 when all\n"
+        "jobs are terminal and none failed (cancelled is not a failure), 1 if any\n"
+        "failed or has an unreadable record, 4 on --timeout.",
+    )
+    p.add_argument("batch", help="batch id")
+    p.add_argument(
+        "--interval",
+        type=_positive_float,
+        default=2.0,
+        metavar="S",
+        help="seconds between polls (default: 2)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=_positive_float,
+        metavar="S",
+        help="give up after this many seconds (exit 4)",
+    )
+
+    p = add(
+        "list",
+        c.cmd_list,
+        "list jobs by status and/or batch (without --batch it walks the history)",
+        "With --batch it reads only that batch's members (O(batch)); with --status\n"
+        "queued or running it walks the pending index (O(pending)); otherwise it\n"
+        "walks every record under jobs/, i.e. the whole history (costly on big buckets).",
+    )
+    p.add_argument(
+        "--status",
+        choices=("queued", "running", "done", "failed", "cancelled"),
+        help="only jobs in this status",
+    )
+    p.add_argument("--batch", metavar="B", help="only this batch's jobs")
+    p.add_argument(
+        "--limit",
+        type=_positive_int,
+        default=50,
+        metavar="N",
+        help="show at most N jobs (default: 50)",
+    )
+
+    p = add(
+        "cancel",
+        c.cmd_cancel,
+        "cancel a queued or running job (terminal)",
+        "A compare-and-swap on the record; a running owner notices at its next\n"
+        "heartbeat or stage boundary (its write fails) and stops without committing.\n"
+        "Done, failed and cancelled jobs cannot be cancelled (exit 2).",
+    )
+    p.add_argument("job", help="job id")
+    p.add_argument("--reason", metavar="TEXT", help="why, kept in the job's history")
+    p.add_argument("--by", metavar="NAME", help="who, kept in the history (default: cli:$USER)")
+
+    p = add(
+        "retry",
+        c.cmd_retry,
+        "requeue a failed or cancelled job with a fresh attempt budget",
+        "Adds an audit entry to the job's history, re-adds its pending marker before\n"
+        "the record write, then rings the doorbell. Queued, running and done jobs\n"
+        "cannot be retried (exit 2).",
+    )
+    p.add_argument("job", help="job id")
+    p.add_argument("--by", metavar="NAME", help="who, kept in the history (default: cli:$USER)")
+
+    add(
+        "sweep",
+        c.cmd_sweep,
+        "run one sweep pass now and print its counts",
+        "The same pass Cloud Scheduler triggers: requeue (and re-ring) jobs whose owner\n"
+        "went silent, fail those out of attempts, repair leftover pending markers.",
+    )
+
+    p = add(
+        "dlq",
+        c.cmd_dlq,
+        "show (and optionally re-ring) what the dead-letter subscription holds",
+        "Pulls from the dead-letter pull subscription and shows each message's job id,\n"
+        "delivery count and source. Without --requeue nothing is acknowledged: the\n"
+        "messages go straight back (nothing is lost). With --requeue a job that still\n"
+        "owes work is re-rung and its message acked; a terminal job's message is acked;\n"
+        "a message naming no readable job is left for a person.",
+    )
+    p.add_argument("--requeue", action="store_true", help="re-ring pending jobs and ack")
+    p.add_argument(
+        "--max",
+        dest="max_messages",
+        type=_positive_int,
+        default=100,
+        metavar="N",
+        help="pull at most N messages (default: 100)",
+    )
+    return parser
+
+
+def _use_local_cloud() -> None:
+    os.environ["STORAGE_EMULATOR_HOST"] = LOCAL_STORAGE_EMULATOR_HOST
+    os.environ["PUBSUB_EMULATOR_HOST"] = LOCAL_PUBSUB_EMULATOR_HOST
+
+
+def _report(message: str, code: int, as_json: bool) -> int:
+    from shared.cli_render import to_json
+
+    text = to_json({"error": message, "exit_code": code}) if as_json else f"reclaim: {message}"
+    print(text, file=sys.stderr)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit code (the console script exits with it)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    as_json = bool(getattr(args, "json", False))
+    if getattr(args, "local", False):
+        _use_local_cloud()
+    from shared import logs
+    from shared.cli_commands import explain
+
+    logs.configure("WARNING", sys.stderr)  # library warnings must not mix into stdout/--json
+
+    try:
+        return int(args.func(args))
+    except CliError as exc:
+        return _report(str(exc), exc.code, as_json)
+    except KeyboardInterrupt:
+        return _report("interrupted", EXIT_INTERRUPTED, as_json)
+    except Exception as exc:
+        known = explain(exc)
+        if known is None:
+            raise
+        return _report(known[0], known[1], as_json)
+
+
+if __name__ == "__main__":
+    # Run the imported module's main, so its error classes are the ones the commands raise.
+    from shared.cli import main as _main
+
+    sys.exit(_main())

@@ -1,0 +1,205 @@
+"""Text rendering for the reclaim CLI: pure functions from data to strings.
+
+Kept apart from the commands so the look of the output is testable without a
+cloud, and so the commands stay about I/O and decisions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+# Order in which statuses are shown: what still owes work first, then the outcomes.
+STATUS_ORDER = ("queued", "running", "done", "failed", "cancelled")
+_TERMINAL = ("done", "failed", "cancelled")
+# A member whose record is corrupt will not change until a person acts: watch counts
+# it as finished (and failing) instead of waiting forever.
+_SETTLED = (*_TERMINAL, "unreadable")
+
+
+def to_json(value: Any) -> str:
+    """Stable, machine-readable output for --json (sorted keys, one document)."""
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def format_duration(seconds: float | None) -> str:
+    """Seconds as h:mm:ss or m:ss; '?' when unknown."""
+    if seconds is None or seconds != seconds or seconds < 0:
+        return "?"
+    total = round(seconds)
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}:{minutes:02d}:{secs:02d}"
+    return f"{minutes}:{secs:02d}"
+
+
+def count_statuses(statuses: Iterable[str]) -> dict[str, int]:
+    """Counts by status, every known status present (zero if absent)."""
+    counts = dict.fromkeys(STATUS_ORDER, 0)
+    for status in statuses:
+        counts[status] = counts.get(status, 0) + 1
+    return counts
+
+
+def terminal_count(counts: Mapping[str, int]) -> int:
+    """How many jobs have settled, whatever the outcome (unreadable included)."""
+    return sum(counts.get(s, 0) for s in _SETTLED)
+
+
+def watch_verdict(counts: Mapping[str, int]) -> str | None:
+    """None while some job still owes work (or has no record yet); else "ok" when
+    none failed and none is unreadable, "failed" otherwise. Cancelled is not a failure."""
+    total = sum(counts.values())
+    if total == 0 or terminal_count(counts) < total:
+        return None
+    return "failed" if counts.get("failed", 0) or counts.get("unreadable", 0) else "ok"
+
+
+def rate_and_eta(
+    elapsed_s: float, finished_since_start: int, remaining: int
+) -> tuple[float | None, float | None]:
+    """Jobs finished per second since the watch began, and the seconds left at that rate.
+
+    Measured from the watch's own start (not the batch's), so a rate is only
+    claimed once something finished while we looked.
+    """
+    if elapsed_s <= 0 or finished_since_start <= 0:
+        return None, (0.0 if remaining == 0 else None)
+    rate = finished_since_start / elapsed_s
+    return rate, remaining / rate
+
+
+def progress_bar(done: int, total: int, width: int = 30) -> str:
+    """[#######.......] with the finished fraction filled."""
+    if total <= 0:
+        return "[" + " " * width + "]"
+    filled = min(width, round(width * done / total))
+    return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
+def progress_line(
+    counts: Mapping[str, int], rate: float | None, eta_s: float | None, width: int = 30
+) -> str:
+    """One line of watch output: bar, finished/total, counts by status, rate, ETA."""
+    total = sum(counts.values())
+    finished = terminal_count(counts)
+    shown = " ".join(f"{s} {counts[s]}" for s in _ordered(counts) if counts[s])
+    rate_text = "rate ?" if rate is None else f"{rate * 60:.1f} jobs/min"
+    return (
+        f"{progress_bar(finished, total, width)} {finished}/{total} | {shown or 'no jobs'}"
+        f" | {rate_text} | ETA {format_duration(eta_s)}"
+    )
+
+
+def _ordered(counts: Mapping[str, int]) -> list[str]:
+    known = [s for s in STATUS_ORDER if s in counts]
+    return known + sorted(s for s in counts if s not in STATUS_ORDER)
+
+
+def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    """A plain aligned text table; missing cells are '-'."""
+    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
+    for row_cells in cells:
+        lines.append("  ".join(v.ljust(w) for v, w in zip(row_cells, widths, strict=True)))
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def _cell(value: Any) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def job_row(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The columns `reclaim list` shows for one record."""
+    error = record.get("error") or {}
+    return {
+        "id": record.get("id"),
+        "status": record.get("status"),
+        "pipeline": record.get("pipeline"),
+        "batch": record.get("batch_id"),
+        "stage": record.get("stage"),
+        "attempts": _attempts(record),
+        "updated": record.get("updated_at"),
+        "error": error.get("type") if isinstance(error, dict) else None,
+    }
+
+
+LIST_COLUMNS = ("id", "status", "pipeline", "batch", "stage", "attempts", "updated", "error")
+
+
+def _attempts(record: Mapping[str, Any]) -> str:
+    attempts = record.get("attempts", 0)
+    limit = record.get("max_attempts")
+    return f"{attempts}/{limit}" if limit else str(attempts)
+
+
+def job_text(record: Mapping[str, Any], default_max_attempts: int | None = None) -> str:
+    """A record as an operator wants to read it: summary, error, then history."""
+    limit = record.get("max_attempts") or default_max_attempts
+    attempts = record.get("attempts", 0)
+    fields = [
+        ("job", record.get("id")),
+        ("status", record.get("status")),
+        ("pipeline", record.get("pipeline")),
+        ("batch", record.get("batch_id")),
+        ("stage", record.get("stage")),
+        ("attempts", f"{attempts}/{limit}" if limit else attempts),
+        ("owner", record.get("owner")),
+        ("created", record.get("created_at")),
+        ("updated", record.get("updated_at")),
+        ("not before", record.get("not_before")),
+        ("rescues", record.get("rescues") or None),
+        ("client id", record.get("client_id")),
+        ("source", record.get("source")),
+        ("payload", record.get("payload")),
+        ("result", record.get("result")),
+    ]
+    fields += [("outputs", record.get("outputs") or None), ("watchdog", record.get("watchdog"))]
+    width = max(len(k) for k, _ in fields)
+    lines = [f"{k.ljust(width)}  {_cell(v)}" for k, v in fields if v not in (None, "", {})]
+    error = record.get("error")
+    if isinstance(error, dict) and error:
+        lines += ["", "last error:", "  " + _error_line(error)]
+    history = record.get("history") or []
+    if history:
+        lines += ["", f"history ({len(history)}, oldest first):"]
+        lines += ["  " + history_line(entry) for entry in history if isinstance(entry, dict)]
+    return "\n".join(lines)
+
+
+def _error_line(error: Mapping[str, Any]) -> str:
+    where = ", ".join(
+        f"{k} {error[k]}" for k in ("stage", "attempt") if error.get(k) not in (None, "")
+    )
+    kind = error.get("type") or "error"
+    retry = (
+        ""
+        if error.get("retryable") is None
+        else (" (retryable)" if error.get("retryable") else " (permanent)")
+    )
+    head = f"{kind}: {error.get('message', '')}".rstrip(": ")
+    at = f" at {error['at']}" if error.get("at") else ""
+    return f"{head}{retry}" + (f" [{where}]" if where else "") + at
+
+
+def history_line(entry: Mapping[str, Any]) -> str:
+    """`<at>  <event>  key=value ...` for one history entry."""
+    extras = " ".join(
+        f"{k}={_cell(v)}" for k, v in entry.items() if k not in ("at", "event") and v is not None
+    )
+    return f"{entry.get('at', '?')}  {entry.get('event', '?')}" + (f"  {extras}" if extras else "")
+
+
+def counts_text(counts: Mapping[str, Any]) -> str:
+    """`key: value` lines, for the sweep's counts and similar summaries."""
+    if not counts:
+        return "(nothing)"
+    width = max(len(str(k)) for k in counts)
+    return "\n".join(f"{str(k).ljust(width)}  {_cell(v)}" for k, v in counts.items())
