@@ -1,0 +1,108 @@
+"""What a pipeline is: named, ordered stages over a StageContext.
+
+Kept free of storage and threading so a stage is a plain function that unit
+tests can call with a hand-made context.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from shared.logs import JobLogger
+
+
+class Stopped(Exception):
+    """This owner lost the job (re-claimed or cancelled): stop, commit nothing."""
+
+
+class PermanentError(Exception):
+    """A stage error that no retry can fix: the job fails at once."""
+
+
+class UnknownPipeline(LookupError):
+    """No pipeline is registered under this name."""
+
+    def __init__(self, name: str):
+        super().__init__(f"unknown pipeline {name!r}")
+        self.name = name
+
+
+class OutputWriter(Protocol):
+    """Writes a stage output for this job and attempt; refuses once the job is lost."""
+
+    def write(
+        self, name: str, data: bytes | str | Mapping[str, Any], content_type: str | None = None
+    ) -> str: ...
+
+
+Stage = Callable[["StageContext"], None]
+
+
+class StageContext:
+    """Everything a stage may touch.
+
+    ``state`` is the checkpoint state: mutations persist at the next stage
+    boundary, so a resumed attempt sees what earlier stages left there (keep it
+    small: digests and names, never big bytes). ``payload`` is a private copy.
+    ``result`` becomes the record's result when the last stage succeeds.
+    """
+
+    def __init__(
+        self,
+        job_id: str,
+        payload: Mapping[str, Any],
+        state: dict[str, Any],
+        attempt: int,
+        log: JobLogger,
+        outputs: OutputWriter,
+        store: Any,
+        *,
+        stopped: Callable[[], bool] | None = None,
+        result: dict[str, Any] | None = None,
+    ):
+        self.job_id = job_id
+        self.payload: dict[str, Any] = copy.deepcopy(dict(payload))
+        self.state = state
+        self.attempt = attempt
+        self.log = log
+        self.outputs = outputs
+        self.store = store
+        self.result: dict[str, Any] = {} if result is None else result
+        self._stopped = stopped or (lambda: False)
+
+    def check(self) -> None:
+        """Raise Stopped if this owner lost the job; long stages call it often."""
+        if self._stopped():
+            raise Stopped(f"job {self.job_id} attempt {self.attempt} is no longer ours")
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A named list of stages; ``plan`` derives the stages from the payload when
+    they depend on it (the demo's stage count), ``validate`` rejects a bad
+    payload at submit time (raise ValueError with a readable reason)."""
+
+    name: str
+    stages: Sequence[tuple[str, Stage]] = ()
+    plan: Callable[[Mapping[str, Any]], Sequence[tuple[str, Stage]]] | None = None
+    validate: Callable[[Mapping[str, Any]], None] | None = None
+    doc: str = field(default="", compare=False)
+
+    def stages_for(self, payload: Mapping[str, Any]) -> list[tuple[str, Stage]]:
+        """The ordered stages this payload runs (checkpoint.next_stage indexes them)."""
+        stages = list(self.plan(payload) if self.plan is not None else self.stages)
+        if not stages:
+            raise PermanentError(f"pipeline {self.name!r} has no stages for this payload")
+        return stages
+
+    def check_payload(self, payload: Mapping[str, Any]) -> None:
+        """Raise ValueError if the payload cannot run; submit calls this before creating."""
+        if self.validate is not None:
+            self.validate(payload)
+        try:
+            self.stages_for(payload)
+        except PermanentError as exc:
+            raise ValueError(str(exc)) from None

@@ -1,0 +1,80 @@
+"""The ``upload-digest`` pipeline: digest an uploaded object, write report.json.
+
+Two stages with the digest carried across the checkpoint in ``state`` (a few
+numbers, never the bytes), so a retry after the report stage failed does not
+read the upload again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from shared.pipelines.base import PermanentError, Pipeline, StageContext
+from shared.storage import NotFound
+
+REPORT_NAME = "report.json"
+
+
+def validate(payload: Mapping[str, Any]) -> None:
+    """The payload names the object: non-empty string ``bucket`` and ``name``."""
+    if not isinstance(payload, Mapping):
+        raise ValueError("payload must be an object")
+    for key in ("bucket", "name"):
+        value = payload.get(key)
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"payload.{key} must be a non-empty string")
+
+
+def digest_bytes(data: bytes) -> dict[str, Any]:
+    """Size, sha256 and, when the bytes are UTF-8 text, the line count."""
+    out: dict[str, Any] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        out["text"] = False
+        out["lines"] = None
+    else:
+        lines = data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+        out["text"] = True
+        out["lines"] = lines
+    return out
+
+
+def digest(ctx: StageContext) -> None:
+    """Read the upload once and keep only its digest in the checkpoint state."""
+    try:
+        validate(ctx.payload)
+    except ValueError as exc:
+        raise PermanentError(str(exc)) from None
+    bucket, name = ctx.payload["bucket"], ctx.payload["name"]
+    try:
+        data, content_type = ctx.store.read_object(bucket, name)
+    except NotFound:
+        raise PermanentError(f"gs://{bucket}/{name} does not exist") from None
+    ctx.check()
+    ctx.state["digest"] = {
+        "bucket": bucket,
+        "name": name,
+        "content_type": content_type,
+        **digest_bytes(data),
+    }
+    ctx.log.info("digested upload", size=len(data))
+
+
+def report(ctx: StageContext) -> None:
+    """Write report.json from the checkpointed digest; the result points at it."""
+    found = ctx.state.get("digest")
+    if not isinstance(found, dict):
+        raise RuntimeError("no digest in the checkpoint state; the digest stage must run first")
+    written = ctx.outputs.write(REPORT_NAME, found)
+    ctx.result.update(report=written, size=found["size"], sha256=found["sha256"])
+
+
+PIPELINE = Pipeline(
+    name="upload-digest",
+    stages=(("digest", digest), ("report", report)),
+    validate=validate,
+    doc="Size, sha256, content type and line count of an uploaded object.",
+)
