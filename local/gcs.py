@@ -39,18 +39,39 @@ def start_fake_gcs(
     event_topic as a JSON_API_V1 notification, as google_storage_notification does.
     """
     url = f"http://{host}:{port}"
-    args = [str(binary_path()), "-scheme", "http", "-backend", "memory",
-            "-host", host, "-port", str(port), "-external-url", url,
-            "-public-host", f"{host}:{port}", "-log-level", "warn"]
+    args = [
+        str(binary_path()),
+        "-scheme",
+        "http",
+        "-backend",
+        "memory",
+        "-host",
+        host,
+        "-port",
+        str(port),
+        "-external-url",
+        url,
+        "-public-host",
+        f"{host}:{port}",
+        "-log-level",
+        "warn",
+    ]
     env = None
     if event_topic:
         if not (pubsub_emulator_host and event_project):
             raise ValueError("events need pubsub_emulator_host and event_project")
-        args += ["-event.pubsub-project-id", event_project, "-event.pubsub-topic", event_topic,
-                 "-event.list", "finalize"]
+        args += [
+            "-event.pubsub-project-id",
+            event_project,
+            "-event.pubsub-topic",
+            event_topic,
+            "-event.list",
+            "finalize",
+        ]
         if event_bucket:
             args += ["-event.bucket", event_bucket]
         import os
+
         env = {**os.environ, "PUBSUB_EMULATOR_HOST": pubsub_emulator_host}
     proc = spawn(args, env=env, log_path=log_path)
     wait_for_port(host, port, proc=proc)

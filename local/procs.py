@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,8 +21,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for_port(host: str, port: int, timeout: float = 20.0,
-                  proc: subprocess.Popen[bytes] | None = None) -> None:
+def wait_for_port(
+    host: str, port: int, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None
+) -> None:
     """Block until something accepts on host:port; fail fast if proc died."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -33,29 +37,91 @@ def wait_for_port(host: str, port: int, timeout: float = 20.0,
     raise TimeoutError(f"nothing listened on {host}:{port} within {timeout}s")
 
 
-def spawn(args: Sequence[str], env: dict[str, str] | None = None,
-          log_path: Path | None = None, cwd: Path | None = None) -> subprocess.Popen[bytes]:
-    """Start a child in its own process group, so stop() can take its children too."""
-    out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
-    return subprocess.Popen(
-        list(args), env=env, stdout=out, stderr=subprocess.STDOUT if log_path else out,
-        cwd=cwd, start_new_session=True,
-    )
+def spawn(
+    args: Sequence[str],
+    env: dict[str, str] | None = None,
+    log_path: Path | None = None,
+    cwd: Path | None = None,
+    die_with_parent: bool = False,
+) -> subprocess.Popen[bytes]:
+    """Start a child in its own process group, so stop() can take its children too.
+
+    die_with_parent asks the kernel to SIGTERM the child if this process dies
+    without cleaning up (kill -9 of the launcher). Linux ties that signal to the
+    spawning THREAD, so it is only honoured from the main thread.
+    """
+    args = list(args)
+    if die_with_parent and threading.current_thread() is threading.main_thread():
+        setpriv = shutil.which("setpriv")
+        if setpriv:
+            args = [setpriv, "--pdeathsig", "TERM", "--", *args]
+    if log_path is None:
+        return subprocess.Popen(
+            args,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    with open(log_path, "ab") as out:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(
+            args, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True
+        )
+
+
+def signal_group(proc: subprocess.Popen[bytes], sig: int) -> bool:
+    """Send sig to the child's whole process group; False if it is already gone."""
+    if proc.poll() is not None:
+        return False
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group, read from /proc (Linux)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if fields and fields[0] != "Z" and int(fields[2]) == pgid:
+            found.append(int(entry))
+    return found
 
 
 def stop(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> None:
-    """SIGTERM the child's group, SIGKILL it if it lingers."""
+    """SIGTERM the child's group, SIGKILL it if it lingers; no member survives."""
     if proc.poll() is not None:
+        _reap_group(proc.pid)
         return
     try:
         os.killpg(proc.pid, signal.SIGTERM)
+        os.killpg(proc.pid, signal.SIGCONT)  # a paused (SIGSTOP) child must wake to exit
     except ProcessLookupError:
-        return
+        pass
     try:
         proc.wait(timeout)
     except subprocess.TimeoutExpired:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.wait()
+    _reap_group(proc.pid)
+
+
+def _reap_group(pgid: int, timeout: float = 5.0) -> None:
+    """SIGKILL whatever is left of the group (a worker whose master already exited)
+    and wait until the kernel has taken it away."""
+    deadline = time.monotonic() + timeout
+    while group_pids(pgid) and time.monotonic() < deadline:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+        time.sleep(0.02)
