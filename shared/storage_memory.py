@@ -38,6 +38,16 @@ from shared.storage import (
 __all__ = ["MemoryObject", "MemoryStore"]
 
 
+_PAGE_SIZE = 1000  # GCS returns at most this many names per list call
+
+
+@dataclass(frozen=True)
+class _Fault:
+    kind: str
+    error: BaseException
+    after: bool
+
+
 @dataclass(frozen=True)
 class MemoryObject:
     """One stored object."""
@@ -57,8 +67,33 @@ class MemoryStore(CallCounter):
         self._objects: dict[tuple[str, str], MemoryObject] = {}
         self._generation = 0
         self._lock = threading.RLock()
+        self._faults: list[_Fault] = []
 
     # test helpers (not part of the Store protocol)
+
+    def inject_failure(
+        self, kind: str, error: BaseException, *, times: int = 1, after: bool = False
+    ) -> None:
+        """Make the next `times` calls of kind ("read", "write", ...) raise error.
+
+        With after=True the write or delete takes effect first and only its
+        answer is lost, like a GCS call whose retries ran out after it landed.
+        """
+        if kind not in ("read", "write", "delete", "list"):
+            raise ValueError(f"unknown call kind {kind!r}")
+        with self._lock:
+            self._faults.extend(_Fault(kind, error, after) for _ in range(times))
+
+    def _count(self, kind: str) -> None:
+        super()._count(kind)
+        self._fire(kind, after=False)
+
+    def _fire(self, kind: str, *, after: bool) -> None:
+        with self._lock:
+            for i, fault in enumerate(self._faults):
+                if fault.kind == kind and fault.after == after:
+                    del self._faults[i]
+                    raise fault.error
 
     def put_raw(self, job_id: str, data: bytes) -> int:
         """Plant raw bytes as a job's record (e.g. corrupt ones); returns the generation."""
@@ -105,6 +140,7 @@ class MemoryStore(CallCounter):
             if key in self._objects:
                 raise AlreadyExists(f"record {job_id} already exists")
             gen = self._put(*key, data, RECORD_CONTENT_TYPE)
+        self._fire("write", after=True)
         return Stored(records.decode(data, job_id), gen)
 
     def update(self, record: dict[str, Any], generation: int) -> Stored:
@@ -120,6 +156,7 @@ class MemoryStore(CallCounter):
             if current is None or current.generation != generation:
                 raise LostRace(f"record {job_id} changed since generation {generation}")
             gen = self._put(*key, data, RECORD_CONTENT_TYPE)
+        self._fire("write", after=True)
         return Stored(records.decode(data, job_id), gen)
 
     # markers
@@ -132,6 +169,7 @@ class MemoryStore(CallCounter):
         self._count("delete")
         with self._lock:
             self._objects.pop((self.bucket_name, name), None)
+        self._fire("delete", after=True)
 
     def list_pending(self, limit: int | None = None) -> list[PendingEntry]:
         listed = self._list(PENDING_PREFIX, limit)
@@ -155,17 +193,21 @@ class MemoryStore(CallCounter):
         with self._lock:
             if (self.bucket_name, name) not in self._objects:
                 self._put(self.bucket_name, name, b"", "application/octet-stream")
+        self._fire("write", after=True)
 
     def _list(self, prefix: str, limit: int | None) -> list[tuple[str, datetime]]:
+        """Sorted like GCS; counted per page of _PAGE_SIZE like GcsStore."""
         limit = check_limit(limit)
-        self._count("list")
         with self._lock:
             found = sorted(
                 (n, o.created)
                 for (b, n), o in self._objects.items()
                 if b == self.bucket_name and n.startswith(prefix)
             )
-        return found if limit is None else found[:limit]
+        found = found if limit is None else found[:limit]
+        for _ in range(max(1, -(-len(found) // _PAGE_SIZE))):
+            self._count("list")
+        return found
 
     # objects
 
@@ -180,6 +222,7 @@ class MemoryStore(CallCounter):
                 self._put(self.bucket_name, obj, bytes(data), content_type)
             elif existing.data != bytes(data):
                 raise AlreadyExists(f"output {obj} already exists with other content")
+        self._fire("write", after=True)
         return obj
 
     def read_object(self, bucket: str, name: str) -> tuple[bytes, str | None]:
