@@ -1,0 +1,493 @@
+"""POST /jobs: validate the whole request first, then create each job.
+
+Validation is pure and complete before the first write, so a bad job in a
+batch rejects the batch with nothing written. Each job is then created in the
+order the sweep can repair: pending marker, batch marker, create-only record,
+doorbell. A client id is the idempotency key: a replay with the same content
+returns the existing job; different content is a 409 and nothing is touched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Collection, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from shared import records
+from shared.config import Settings
+from shared.logs import log
+from shared.pipelines import UnknownPipeline, get_pipeline, pipeline_names
+from shared.storage import AlreadyExists, CorruptRecord, NotFound, Store
+
+JOB_KEYS = frozenset({"pipeline", "payload", "id", "batch_id", "max_attempts"})
+BATCH_KEYS = frozenset({"batch_id", "jobs"})
+MAX_ATTEMPTS = 100
+MAX_PAYLOAD_BYTES = 256 * 1024
+UPLOAD_PIPELINE = "upload-digest"
+_WORKERS = 8
+_MAX_PROBLEMS = 10
+
+
+class Ringer(Protocol):
+    """What submission needs from shared.doorbell.Doorbell."""
+
+    def ring(self, job_id: str) -> None: ...
+    def ring_many(self, job_ids: Iterable[str]) -> list[str]: ...
+
+
+class SubmitError(ValueError):
+    """A request we refuse; `status`, `error` and `reason` become the JSON answer."""
+
+    status = 400
+    error = "invalid request"
+
+    def __init__(self, reason: str, problems: list[str] | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.problems = problems or []
+
+    def body(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"error": self.error, "reason": self.reason}
+        if len(self.problems) > 1:
+            out["problems"] = self.problems
+        return out
+
+
+class InvalidSubmission(SubmitError):
+    """400: the body breaks the schema; nothing was written."""
+
+
+class Conflict(SubmitError):
+    """409: a client id already names a job with other content."""
+
+    status = 409
+    error = "conflict"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One validated job of a request."""
+
+    pipeline: str
+    payload: dict[str, Any]
+    client_id: str | None = None
+    batch_id: str | None = None
+    max_attempts: int | None = None
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A validated request: one job, or a batch sharing one batch id."""
+
+    jobs: tuple[JobSpec, ...]
+    batch_id: str | None
+    is_batch: bool
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of one job of the request."""
+
+    job_id: str
+    status: str
+    created: bool
+    batch_id: str | None = None
+
+    def view(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.job_id,
+            "status": self.status,
+            "status_url": f"/jobs/{self.job_id}",
+            "created": self.created,
+        }
+        if self.batch_id is not None:
+            out["batch_id"] = self.batch_id
+        return out
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    """The HTTP answer: 202 if anything was created, 200 if it all existed."""
+
+    status: int
+    body: dict[str, Any]
+
+
+# ------------------------------------------------------------------ validation
+
+
+def decode_body(raw: bytes) -> Any:
+    """Strict JSON: no NaN/Infinity, no duplicate keys (they hide a client bug)."""
+    try:
+        return json.loads(raw, parse_constant=_reject_constant, object_pairs_hook=_no_dupes)
+    except RecursionError:
+        raise InvalidSubmission("malformed JSON: nested too deeply") from None
+    except InvalidSubmission:
+        raise
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InvalidSubmission(f"malformed JSON: {exc}") from None
+
+
+def parse_submission(
+    body: Any, settings: Settings, *, pipelines: Collection[str] | None = None
+) -> Submission:
+    """Validate a POST /jobs body completely; InvalidSubmission lists every problem."""
+    known = set(pipeline_names() if pipelines is None else pipelines)
+    if not isinstance(body, dict):
+        raise InvalidSubmission(f"body must be a JSON object, not {_kind(body)}")
+    if "jobs" in body:
+        return _parse_batch(body, settings, known)
+    problems: list[str] = []
+    spec = _parse_job(body, "", known, problems)
+    _raise_if(problems)
+    assert spec is not None
+    return Submission(jobs=(spec,), batch_id=spec.batch_id, is_batch=False)
+
+
+def _parse_batch(body: dict[str, Any], settings: Settings, known: set[str]) -> Submission:
+    problems: list[str] = []
+    unknown = sorted(set(body) - BATCH_KEYS)
+    if unknown:
+        problems.append(f"unknown key(s) {_names(unknown)}; a batch allows batch_id and jobs")
+    batch_id = _optional_id(body, "batch_id", "", problems, records.validate_batch_id)
+    jobs = body["jobs"]
+    if not isinstance(jobs, list):
+        raise InvalidSubmission(f"jobs must be a list, not {_kind(jobs)}", problems)
+    if not jobs:
+        problems.append("jobs must not be empty")
+    if len(jobs) > settings.max_batch_jobs:
+        raise InvalidSubmission(
+            f"a batch may hold at most {settings.max_batch_jobs} jobs, got {len(jobs)}"
+        )
+    specs: list[JobSpec] = []
+    for i, job in enumerate(jobs):
+        spec = _parse_job(job, f"jobs[{i}].", known, problems)
+        if spec is None:
+            continue
+        if spec.batch_id is not None and batch_id is not None and spec.batch_id != batch_id:
+            problems.append(f"jobs[{i}].batch_id {spec.batch_id!r} differs from {batch_id!r}")
+        elif spec.batch_id is not None and batch_id is None:
+            problems.append(f"jobs[{i}].batch_id: put batch_id on the batch, not on a job")
+        specs.append(spec)
+    _check_duplicate_ids(specs, problems)
+    _raise_if(problems)
+    batch_id = batch_id or _batch_id_for(specs)
+    specs = [JobSpec(s.pipeline, s.payload, s.client_id, batch_id, s.max_attempts) for s in specs]
+    return Submission(jobs=tuple(specs), batch_id=batch_id, is_batch=True)
+
+
+def _parse_job(job: Any, where: str, known: set[str], problems: list[str]) -> JobSpec | None:
+    """A JobSpec, or None with the reasons appended to problems."""
+    if not isinstance(job, dict):
+        problems.append(f"{where.rstrip('.') or 'body'} must be a JSON object, not {_kind(job)}")
+        return None
+    before = len(problems)
+    unknown = sorted(set(job) - JOB_KEYS)
+    if unknown:
+        problems.append(f"{where}unknown key(s) {_names(unknown)}; allowed: {_names(JOB_KEYS)}")
+    pipeline = job.get("pipeline")
+    if not isinstance(pipeline, str):
+        problems.append(f"{where}pipeline must be a string naming one of {_names(known)}")
+    elif pipeline not in known:
+        problems.append(f"{where}pipeline {pipeline[:60]!r} is unknown; known: {_names(known)}")
+    payload = job.get("payload", {})
+    if not isinstance(payload, dict):
+        problems.append(f"{where}payload must be a JSON object, not {_kind(payload)}")
+    else:
+        _check_payload(payload, pipeline, known, where, problems)
+    client_id = _optional_id(job, "id", where, problems, records.validate_job_id)
+    batch_id = _optional_id(job, "batch_id", where, problems, records.validate_batch_id)
+    max_attempts = job.get("max_attempts")
+    if max_attempts is not None and not (
+        type(max_attempts) is int and 1 <= max_attempts <= MAX_ATTEMPTS
+    ):
+        problems.append(f"{where}max_attempts must be an integer from 1 to {MAX_ATTEMPTS}")
+    if len(problems) > before:
+        return None
+    return JobSpec(str(pipeline), payload, client_id, batch_id, max_attempts)
+
+
+def _check_payload(
+    payload: dict[str, Any], pipeline: Any, known: set[str], where: str, problems: list[str]
+) -> None:
+    try:
+        size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
+    except UnicodeEncodeError:
+        problems.append(f"{where}payload has text that is not valid Unicode (lone surrogate)")
+        return
+    if size > MAX_PAYLOAD_BYTES:
+        problems.append(f"{where}payload is {size} bytes encoded; the limit is {MAX_PAYLOAD_BYTES}")
+        return
+    if not isinstance(pipeline, str) or pipeline not in known:
+        return
+    try:
+        get_pipeline(pipeline).check_payload(payload)
+    except UnknownPipeline:
+        return  # a test passed its own names; nothing to check the payload against
+    except Exception as exc:  # a pipeline's validator is user-facing: any failure is a 400
+        problems.append(f"{where}payload rejected by pipeline {pipeline!r}: {exc}")
+
+
+def _optional_id(
+    obj: dict[str, Any], key: str, where: str, problems: list[str], check: Any
+) -> str | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    try:
+        return str(check(value))
+    except records.InvalidInput as exc:
+        problems.append(f"{where}{key}: {exc.reason}")
+        return None
+
+
+def _check_duplicate_ids(specs: list[JobSpec], problems: list[str]) -> None:
+    seen: set[str] = set()
+    for spec in specs:
+        if spec.client_id is None:
+            continue
+        if spec.client_id in seen:
+            problems.append(f"id {spec.client_id!r} appears more than once in the batch")
+        seen.add(spec.client_id)
+
+
+def _batch_id_for(specs: list[JobSpec]) -> str:
+    """Derived from the client ids when every job has one, so replaying the same
+    batch without a batch_id lands in the same batch; random otherwise."""
+    ids = [s.client_id for s in specs]
+    if ids and all(ids):
+        digest = hashlib.sha256("\n".join(sorted(str(i) for i in ids)).encode()).hexdigest()
+        return "b-" + digest[:32]
+    return "b-" + records.new_job_id()
+
+
+# ------------------------------------------------------------------ creation
+
+
+def submit(store: Store, doorbell: Ringer, submission: Submission, now: datetime) -> SubmitResult:
+    """Create the jobs of a validated submission; Conflict (409) before any write
+    if a client id names a job with other content."""
+    planned = _plan(store, submission)
+    todo = [(job_id, spec) for job_id, spec, found in planned if found is None]
+    created = {o.job_id: o for o in _create_all(store, todo, now)}
+    _ring(doorbell, [o.job_id for o in created.values() if o.created], submission.is_batch)
+    outcomes = [found or created[job_id] for job_id, _spec, found in planned]
+    status = 202 if any(o.created for o in outcomes) else 200
+    if not submission.is_batch:
+        body = outcomes[0].view()
+        if outcomes[0].batch_id is not None:
+            body["batch_url"] = f"/batches/{outcomes[0].batch_id}"
+        return SubmitResult(status, body)
+    batch_id = str(submission.batch_id)
+    return SubmitResult(
+        status,
+        {
+            "batch_id": batch_id,
+            "batch_url": f"/batches/{batch_id}",
+            "created": sum(o.created for o in outcomes),
+            "existing": sum(not o.created for o in outcomes),
+            "jobs": [o.view() for o in outcomes],
+        },
+    )
+
+
+def create_upload_job(
+    store: Store,
+    doorbell: Ringer,
+    *,
+    bucket: str,
+    name: str,
+    generation: int,
+    content_type: str | None,
+    size: int | None,
+    now: datetime,
+) -> Outcome:
+    """The upload-digest job of one object version; a redelivered event finds it."""
+    job_id = records.upload_job_id(bucket, name, generation)
+    payload = {
+        "bucket": bucket,
+        "name": name,
+        "generation": generation,
+        "content_type": content_type,
+        "size": size,
+    }
+    source = {"bucket": bucket, "name": name, "generation": generation}
+    try:
+        existing = store.read(job_id)
+    except NotFound:
+        pass
+    except CorruptRecord as exc:
+        raise Conflict(f"job {job_id} exists but its record is unreadable: {exc.reason}") from None
+    else:
+        return Outcome(job_id, str(existing.record.get("status")), created=False)
+    record = records.new_record(job_id, UPLOAD_PIPELINE, payload, now, source=source)
+    store.add_pending(job_id)
+    try:
+        stored = store.create(record)
+    except AlreadyExists:
+        return Outcome(job_id, _status_of(store, job_id), created=False)
+    _ring(doorbell, [job_id], batch=False)
+    return Outcome(job_id, str(stored.record.get("status")), created=True)
+
+
+def _plan(store: Store, submission: Submission) -> list[tuple[str, JobSpec, Outcome | None]]:
+    """(job id, spec, existing job or None) per job; raises Conflict before any write."""
+    ids = [spec.client_id or records.new_job_id() for spec in submission.jobs]
+    pairs = list(zip(ids, submission.jobs, strict=True))
+    found: list[Outcome | str | None] = _map(
+        lambda pair: _existing(store, *pair) if pair[1].client_id else None, pairs
+    )
+    conflicts = [f for f in found if isinstance(f, str)]
+    if conflicts:
+        raise Conflict(conflicts[0], conflicts[:_MAX_PROBLEMS])
+    return [
+        (job_id, spec, f if isinstance(f, Outcome) else None)
+        for (job_id, spec), f in zip(pairs, found, strict=True)
+    ]
+
+
+def _existing(store: Store, job_id: str, spec: JobSpec) -> Outcome | str | None:
+    """The existing job's Outcome, None if absent, or a conflict reason."""
+    try:
+        stored = store.read(job_id)
+    except NotFound:
+        return None
+    except CorruptRecord as exc:
+        return f"id {job_id!r} names an existing record that is unreadable ({exc.reason})"
+    return _compare(job_id, spec, stored.record)
+
+
+def _compare(job_id: str, spec: JobSpec, record: dict[str, Any]) -> Outcome | str:
+    """max_attempts is not compared: an operator's retry may have raised it."""
+    for key, mine in (
+        ("pipeline", spec.pipeline),
+        ("payload", spec.payload),
+        ("batch_id", spec.batch_id),
+    ):
+        if record.get(key) != mine:
+            return (
+                f"id {job_id!r} already names a job with a different {key}; "
+                "use another id or resubmit the original content"
+            )
+    return Outcome(
+        job_id, str(record.get("status")), created=False, batch_id=record.get("batch_id")
+    )
+
+
+def _create_all(store: Store, jobs: list[tuple[str, JobSpec]], now: datetime) -> list[Outcome]:
+    outcomes = _map(lambda pair: _create_one(store, pair[0], pair[1], now), jobs)
+    conflicts = [o for o in outcomes if isinstance(o, str)]
+    if conflicts:  # lost a race with a concurrent submit of the same id
+        raise Conflict(conflicts[0], conflicts[:_MAX_PROBLEMS])
+    return [o for o in outcomes if isinstance(o, Outcome)]
+
+
+def _create_one(store: Store, job_id: str, spec: JobSpec, now: datetime) -> Outcome | str:
+    """Pending marker, batch marker, then the create-only record."""
+    record = records.new_record(
+        job_id,
+        spec.pipeline,
+        spec.payload,
+        now,
+        batch_id=spec.batch_id,
+        client_id=spec.client_id,
+        max_attempts=spec.max_attempts,
+    )
+    store.add_pending(job_id)
+    if spec.batch_id is not None:
+        store.add_to_batch(spec.batch_id, job_id)
+    try:
+        stored = store.create(record)
+    except AlreadyExists:
+        try:
+            return _compare(job_id, spec, store.read(job_id).record)
+        except (NotFound, CorruptRecord) as exc:
+            return f"id {job_id!r} was created concurrently and cannot be read: {exc}"
+    return Outcome(job_id, str(stored.record.get("status")), created=True, batch_id=spec.batch_id)
+
+
+def _ring(doorbell: Ringer, job_ids: list[str], batch: bool) -> None:
+    """A failed ring is only a warning: the record is durable and the sweep re-rings."""
+    if not job_ids:
+        return
+    try:
+        failed = doorbell.ring_many(job_ids) if batch else _ring_one(doorbell, job_ids[0])
+    except Exception as exc:  # any publisher failure; the record already exists
+        log(
+            "WARNING",
+            "doorbell failed; the sweep will ring again",
+            job_id=job_ids[0] if len(job_ids) == 1 else None,
+            count=len(job_ids),
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        return
+    if failed:
+        log(
+            "WARNING",
+            "doorbell failed; the sweep will ring again",
+            job_id=failed[0] if len(failed) == 1 else None,
+            count=len(failed),
+            failed=failed[:_MAX_PROBLEMS],
+        )
+
+
+def _ring_one(doorbell: Ringer, job_id: str) -> list[str]:
+    doorbell.ring(job_id)
+    return []
+
+
+def _status_of(store: Store, job_id: str) -> str:
+    try:
+        return str(store.read(job_id).record.get("status"))
+    except (NotFound, CorruptRecord):
+        return "unknown"
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _map(fn: Any, items: list[Any]) -> list[Any]:
+    """Map in a small thread pool: a batch's GCS round trips overlap."""
+    if len(items) <= 1:
+        return [fn(i) for i in items]
+    with ThreadPoolExecutor(max_workers=min(_WORKERS, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+def _raise_if(problems: list[str]) -> None:
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise InvalidSubmission(problems[0] + more, problems[:_MAX_PROBLEMS])
+
+
+def _reject_constant(name: str) -> Any:
+    raise InvalidSubmission(f"malformed JSON: {name} is not a JSON number")
+
+
+def _no_dupes(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise InvalidSubmission(f"malformed JSON: duplicate key {key[:60]!r}")
+        out[key] = value
+    return out
+
+
+def _kind(value: Any) -> str:
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "a number",
+        float: "a number",
+        type(None): "null",
+    }.get(type(value), "a value")
+
+
+def _names(names: Iterable[str]) -> str:
+    return ", ".join(sorted(names)) or "(none)"

@@ -1,0 +1,443 @@
+"""shared.submission and shared.status on MemoryStore with a recording doorbell."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from shared import records
+from shared.config import Settings
+from shared.doorbell import DoorbellError
+from shared.status import batch_view, job_view, render_job
+from shared.storage_memory import MemoryStore
+from shared.submission import (
+    MAX_PAYLOAD_BYTES,
+    Conflict,
+    InvalidSubmission,
+    create_upload_job,
+    decode_body,
+    parse_submission,
+    submit,
+)
+
+NOW = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+SETTINGS = Settings.from_env({}, max_batch_jobs=5)
+
+
+class Bell:
+    """Records rings; can be told to fail."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.rung: list[str] = []
+        self.fail = fail
+
+    def ring(self, job_id: str) -> None:
+        if self.fail:
+            raise DoorbellError(job_id, "topic gone")
+        self.rung.append(job_id)
+
+    def ring_many(self, job_ids: Iterable[str]) -> list[str]:
+        ids = list(job_ids)
+        if self.fail:
+            return ids
+        self.rung.extend(ids)
+        return []
+
+
+class OrderedStore(MemoryStore):
+    """Logs the writes in the order they happen."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[tuple[str, str]] = []
+
+    def add_pending(self, job_id: str) -> None:
+        self.writes.append(("pending", job_id))
+        super().add_pending(job_id)
+
+    def add_to_batch(self, batch_id: str, job_id: str) -> None:
+        self.writes.append(("batch", job_id))
+        super().add_to_batch(batch_id, job_id)
+
+    def create(self, record: dict[str, Any]) -> Any:
+        self.writes.append(("record", record["id"]))
+        return super().create(record)
+
+
+def run(store: MemoryStore, bell: Bell, body: Any) -> Any:
+    return submit(store, bell, parse_submission(body, SETTINGS), NOW)
+
+
+# ------------------------------------------------------------------ validation
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ([], "body must be a JSON object"),
+        ({}, "pipeline must be a string"),
+        ({"pipeline": "nope"}, "unknown; known: demo, upload-digest"),
+        ({"pipeline": 3}, "pipeline must be a string"),
+        ({"pipeline": "demo", "colour": 1, "shape": 2}, "unknown key(s) colour, shape"),
+        ({"pipeline": "demo", "payload": [1]}, "payload must be a JSON object"),
+        ({"pipeline": "demo", "payload": "x"}, "payload must be a JSON object"),
+        ({"pipeline": "demo", "id": "a/b"}, "id: "),
+        ({"pipeline": "demo", "id": "a..b"}, "must not contain '..'"),
+        ({"pipeline": "demo", "id": 5}, "must be a string"),
+        ({"pipeline": "demo", "id": ""}, "must not be empty"),
+        ({"pipeline": "demo", "batch_id": "../x"}, "batch_id"),
+        ({"pipeline": "demo", "max_attempts": 0}, "max_attempts"),
+        ({"pipeline": "demo", "max_attempts": 101}, "max_attempts"),
+        ({"pipeline": "demo", "max_attempts": True}, "max_attempts"),
+        ({"pipeline": "demo", "max_attempts": 2.0}, "max_attempts"),
+        ({"pipeline": "demo", "payload": {"stages": "many"}}, "rejected by pipeline 'demo'"),
+        ({"pipeline": "upload-digest", "payload": {}}, "rejected by pipeline"),
+        ({"jobs": "x"}, "jobs must be a list"),
+        ({"jobs": []}, "jobs must not be empty"),
+        ({"jobs": [{"pipeline": "demo"}] * 6}, "at most 5 jobs"),
+        ({"jobs": [{"pipeline": "demo"}], "extra": 1}, "unknown key(s) extra"),
+        ({"jobs": [{"pipeline": "demo"}, 7]}, "jobs[1] must be a JSON object"),
+        ({"jobs": [{"pipeline": "demo"}, {"pipeline": "x"}]}, "jobs[1].pipeline"),
+        (
+            {"jobs": [{"pipeline": "demo", "id": "a"}, {"pipeline": "demo", "id": "a"}]},
+            "appears more than once",
+        ),
+        ({"batch_id": "b1", "jobs": [{"pipeline": "demo", "batch_id": "b2"}]}, "differs"),
+        ({"jobs": [{"pipeline": "demo", "batch_id": "b2"}]}, "on the batch"),
+    ],
+)
+def test_invalid_bodies_are_rejected(body: Any, reason: str) -> None:
+    with pytest.raises(InvalidSubmission) as info:
+        parse_submission(body, SETTINGS)
+    assert reason in info.value.reason
+    assert info.value.status == 400
+    assert info.value.body()["error"] == "invalid request"
+
+
+def test_every_problem_of_a_batch_is_listed() -> None:
+    body = {"jobs": [{"pipeline": "x"}, {"pipeline": "demo", "id": "a/b"}, {"pipeline": "demo"}]}
+    with pytest.raises(InvalidSubmission) as info:
+        parse_submission(body, SETTINGS)
+    problems = info.value.body()["problems"]
+    assert len(problems) == 2
+    assert problems[0].startswith("jobs[0].pipeline") and problems[1].startswith("jobs[1].id")
+
+
+def test_payload_size_is_bounded() -> None:
+    big = {"pipeline": "demo", "payload": {"blob": "x" * MAX_PAYLOAD_BYTES}}
+    with pytest.raises(InvalidSubmission, match="limit is"):
+        parse_submission(big, SETTINGS)
+
+
+def test_payload_with_lone_surrogate_is_rejected() -> None:
+    body = decode_body(b'{"pipeline": "demo", "payload": {"a": "\\ud800"}}')
+    with pytest.raises(InvalidSubmission, match="not valid Unicode"):
+        parse_submission(body, SETTINGS)
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"{", "malformed JSON"),
+        (b'{"a": NaN}', "NaN is not a JSON number"),
+        (b'{"a": 1, "a": 2}', "duplicate key"),
+        (b"\xff\xfe", "malformed JSON"),
+        (b"[" * 100_000 + b"]" * 100_000, "malformed JSON"),
+    ],
+)
+def test_decode_body_rejects(raw: bytes, reason: str) -> None:
+    with pytest.raises(InvalidSubmission, match=reason):
+        decode_body(raw)
+
+
+def test_valid_single_and_batch_parse() -> None:
+    one = parse_submission({"pipeline": "demo", "id": "j1", "max_attempts": 2}, SETTINGS)
+    assert not one.is_batch and one.jobs[0].client_id == "j1" and one.jobs[0].max_attempts == 2
+    assert one.jobs[0].payload == {}
+    many = parse_submission({"jobs": [{"pipeline": "demo"}, {"pipeline": "demo"}]}, SETTINGS)
+    assert many.is_batch and many.batch_id and all(j.batch_id == many.batch_id for j in many.jobs)
+
+
+def test_generated_batch_id_is_stable_when_every_job_has_an_id() -> None:
+    body = {"jobs": [{"pipeline": "demo", "id": "a"}, {"pipeline": "demo", "id": "b"}]}
+    first = parse_submission(body, SETTINGS).batch_id
+    assert first == parse_submission(body, SETTINGS).batch_id
+    anonymous = {"jobs": [{"pipeline": "demo"}]}
+    assert (
+        parse_submission(anonymous, SETTINGS).batch_id
+        != parse_submission(anonymous, SETTINGS).batch_id
+    )
+
+
+# ------------------------------------------------------------------ creation
+
+
+def test_single_job_created_in_order_and_rung() -> None:
+    store, bell = OrderedStore(), Bell()
+    result = run(store, bell, {"pipeline": "demo", "payload": {"stages": 2}, "id": "job-1"})
+    assert result.status == 202
+    assert result.body == {
+        "id": "job-1",
+        "status": "queued",
+        "status_url": "/jobs/job-1",
+        "created": True,
+    }
+    assert store.writes == [("pending", "job-1"), ("record", "job-1")]
+    assert bell.rung == ["job-1"]
+    record = store.read("job-1").record
+    assert (record["pipeline"], record["payload"], record["client_id"]) == (
+        "demo",
+        {"stages": 2},
+        "job-1",
+    )
+    assert store.names("pending/") == ["pending/job-1"]
+
+
+def test_job_without_client_id_gets_a_random_id() -> None:
+    store, bell = MemoryStore(), Bell()
+    first = run(store, bell, {"pipeline": "demo"}).body["id"]
+    second = run(store, bell, {"pipeline": "demo"}).body["id"]
+    assert first != second
+    assert store.read(first).record["client_id"] is None
+
+
+def test_replay_returns_the_existing_job_with_200_and_writes_nothing() -> None:
+    store, bell = OrderedStore(), Bell()
+    body = {"pipeline": "demo", "payload": {"stages": 1}, "id": "same"}
+    run(store, bell, body)
+    before = (list(store.writes), store.read("same").generation)
+    replay = run(store, bell, body)
+    assert replay.status == 200
+    assert replay.body["created"] is False and replay.body["id"] == "same"
+    assert (store.writes, store.read("same").generation) == before
+    assert bell.rung == ["same"]
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {"pipeline": "demo", "payload": {"stages": 2}, "id": "same"},
+        {"pipeline": "demo", "payload": {"stages": 1}, "id": "same", "batch_id": "b"},
+    ],
+)
+def test_same_id_other_content_is_a_conflict(changed: dict[str, Any]) -> None:
+    store, bell = OrderedStore(), Bell()
+    run(store, bell, {"pipeline": "demo", "payload": {"stages": 1}, "id": "same"})
+    writes, generation = list(store.writes), store.read("same").generation
+    with pytest.raises(Conflict) as info:
+        run(store, bell, changed)
+    assert info.value.status == 409 and "'same'" in info.value.reason
+    assert store.writes == writes and store.read("same").generation == generation
+
+
+def test_corrupt_existing_record_is_a_conflict_and_untouched() -> None:
+    store = MemoryStore()
+    store.put_raw("broken", b"{not json")
+    with pytest.raises(Conflict, match="unreadable"):
+        run(store, Bell(), {"pipeline": "demo", "id": "broken"})
+    assert store.raw(store.bucket_name, "jobs/broken.json").data == b"{not json"  # type: ignore[union-attr]
+    assert store.names("pending/") == []
+
+
+def test_batch_creates_markers_records_then_one_ring_many() -> None:
+    store, bell = OrderedStore(), Bell()
+    body = {"batch_id": "cat-1", "jobs": [{"pipeline": "demo", "id": f"p{i}"} for i in range(3)]}
+    result = run(store, bell, body)
+    assert result.status == 202
+    assert result.body["batch_id"] == "cat-1" and result.body["batch_url"] == "/batches/cat-1"
+    assert (result.body["created"], result.body["existing"]) == (3, 0)
+    assert [j["id"] for j in result.body["jobs"]] == ["p0", "p1", "p2"]
+    for i in range(3):
+        mine = [w for w in store.writes if w[1] == f"p{i}"]
+        assert mine == [("pending", f"p{i}"), ("batch", f"p{i}"), ("record", f"p{i}")]
+    assert sorted(bell.rung) == ["p0", "p1", "p2"]
+    assert store.list_batch("cat-1") == ["p0", "p1", "p2"]
+
+
+def test_batch_with_one_conflict_writes_nothing() -> None:
+    store, bell = OrderedStore(), Bell()
+    run(store, bell, {"pipeline": "demo", "payload": {"stages": 1}, "id": "taken"})
+    writes = list(store.writes)
+    body = {
+        "jobs": [
+            {"pipeline": "demo", "id": "new-1"},
+            {"pipeline": "demo", "id": "taken", "payload": {"stages": 3}},
+        ]
+    }
+    with pytest.raises(Conflict):
+        run(store, bell, body)
+    assert store.writes == writes
+
+
+def test_batch_replay_is_200_and_partial_replay_is_202() -> None:
+    store, bell = MemoryStore(), Bell()
+    body = {"jobs": [{"pipeline": "demo", "id": "x1"}, {"pipeline": "demo", "id": "x2"}]}
+    first = run(store, bell, body)
+    replay = run(store, bell, body)
+    assert (first.status, replay.status) == (202, 200)
+    assert replay.body["batch_id"] == first.body["batch_id"]
+    more = {
+        "jobs": body["jobs"] + [{"pipeline": "demo", "id": "x3"}],
+        "batch_id": first.body["batch_id"],
+    }
+    partial = run(store, bell, more)
+    assert partial.status == 202 and (partial.body["created"], partial.body["existing"]) == (1, 2)
+    assert bell.rung.count("x1") == 1 and bell.rung.count("x3") == 1
+
+
+def test_failed_doorbell_still_creates_the_job(capsys: pytest.CaptureFixture[str]) -> None:
+    store = MemoryStore()
+    result = run(store, Bell(fail=True), {"pipeline": "demo", "id": "quiet"})
+    assert result.status == 202 and store.read("quiet").record["status"] == "queued"
+    assert store.names("pending/") == ["pending/quiet"]
+    warnings = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert any(w["severity"] == "WARNING" and "doorbell" in w["message"] for w in warnings)
+
+
+def test_failed_batch_doorbell_still_creates_the_jobs() -> None:
+    store = MemoryStore()
+    result = run(store, Bell(fail=True), {"jobs": [{"pipeline": "demo"}, {"pipeline": "demo"}]})
+    assert result.status == 202 and len(store.names("jobs/")) == 2
+
+
+def test_single_job_in_a_named_batch() -> None:
+    store = MemoryStore()
+    result = run(store, Bell(), {"pipeline": "demo", "id": "solo", "batch_id": "grp"})
+    assert result.body["batch_id"] == "grp" and result.body["batch_url"] == "/batches/grp"
+    assert store.list_batch("grp") == ["solo"]
+
+
+# ------------------------------------------------------------------ uploads
+
+
+def upload(store: MemoryStore, bell: Bell, generation: int = 7) -> Any:
+    return create_upload_job(
+        store,
+        bell,
+        bucket="up",
+        name="in/a.csv",
+        generation=generation,
+        content_type="text/csv",
+        size=12,
+        now=NOW,
+    )
+
+
+def test_upload_job_is_created_once_per_generation() -> None:
+    store, bell = MemoryStore(), Bell()
+    first = upload(store, bell)
+    again = upload(store, bell)
+    newer = upload(store, bell, generation=8)
+    assert first.created and not again.created and newer.created
+    assert first.job_id == again.job_id == records.upload_job_id("up", "in/a.csv", 7)
+    assert bell.rung == [first.job_id, newer.job_id]
+    record = store.read(first.job_id).record
+    assert record["pipeline"] == "upload-digest"
+    assert record["payload"] == {
+        "bucket": "up",
+        "name": "in/a.csv",
+        "generation": 7,
+        "content_type": "text/csv",
+        "size": 12,
+    }
+    assert record["source"] == {"bucket": "up", "name": "in/a.csv", "generation": 7}
+
+
+def test_upload_over_corrupt_record_is_a_conflict() -> None:
+    store = MemoryStore()
+    store.put_raw(records.upload_job_id("up", "in/a.csv", 7), b"\x00")
+    with pytest.raises(Conflict, match="unreadable"):
+        upload(store, Bell())
+
+
+# ------------------------------------------------------------------ status views
+
+
+def test_job_view_shows_the_record() -> None:
+    store, bell = MemoryStore(), Bell()
+    run(store, bell, {"pipeline": "demo", "id": "v1", "max_attempts": 4})
+    view = job_view(store, bell, SETTINGS, "v1", NOW)
+    assert view.status == 200
+    body = view.body
+    assert (body["id"], body["status"], body["attempts"], body["max_attempts"]) == (
+        "v1",
+        "queued",
+        0,
+        4,
+    )
+    assert body["history"][0]["event"] == "submitted" and body["outputs"] == []
+    assert "payload" not in body and "write_id" not in body
+
+
+def test_job_view_applies_the_watchdog_to_a_silent_owner() -> None:
+    store, bell = MemoryStore(), Bell()
+    run(store, bell, {"pipeline": "demo", "id": "lost"})
+    stored = store.read("lost")
+    old = (NOW - timedelta(hours=1)).isoformat()
+    store.update(
+        {**stored.record, "status": "running", "attempts": 1, "owner": "gone", "updated_at": old},
+        stored.generation,
+    )
+    view = job_view(store, bell, SETTINGS, "lost", NOW)
+    assert view.body["status"] == "queued" and view.body["watchdog"] == "requeue"
+    assert store.read("lost").record["status"] == "queued"
+    assert bell.rung == ["lost", "lost"]
+
+
+def test_job_view_errors() -> None:
+    store, bell = MemoryStore(), Bell()
+    store.put_raw("bad", b'{"schema": 1}')
+    assert job_view(store, bell, SETTINGS, "nope", NOW).status == 404
+    assert job_view(store, bell, SETTINGS, "a..b", NOW).status == 400
+    corrupt = job_view(store, bell, SETTINGS, "bad", NOW)
+    assert corrupt.status == 409 and corrupt.body["error"] == "record unreadable"
+    assert store.raw(store.bucket_name, "jobs/bad.json").data == b'{"schema": 1}'  # type: ignore[union-attr]
+
+
+def test_render_tolerates_hand_edited_fields() -> None:
+    record = records.new_record("h1", "demo", {}, NOW)
+    record.update(attempts="three", max_attempts="x", history="gone", result=["odd"])
+    body = render_job(record, SETTINGS)
+    assert body["max_attempts"] == SETTINGS.max_attempts and body["outputs"] == []
+
+
+def test_render_lists_outputs_the_result_points_at() -> None:
+    record = records.new_record("o1", "upload-digest", {"bucket": "b", "name": "n"}, NOW)
+    record["result"] = {"report": "outputs/o1/1/report.json", "size": 3}
+    assert render_job(record, SETTINGS)["outputs"] == ["outputs/o1/1/report.json"]
+
+
+def test_batch_view_counts_and_done() -> None:
+    store, bell = MemoryStore(), Bell()
+    run(
+        store,
+        bell,
+        {"batch_id": "bv", "jobs": [{"pipeline": "demo", "id": f"b{i}"} for i in range(3)]},
+    )
+    stored = store.read("b0")
+    store.update({**stored.record, "status": "done"}, stored.generation)
+    store.add_to_batch("bv", "ghost")
+    store.add_to_batch("bv", "mangled")
+    store.put_raw("mangled", b"[]")
+    view = batch_view(store, bell, SETTINGS, "bv", NOW)
+    assert view.status == 200
+    assert view.body["counts"] == {"done": 1, "missing": 1, "queued": 2, "unreadable": 1}
+    assert view.body["total"] == 5 and view.body["done"] is False
+    for i in (1, 2):
+        s = store.read(f"b{i}")
+        store.update({**s.record, "status": "cancelled"}, s.generation)
+    assert batch_view(store, bell, SETTINGS, "bv", NOW).body["done"] is False  # ghost, mangled
+
+
+def test_batch_view_done_when_all_terminal_and_errors() -> None:
+    store, bell = MemoryStore(), Bell()
+    run(store, bell, {"batch_id": "fin", "jobs": [{"pipeline": "demo", "id": "f1"}]})
+    s = store.read("f1")
+    store.update({**s.record, "status": "failed"}, s.generation)
+    assert batch_view(store, bell, SETTINGS, "fin", NOW).body["done"] is True
+    assert batch_view(store, bell, SETTINGS, "none", NOW).status == 404
+    assert batch_view(store, bell, SETTINGS, "x/y", NOW).status == 400
