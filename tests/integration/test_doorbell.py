@@ -30,7 +30,7 @@ def _pull(subscriber: Any, sub_path: str, want: int, deadline_s: float = 15.0) -
     end = time.monotonic() + deadline_s
     while len(got) < want and time.monotonic() < end:
         resp = subscriber.pull(
-            request={"subscription": sub_path, "max_messages": 10, "return_immediately": False},
+            request={"subscription": sub_path, "max_messages": 10},
             timeout=5,
         )
         if resp.received_messages:
