@@ -1,0 +1,115 @@
+"""CLI: python -m local.pubsub_emulator --host 127.0.0.1 --port 8085 [--admin-port N]."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+from local.pubsub_emulator.admin import AdminServer
+from local.pubsub_emulator.broker import Broker
+from local.pubsub_emulator.faults import FaultError, Faults
+from local.pubsub_emulator.push import Pusher
+from local.pubsub_emulator.server import build_server
+
+TICK_SECONDS = 0.25
+
+
+def _env_fraction(name: str) -> float:
+    raw = os.environ.get(name, "")
+    try:
+        return float(raw) if raw.strip() else 0.0
+    except ValueError:
+        raise SystemExit(f"{name} must be a number between 0 and 1, got {raw!r}") from None
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m local.pubsub_emulator", description=__doc__)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8085)
+    p.add_argument(
+        "--admin-port",
+        type=int,
+        default=None,
+        help="serve GET /stats and POST /faults on this port (0 = any free port)",
+    )
+    p.add_argument(
+        "--push-concurrency",
+        type=int,
+        default=32,
+        help="pushes in flight per subscription (default 32)",
+    )
+    p.add_argument(
+        "--pull-wait",
+        type=float,
+        default=2.0,
+        help="seconds a Pull without return_immediately waits for messages",
+    )
+    p.add_argument(
+        "--duplicate-fraction",
+        type=float,
+        default=_env_fraction("PUBSUB_EMULATOR_DUPLICATE_FRACTION"),
+        help="test-only: deliver this fraction of messages twice",
+    )
+    p.add_argument(
+        "--drop-publish-fraction",
+        type=float,
+        default=_env_fraction("PUBSUB_EMULATOR_DROP_PUBLISH_FRACTION"),
+        help="test-only: answer OK but drop this fraction of published messages",
+    )
+    p.add_argument("--seed", type=int, default=None, help="seed of the fault knobs' randomness")
+    p.add_argument("--verbose", action="store_true", help="log every call outcome to stderr")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    try:
+        faults = Faults(args.duplicate_fraction, args.drop_publish_fraction, args.seed)
+    except FaultError as exc:
+        print(f"pubsub emulator: {exc}", file=sys.stderr)
+        return 2
+    broker = Broker(faults=faults)
+    try:
+        server, port = build_server(broker, args.host, args.port, pull_wait=args.pull_wait)
+        admin = None
+        if args.admin_port is not None:
+            admin = AdminServer(broker, args.host, args.admin_port)
+    except (OSError, RuntimeError) as exc:
+        print(f"pubsub emulator: cannot listen: {exc}", file=sys.stderr)
+        return 1
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    pusher = Pusher(broker, args.push_concurrency)
+    server.start()
+    pusher.start()
+    if admin is not None:
+        admin.start()
+    admin_note = f", admin http://{args.host}:{admin.port}" if admin is not None else ""
+    print(
+        f"pubsub emulator listening on {args.host}:{port}{admin_note}", file=sys.stderr, flush=True
+    )
+    while not stop.wait(TICK_SECONDS):
+        broker.tick()
+
+    pusher.stop()
+    broker.close()
+    if admin is not None:
+        admin.stop()
+    server.stop(grace=0.5).wait(2.0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
