@@ -176,12 +176,17 @@ def decode(data: bytes | bytearray | memoryview, job_id: str | None = None) -> d
     except UnicodeDecodeError as exc:
         raise InvalidRecord(f"record is not UTF-8: {exc.reason} at byte {exc.start}") from None
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, parse_constant=_reject_constant)
     except RecursionError:
         raise InvalidRecord("record JSON is nested too deeply") from None
     except ValueError as exc:
         raise InvalidRecord(f"record is not JSON: {exc}") from None
     return validate_record(obj, job_id)
+
+
+def _reject_constant(name: str) -> Any:
+    """NaN/Infinity are not JSON: such a record could never be written back."""
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def _dumps(record: dict[str, Any]) -> bytes:
