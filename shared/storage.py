@@ -13,6 +13,11 @@ Layout of the records bucket:
 
 Ids, batch ids and output names are validated here too (``records.InvalidInput``),
 so no caller can address an object outside its prefix.
+
+Errors: NotFound, AlreadyExists, LostRace, CorruptRecord (never deleted or
+overwritten here), and Unavailable when a call failed after the bounded retry
+(a write's outcome is then unknown: re-read). 412 is never retried blindly.
+GcsStore shares one client per process (the client is documented thread-safe).
 """
 
 from __future__ import annotations
