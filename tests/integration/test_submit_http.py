@@ -1,0 +1,387 @@
+"""The submit function over HTTP: functions-framework in a subprocess, talking to
+fake-gcs-server and the Pub/Sub emulator through the official clients."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from local.procs import free_port, spawn, stop, wait_for_port
+
+ROOT = Path(__file__).resolve().parents[2]
+MAX_BODY = 65_536
+
+
+@dataclass
+class Submit:
+    url: str
+    bucket: Any
+    subscription: str
+
+
+def start_function(target: str, env: dict[str, str], log_dir: Path) -> tuple[Any, str]:
+    """functions-framework serving functions/submit/main.py:<target> on a free port."""
+    port = free_port()
+    args = [
+        sys.executable,
+        "-m",
+        "functions_framework",
+        "--source",
+        str(ROOT / "functions" / "submit" / "main.py"),
+        "--target",
+        target,
+        "--signature-type",
+        "http",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+    proc = spawn(
+        args, env={**os.environ, **env}, cwd=ROOT, log_path=log_dir / f"{target}-{port}.log"
+    )
+    wait_for_port("127.0.0.1", port, proc=proc, timeout=30)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module")
+def submit_fn(
+    emulator_env: dict[str, str], gcs_client: Any, publisher: Any, subscriber: Any, log_dir: Path
+) -> Iterator[Submit]:
+    project = emulator_env["GOOGLE_CLOUD_PROJECT"]
+    suffix = uuid.uuid4().hex[:10]
+    bucket = gcs_client.create_bucket(f"records-{suffix}")
+    topic = publisher.topic_path(project, f"jobs-{suffix}")
+    sub = subscriber.subscription_path(project, f"doorbells-{suffix}")
+    publisher.create_topic(name=topic)
+    subscriber.create_subscription(name=sub, topic=topic, ack_deadline_seconds=10)
+    env = {
+        **emulator_env,
+        "PYTHONPATH": str(ROOT),
+        "RECLAIM_PROJECT": project,
+        "RECLAIM_RECORDS_BUCKET": bucket.name,
+        "RECLAIM_JOBS_TOPIC": f"jobs-{suffix}",
+        "RECLAIM_MAX_BODY_BYTES": str(MAX_BODY),
+        "RECLAIM_MAX_BATCH_JOBS": "20",
+        "RECLAIM_STALE_SECONDS": "60",
+        "WORKERS": "1",
+        "THREADS": "4",
+    }
+    proc, url = start_function("submit", env, log_dir)
+    try:
+        yield Submit(url, bucket, sub)
+    finally:
+        stop(proc)
+
+
+def names(bucket: Any) -> list[str]:
+    return sorted(b.name for b in bucket.client.list_blobs(bucket.name))
+
+
+def post(fn: Submit, body: Any, **kw: Any) -> requests.Response:
+    return requests.post(f"{fn.url}/jobs", json=body, timeout=30, **kw)
+
+
+def pull_job_ids(subscriber: Any, sub: str, want: set[str], deadline_s: float = 20) -> set[str]:
+    """Doorbell job ids pulled (and acked) until `want` is covered or the deadline passes."""
+    seen: set[str] = set()
+    end = time.monotonic() + deadline_s
+    while not want <= seen and time.monotonic() < end:
+        resp = subscriber.pull(request={"subscription": sub, "max_messages": 50}, timeout=5)
+        if resp.received_messages:
+            subscriber.acknowledge(
+                request={"subscription": sub, "ack_ids": [m.ack_id for m in resp.received_messages]}
+            )
+        for m in resp.received_messages:
+            assert json.loads(m.message.data) == {"job_id": m.message.attributes["job_id"]}
+            seen.add(m.message.attributes["job_id"])
+    return seen
+
+
+def new_id(prefix: str = "job") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+# ------------------------------------------------------------------ happy paths
+
+
+def test_healthz(submit_fn: Submit) -> None:
+    resp = requests.get(f"{submit_fn.url}/healthz", timeout=10)
+    assert resp.status_code == 200 and resp.json() == {"ok": True}
+
+
+def test_submit_creates_record_marker_and_rings(submit_fn: Submit, subscriber: Any) -> None:
+    job_id = new_id()
+    resp = post(submit_fn, {"pipeline": "demo", "payload": {"stages": 2}, "id": job_id})
+    assert resp.status_code == 202, resp.text
+    assert resp.json() == {
+        "id": job_id,
+        "status": "queued",
+        "status_url": f"/jobs/{job_id}",
+        "created": True,
+    }
+    stored = names(submit_fn.bucket)
+    assert f"jobs/{job_id}.json" in stored and f"pending/{job_id}" in stored
+    assert job_id in pull_job_ids(subscriber, submit_fn.subscription, {job_id})
+    view = requests.get(f"{submit_fn.url}/jobs/{job_id}", timeout=10)
+    assert view.status_code == 200
+    body = view.json()
+    assert (body["id"], body["pipeline"], body["status"], body["attempts"]) == (
+        job_id,
+        "demo",
+        "queued",
+        0,
+    )
+    assert body["history"][0]["event"] == "submitted"
+
+
+def test_same_client_id_twice_is_one_job(submit_fn: Submit) -> None:
+    job_id = new_id()
+    body = {"pipeline": "demo", "payload": {"stages": 1}, "id": job_id}
+    first = post(submit_fn, body)
+    blob = submit_fn.bucket.get_blob(f"jobs/{job_id}.json")
+    replay = post(submit_fn, body)
+    assert (first.status_code, replay.status_code) == (202, 200)
+    assert replay.json()["id"] == job_id and replay.json()["created"] is False
+    assert [n for n in names(submit_fn.bucket) if job_id in n] == [
+        f"jobs/{job_id}.json",
+        f"pending/{job_id}",
+    ]
+    assert submit_fn.bucket.get_blob(f"jobs/{job_id}.json").generation == blob.generation
+
+    other = post(submit_fn, {**body, "payload": {"stages": 3}})
+    assert other.status_code == 409
+    assert other.json()["error"] == "conflict" and job_id in other.json()["reason"]
+    after = submit_fn.bucket.get_blob(f"jobs/{job_id}.json")
+    assert after.generation == blob.generation
+    assert json.loads(after.download_as_bytes())["payload"] == {"stages": 1}
+
+
+def test_batch_submit_and_batch_view(submit_fn: Submit, subscriber: Any) -> None:
+    batch_id = new_id("batch")
+    ids = [new_id("piece") for _ in range(4)]
+    body = {"batch_id": batch_id, "jobs": [{"pipeline": "demo", "id": i} for i in ids]}
+    resp = post(submit_fn, body)
+    assert resp.status_code == 202, resp.text
+    got = resp.json()
+    assert got["batch_id"] == batch_id and got["batch_url"] == f"/batches/{batch_id}"
+    assert [j["id"] for j in got["jobs"]] == ids and got["created"] == 4
+    assert set(ids) <= pull_job_ids(subscriber, submit_fn.subscription, set(ids))
+    stored = names(submit_fn.bucket)
+    assert all(f"batches/{batch_id}/{i}" in stored for i in ids)
+
+    view = requests.get(f"{submit_fn.url}/batches/{batch_id}", timeout=10)
+    assert view.status_code == 200
+    assert view.json()["counts"] == {"queued": 4} and view.json()["done"] is False
+    assert sorted(j["id"] for j in view.json()["jobs"]) == sorted(ids)
+    assert post(submit_fn, body).status_code == 200  # the whole batch again: nothing new
+
+
+def test_batch_without_id_gets_one(submit_fn: Submit) -> None:
+    resp = post(submit_fn, {"jobs": [{"pipeline": "demo"}, {"pipeline": "demo"}]})
+    assert resp.status_code == 202
+    batch = requests.get(f"{submit_fn.url}{resp.json()['batch_url']}", timeout=10)
+    assert batch.status_code == 200 and batch.json()["total"] == 2
+
+
+# ------------------------------------------------------------------ refusals
+
+
+def _raw(
+    fn: Submit, method: str, path: str, data: Any = None, headers: dict[str, str] | None = None
+) -> requests.Response:
+    return requests.request(
+        method,
+        f"{fn.url}{path}",
+        data=data,
+        timeout=30,
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
+
+
+def _chunks(total: int) -> Iterator[bytes]:
+    yield b'{"pipeline": "demo", "payload": {"pad": "'
+    sent = 0
+    while sent < total:
+        yield b"x" * 8192
+        sent += 8192
+    yield b'"}}'
+
+
+REFUSALS = [
+    ("POST", "/jobs", b"{not json", {}, 400, "malformed JSON"),
+    ("POST", "/jobs", b"", {}, 400, "empty"),
+    ("POST", "/jobs", b"[1, 2]", {}, 400, "JSON object"),
+    ("POST", "/jobs", b'{"pipeline": 5}', {}, 400, "pipeline must be a string"),
+    ("POST", "/jobs", b'{"pipeline": "nope"}', {}, 400, "known: demo, upload-digest"),
+    ("POST", "/jobs", b'{"pipeline": "demo", "payload": []}', {}, 400, "payload"),
+    ("POST", "/jobs", b'{"pipeline": "demo", "max_attempts": "3"}', {}, 400, "max_attempts"),
+    ("POST", "/jobs", b'{"pipeline": "demo", "speed": 1}', {}, 400, "unknown key(s) speed"),
+    ("POST", "/jobs", b'{"pipeline": "demo", "id": "a/b"}', {}, 400, "id: job id 'a/b'"),
+    ("POST", "/jobs", b'{"pipeline": "demo", "id": "a..b"}', {}, 400, "'..'"),
+    ("POST", "/jobs", b'{"pipeline": "demo", "batch_id": "../up"}', {}, 400, "batch id"),
+    ("POST", "/jobs", b'{"pipeline": "demo", "payload": {"x": NaN}}', {}, 400, "NaN"),
+    (
+        "POST",
+        "/jobs",
+        b'{"jobs": [{"pipeline": "demo", "id": "ok-1"}, {"pipeline": "x"}]}',
+        {},
+        400,
+        "jobs[1].pipeline",
+    ),
+    ("POST", "/jobs", b'{"pipeline": "demo"}', {"Content-Type": "text/plain"}, 415, "text/plain"),
+    (
+        "POST",
+        "/jobs",
+        b'{"pipeline": "demo"}',
+        {"Content-Type": "application/x-www-form-urlencoded"},
+        415,
+        "application/json",
+    ),
+    ("POST", "/jobs", b"{" + b" " * (MAX_BODY + 10) + b"}", {}, 413, "limit"),
+    ("PUT", "/jobs", b'{"pipeline": "demo"}', {}, 405, "PUT"),
+    ("DELETE", "/jobs/abc", None, {}, 405, "GET"),
+    ("POST", "/jobs/abc", b"{}", {}, 405, "GET"),
+    ("GET", "/jobs/a..b", None, {}, 400, "'..'"),
+    ("GET", "/jobs/a%2Fb", None, {}, 400, "job id"),
+    ("GET", "/jobs/nope-nothing", None, {}, 404, "no job"),
+    ("GET", "/batches/nope-nothing", None, {}, 404, "no batch"),
+    ("GET", "/batches/x..y", None, {}, 400, "batch id"),
+    ("GET", "/elsewhere", None, {}, 404, "no route"),
+    ("GET", "/", None, {}, 404, "no route"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "data", "headers", "status", "reason"), REFUSALS)
+def test_bad_input_is_refused_and_writes_nothing(
+    submit_fn: Submit,
+    method: str,
+    path: str,
+    data: bytes | None,
+    headers: dict[str, str],
+    status: int,
+    reason: str,
+) -> None:
+    before = names(submit_fn.bucket)
+    resp = _raw(submit_fn, method, path, data, headers)
+    assert resp.status_code == status, resp.text
+    assert resp.headers["Content-Type"].startswith("application/json")
+    body = resp.json()
+    assert set(body) >= {"error", "reason"} and reason in body["reason"], body
+    if status == 405:
+        assert resp.headers["Allow"] in ("GET", "POST")
+    assert names(submit_fn.bucket) == before
+
+
+def test_chunked_oversize_body_is_413_and_writes_nothing(submit_fn: Submit) -> None:
+    before = names(submit_fn.bucket)
+    resp = requests.post(
+        f"{submit_fn.url}/jobs",
+        data=_chunks(MAX_BODY * 2),
+        timeout=30,
+        headers={"Content-Type": "application/json"},
+    )
+    assert resp.status_code == 413 and resp.json()["error"] == "body too large"
+    assert names(submit_fn.bucket) == before
+
+
+def test_batch_over_the_job_limit_writes_nothing(submit_fn: Submit) -> None:
+    before = names(submit_fn.bucket)
+    resp = post(submit_fn, {"jobs": [{"pipeline": "demo"}] * 21})
+    assert resp.status_code == 400 and "at most 20" in resp.json()["reason"]
+    assert names(submit_fn.bucket) == before
+
+
+# ------------------------------------------------------------------ damaged records
+
+
+def test_corrupt_record_is_reported_and_left_alone(submit_fn: Submit) -> None:
+    job_id = new_id("corrupt")
+    blob = submit_fn.bucket.blob(f"jobs/{job_id}.json")
+    blob.upload_from_string(b'{"schema": 1, "id": "trunc', content_type="application/json")
+    generation = submit_fn.bucket.get_blob(blob.name).generation
+    resp = requests.get(f"{submit_fn.url}/jobs/{job_id}", timeout=10)
+    assert resp.status_code == 409
+    assert resp.json()["error"] == "record unreadable" and "left untouched" in resp.json()["reason"]
+    again = submit_fn.bucket.get_blob(blob.name)
+    assert again.generation == generation
+    assert again.download_as_bytes() == b'{"schema": 1, "id": "trunc'
+    replay = post(submit_fn, {"pipeline": "demo", "id": job_id})
+    assert replay.status_code == 409 and "unreadable" in replay.json()["reason"]
+    assert submit_fn.bucket.get_blob(blob.name).generation == generation
+
+
+def _hand_edit(fn: Submit, job_id: str, **changes: Any) -> None:
+    blob = fn.bucket.get_blob(f"jobs/{job_id}.json")
+    record = json.loads(blob.download_as_bytes())
+    record.update(changes)
+    blob.upload_from_string(
+        json.dumps(record).encode(),
+        content_type="application/json",
+        if_generation_match=blob.generation,
+    )
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"attempts": "many", "history": "lost", "checkpoint": 7},
+        {"status": "running", "updated_at": "last tuesday", "attempts": 1, "owner": None},
+        {"status": "running", "updated_at": "2999-01-01T00:00:00+00:00", "attempts": 1},
+        {"max_attempts": -4, "error": "plain text", "result": [1, 2], "rescues": "x"},
+    ],
+)
+def test_hand_edited_records_do_not_crash_get(submit_fn: Submit, changes: dict[str, Any]) -> None:
+    job_id = new_id("edited")
+    assert post(submit_fn, {"pipeline": "demo", "id": job_id}).status_code == 202
+    _hand_edit(submit_fn, job_id, **changes)
+    resp = requests.get(f"{submit_fn.url}/jobs/{job_id}", timeout=10)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["id"] == job_id and resp.json()["status"] in ("queued", "running", "failed")
+
+
+def test_stale_running_job_is_requeued_by_a_status_read(submit_fn: Submit, subscriber: Any) -> None:
+    job_id = new_id("stale")
+    assert post(submit_fn, {"pipeline": "demo", "id": job_id}).status_code == 202
+    pull_job_ids(subscriber, submit_fn.subscription, {job_id})
+    _hand_edit(
+        submit_fn,
+        job_id,
+        status="running",
+        attempts=1,
+        owner="vanished",
+        updated_at="2020-01-01T00:00:00+00:00",
+    )
+    resp = requests.get(f"{submit_fn.url}/jobs/{job_id}", timeout=10)
+    assert resp.status_code == 200
+    assert resp.json()["status"] == "queued" and resp.json()["watchdog"] == "requeue"
+    stored = json.loads(submit_fn.bucket.get_blob(f"jobs/{job_id}.json").download_as_bytes())
+    assert stored["status"] == "queued"
+    assert job_id in pull_job_ids(subscriber, submit_fn.subscription, {job_id})
+
+
+def test_batch_view_with_a_corrupt_member(submit_fn: Submit) -> None:
+    batch_id = new_id("mixed")
+    ok = new_id("fine")
+    assert (
+        post(
+            submit_fn, {"batch_id": batch_id, "jobs": [{"pipeline": "demo", "id": ok}]}
+        ).status_code
+        == 202
+    )
+    bad = new_id("mangled")
+    submit_fn.bucket.blob(f"batches/{batch_id}/{bad}").upload_from_string(b"")
+    submit_fn.bucket.blob(f"jobs/{bad}.json").upload_from_string(b"\x00\x01")
+    resp = requests.get(f"{submit_fn.url}/batches/{batch_id}", timeout=10)
+    assert resp.status_code == 200
+    assert resp.json()["counts"] == {"queued": 1, "unreadable": 1}
