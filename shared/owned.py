@@ -1,0 +1,222 @@
+"""The owner's handle on its claimed record: the ONLY path for the owner's writes.
+
+The generation is the fencing token. It lives here, under one lock, so the
+stage thread and the heartbeat thread never race on it; the first LostRace
+(re-claimed, rescued or cancelled by someone else) marks the handle lost for
+good and every later write is refused without touching storage.
+
+Writes are coalesced: a stage-boundary checkpoint that comes sooner than
+``min_interval_s`` after the previous write is kept pending and flushed by the
+heartbeat tick (or folded into the final write), so one record sees about one
+write per interval (GCS allows ~1 sustained write/s per object). Final writes
+(done, failed, requeued) are never delayed.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from shared import job_queue
+from shared.logs import JobLogger
+from shared.storage import LostRace, NotFound, Store, Stored
+
+Clock = Callable[[], datetime]
+Build = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+class OwnerLost(Exception):
+    """This owner's claim is gone: someone else wrote the record."""
+
+
+class OwnedRecord:
+    """A claimed record, its generation, and the write discipline around them."""
+
+    def __init__(
+        self,
+        store: Store,
+        stored: Stored,
+        *,
+        owner: str,
+        attempt: int,
+        clock: Clock,
+        min_interval_s: float,
+        heartbeat_s: float,
+        log: JobLogger,
+    ) -> None:
+        self._store = store
+        self._stored = stored
+        self.owner = owner
+        self.attempt = attempt
+        self._clock = clock
+        self.min_interval_s = max(0.0, min_interval_s)
+        self.heartbeat_s = max(0.0, heartbeat_s)
+        self._log = log
+        self._lock = threading.Lock()
+        self._lost = threading.Event()
+        self._closed = False
+        self._pending: tuple[str, int, dict[str, Any]] | None = None
+        self._last_write = self._seconds()
+        self.writes = 0
+
+    # --- reading
+
+    @property
+    def lost(self) -> bool:
+        return self._lost.is_set()
+
+    @property
+    def stored(self) -> Stored:
+        with self._lock:
+            return self._stored
+
+    @property
+    def has_pending(self) -> bool:
+        with self._lock:
+            return self._pending is not None
+
+    # --- writes
+
+    def checkpoint(self, stage: str, next_stage: int, state: dict[str, Any]) -> bool:
+        """Record a stage boundary; True if written now, False if deferred (coalesced).
+
+        Raises OwnerLost if the job is no longer ours. A transient storage error
+        keeps the checkpoint pending (the tick retries) instead of failing the job.
+        """
+        with self._lock:
+            self._check_open()
+            self._pending = (stage, next_stage, copy.deepcopy(state))
+            if self._since_write() < self.min_interval_s:
+                return False
+            return self._flush_pending(transient_ok=True)
+
+    def tick(self) -> None:
+        """The heartbeat thread's step: flush a due checkpoint, else prove life if due."""
+        with self._lock:
+            if self._closed or self.lost:
+                return
+            elapsed = self._since_write()
+            if self._pending is not None and elapsed >= self.min_interval_s:
+                self._flush_pending(transient_ok=True)
+            elif elapsed >= self.heartbeat_s:
+                self._write(lambda job: job_queue.heartbeat_fields(job, self._clock()), "heartbeat")
+
+    def confirm(self, max_age_s: float) -> None:
+        """Raise OwnerLost unless ownership was proven within max_age_s.
+
+        Normally free (the heartbeat keeps it fresh); after a pause (SIGSTOP, a
+        starved thread) it forces a fencing heartbeat, so a zombie learns it lost
+        before it commits an output.
+        """
+        with self._lock:
+            self._check_open()
+            if self._since_write() <= max_age_s:
+                return
+            self._write(lambda job: job_queue.heartbeat_fields(job, self._clock()), "fence")
+
+    def finish(self, build: Build, event: str, *, fold: bool = True) -> Stored:
+        """The final write (done/failed/requeued), at once; with fold, a pending
+        checkpoint goes into the same write so the next attempt resumes after it."""
+        with self._lock:
+            self._check_open()
+            pending, self._pending = self._pending, None
+            if not fold:
+                pending = None
+
+            def merged(job: dict[str, Any]) -> dict[str, Any]:
+                fields: dict[str, Any] = {}
+                if pending is not None:
+                    stage, next_stage, state = pending
+                    fields = job_queue.checkpoint_fields(
+                        job, self._clock(), stage, next_stage, state
+                    )
+                return {**fields, **build({**job, **fields})}
+
+            self._write(merged, event)
+            self._closed = True
+            return self._stored
+
+    def close(self) -> None:
+        """No more writes from this handle (the job ended or was abandoned)."""
+        with self._lock:
+            self._closed = True
+
+    # --- internals (lock held)
+
+    def _check_open(self) -> None:
+        if self.lost:
+            raise OwnerLost(f"attempt {self.attempt} of {self._stored.record.get('id')} was lost")
+        if self._closed:
+            raise OwnerLost("this owner already finished the job")
+
+    def _flush_pending(self, *, transient_ok: bool) -> bool:
+        assert self._pending is not None
+        stage, next_stage, state = self._pending
+
+        def build(job: dict[str, Any]) -> dict[str, Any]:
+            return job_queue.checkpoint_fields(job, self._clock(), stage, next_stage, state)
+
+        try:
+            self._write(build, "checkpoint")
+        except OwnerLost:
+            raise
+        except Exception as exc:
+            if not transient_ok:
+                raise
+            self._log.warning("checkpoint write failed; will retry", error=repr(exc))
+            return False
+        self._pending = None
+        return True
+
+    def _write(self, build: Build, event: str) -> None:
+        job = self._stored.record
+        fields = build(job)
+        try:
+            self._stored = self._store.update({**job, **fields}, self._stored.generation)
+        except (LostRace, NotFound) as exc:
+            self._lost.set()
+            self._log.warning(
+                "lost the job: the record changed under us", during=event, error=type(exc).__name__
+            )
+            raise OwnerLost(str(exc)) from None
+        self.writes += 1
+        self._last_write = self._seconds()
+        self._log.debug("record written", write=event, generation=self._stored.generation)
+
+    def _seconds(self) -> float:
+        return self._clock().timestamp()
+
+    def _since_write(self) -> float:
+        return self._seconds() - self._last_write
+
+
+class Heartbeat:
+    """A daemon thread ticking an OwnedRecord while a job runs; stops with the job."""
+
+    def __init__(self, owned: OwnedRecord, period_s: float, log: JobLogger) -> None:
+        self._owned = owned
+        self._period = max(0.02, period_s)
+        self._log = log
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="reclaim-heartbeat", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._period):
+            try:
+                self._owned.tick()
+            except OwnerLost:
+                self._log.warning("heartbeat lost the job; stopping")
+                return
+            except Exception as exc:  # a transient storage error must not kill the job
+                self._log.warning("heartbeat write failed", error=repr(exc))

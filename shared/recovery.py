@@ -1,0 +1,157 @@
+"""The watchdog's one move on one record, shared by the sweep and status reads.
+
+stale_action decides; this applies it with a generation-matched write, so any
+number of sweeps, status reads and owners can race on a record and at most one
+of them changes it. Losing that race is fine: someone else acted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from shared import job_queue
+from shared.config import Settings
+from shared.doorbell import DoorbellError
+from shared.logs import log
+from shared.storage import LostRace, NotFound, Store, Stored
+
+
+class Ringer(Protocol):
+    """What recovery needs of shared.doorbell.Doorbell (tests pass a recorder)."""
+
+    def ring(self, job_id: str) -> None: ...
+
+
+class AttemptsExhausted(Exception):
+    """The job's owner went silent and no attempt is left."""
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What recover_one did: action is "requeue", "fail" or None (nothing written)."""
+
+    action: str | None
+    stored: Stored
+    rescued: bool = False  # a running job whose owner went silent was handed back
+    rang: bool = False  # the doorbell of a requeued job was accepted by Pub/Sub
+    unmarked: bool = False  # a terminal job's pending marker was removed
+
+
+def recover(
+    store: Store,
+    doorbell: Ringer,
+    stored: Stored,
+    settings: Settings,
+    now: datetime,
+    *,
+    clean_marker: bool = False,
+) -> tuple[str | None, Stored]:
+    """Apply stale_action to one record: ("requeue"|"fail"|None, the record now).
+
+    None with a fresh read means healthy, terminal, or someone else acted first.
+    With clean_marker, a terminal job's leftover pending marker is removed (the
+    sweep passes it; a status read need not pay a delete per finished job).
+    """
+    done = recover_one(store, doorbell, stored, settings, now, clean_marker=clean_marker)
+    return done.action, done.stored
+
+
+def recover_one(
+    store: Store,
+    doorbell: Ringer,
+    stored: Stored,
+    settings: Settings,
+    now: datetime,
+    *,
+    clean_marker: bool = False,
+) -> Recovery:
+    """recover() with the details the sweep counts."""
+    job = stored.record
+    job_id = str(job["id"])
+    if job_queue.is_terminal(job):
+        if clean_marker:
+            store.remove_pending(job_id)
+            log(
+                "INFO",
+                "removed the pending marker of a finished job",
+                job_id=job_id,
+                status=job.get("status"),
+            )
+        return Recovery(None, stored, unmarked=clean_marker)
+    max_attempts = job_queue.max_attempts_of(job, settings.max_attempts)
+    action = job_queue.stale_action(
+        job, now, settings.stale_seconds, max_attempts, skew_s=settings.clock_skew_seconds
+    )
+    if action == "requeue":
+        return _requeue(store, doorbell, stored, now)
+    if action == "fail":
+        return _fail(store, stored, now, max_attempts)
+    return Recovery(None, stored)
+
+
+def _requeue(store: Store, doorbell: Ringer, stored: Stored, now: datetime) -> Recovery:
+    """A silent owner's job (rescue) or a queued job whose doorbell was lost (refresh),
+    back to queued with a fresh updated_at, then rung."""
+    job = stored.record
+    job_id = str(job["id"])
+    rescued = job.get("status") == "running"
+    fields = job_queue.requeue_fields(job, now, rescued=rescued)
+    try:
+        new = store.update({**job, **fields}, stored.generation)
+    except (LostRace, NotFound):
+        return Recovery(None, store.read(job_id))
+    log(
+        "WARNING" if rescued else "INFO",
+        "rescued a job whose owner went silent" if rescued else "re-rang a queued job",
+        job_id=job_id,
+        owner=job.get("owner"),
+        attempt=job_queue.attempts_of(job),
+    )
+    try:
+        doorbell.ring(job_id)
+        rang = True
+    except DoorbellError as exc:
+        log(
+            "WARNING",
+            "doorbell failed; the next sweep rings again",
+            job_id=job_id,
+            error=exc.reason,
+        )
+        rang = False
+    return Recovery("requeue", new, rescued=rescued, rang=rang)
+
+
+def _fail(store: Store, stored: Stored, now: datetime, max_attempts: int) -> Recovery:
+    """Out of attempts and silent: terminal failure, then the marker goes."""
+    job = stored.record
+    job_id = str(job["id"])
+    attempts = job_queue.attempts_of(job)
+    shown = attempts if attempts != job_queue.ATTEMPTS_UNREADABLE else "unreadable"
+    exc = AttemptsExhausted(
+        f"the owner went silent and the job is out of attempts ({shown} of {max_attempts})"
+    )
+    error = job_queue.error_info(
+        exc,
+        stage=job.get("stage") if isinstance(job.get("stage"), str) else None,
+        attempt=attempts if attempts != job_queue.ATTEMPTS_UNREADABLE else -1,
+        now=now,
+        retryable=False,
+    )
+    try:
+        new = store.update({**job, **job_queue.fail_fields(job, now, error)}, stored.generation)
+    except (LostRace, NotFound):
+        return Recovery(None, store.read(job_id))
+    log(
+        "ERROR",
+        "failed a job: attempts exhausted",
+        job_id=job_id,
+        owner=job.get("owner"),
+        attempt=error["attempt"],
+    )
+    try:
+        store.remove_pending(job_id)
+    except Exception as exc:  # the next sweep removes it
+        log("WARNING", "could not remove the pending marker", job_id=job_id, error=repr(exc))
+    return Recovery("fail", new)

@@ -1,0 +1,497 @@
+"""Claim and run one job, then drain overdue ones: the heart of the claim function.
+
+A delivery is only a doorbell; the record decides. Order of business:
+slot (none: "busy", the function answers 429 at once) -> read -> claimable?
+-> CAS claim -> stages from the checkpoint, each boundary a coalesced CAS
+checkpoint, a heartbeat thread during long stages -> one final CAS (done,
+requeued with backoff, or failed) -> drop the pending marker -> drain.
+
+Every write of the owner goes through shared.owned.OwnedRecord, so a LostRace
+anywhere (re-claimed, rescued, cancelled) stops the job at once: no further
+write, no result, outputs refused. The generation is the fencing token.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from shared import job_queue, records
+from shared.config import Settings
+from shared.doorbell import DoorbellError
+from shared.logs import JobLogger, log
+from shared.owned import Heartbeat, OwnedRecord, OwnerLost
+from shared.pipelines import (
+    PermanentError,
+    Pipeline,
+    StageContext,
+    Stopped,
+    UnknownPipeline,
+    get_pipeline,
+)
+from shared.recovery import Ringer, recover
+from shared.slots import Slots, get_slots
+from shared.storage import CorruptRecord, LostRace, NotFound, Store, Stored
+
+Clock = Callable[[], datetime]
+
+# Outcome kinds. Only "busy" asks for a redelivery; everything else is decided (ack).
+BUSY = "busy"  # no free slot: answer 429
+MISSING = "missing"  # no record (yet, or any more): ack
+CORRUPT = "corrupt"  # unreadable record: ack, left for a person
+SKIPPED = "skipped"  # not claimable: duplicate doorbell, running-and-fresh, finished, backing off
+RECOVERED = "recovered"  # not claimable but stale: the watchdog acted (e.g. failed, exhausted)
+RACED = "raced"  # another owner won the claim CAS
+DONE = "done"
+FAILED = "failed"
+REQUEUED = "requeued"
+LOST = "lost"  # we lost the job mid-run (re-claimed, rescued or cancelled): wrote nothing more
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+# --------------------------------------------------------------------------- owner ids
+
+_INSTANCE: str | None = None
+_CLAIMS = itertools.count(1)
+
+
+def instance_id() -> str:
+    """This process's id: host, pid and randomness (a restarted pid is a new instance)."""
+    global _INSTANCE
+    if _INSTANCE is None:
+        host = socket.gethostname().split(".")[0][:40] or "host"
+        _INSTANCE = f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
+    return _INSTANCE
+
+
+def new_owner(instance: str | None = None) -> str:
+    """A per-claim owner id, so two claims by one instance are told apart."""
+    return f"{instance or instance_id()}.{next(_CLAIMS)}"
+
+
+# --------------------------------------------------------------------------- outcome
+
+
+@dataclass
+class Outcome:
+    """What handle_delivery decided for one job (and the jobs it drained after it)."""
+
+    job_id: str
+    kind: str
+    detail: str = ""
+    owner: str | None = None
+    attempt: int | None = None
+    retry_after_s: float | None = None
+    drained: list[Outcome] = field(default_factory=list)
+
+    @property
+    def busy(self) -> bool:
+        return self.kind == BUSY
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"job_id": self.job_id, "outcome": self.kind}
+        for key in ("detail", "owner", "attempt", "retry_after_s"):
+            value = getattr(self, key)
+            if value not in (None, ""):
+                out[key] = value
+        if self.drained:
+            out["drained"] = [d.to_json() for d in self.drained]
+        return out
+
+
+# --------------------------------------------------------------------------- drain gate
+
+
+class DrainGate:
+    """Rate-limits drain listings per process (the pending list is not read after every job)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: float | None = None
+
+    def try_enter(self, interval_s: float, now_s: float | None = None) -> bool:
+        now_s = time.monotonic() if now_s is None else now_s
+        with self._lock:
+            if self._last is not None and now_s - self._last < interval_s:
+                return False
+            self._last = now_s
+            return True
+
+
+_GATE = DrainGate()
+
+
+def overdue(job: dict[str, Any], now: datetime, settings: Settings) -> bool:
+    """Worth taking from the pending index: claimable, and either a running job whose
+    owner went silent or a queued job that has been due for half a stale period
+    (a fresh doorbell is probably on its way for anything younger)."""
+    max_attempts = job_queue.max_attempts_of(job, settings.max_attempts)
+    skew = settings.clock_skew_seconds
+    if not job_queue.claimable(job, now, settings.stale_seconds, max_attempts, skew_s=skew):
+        return False
+    if job.get("status") == "running":
+        return True
+    grace = settings.stale_seconds / 2
+    return job_queue.stale_action(job, now, grace, max_attempts, skew_s=skew) == "requeue"
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def handle_delivery(
+    job_id: str,
+    store: Store,
+    doorbell: Ringer,
+    settings: Settings,
+    owner: str | None = None,
+    now: Clock = utcnow,
+    *,
+    slots: Slots | None = None,
+    gate: DrainGate | None = None,
+) -> Outcome:
+    """Handle one doorbell for job_id; never waits for a slot.
+
+    `owner` is the instance id (default: this process's); each claim appends a
+    suffix. `now` is the clock (injectable for tests). Raises records.InvalidInput
+    for a malformed id, and lets unexpected storage errors propagate (500:
+    Pub/Sub redelivers; the record is still the truth).
+    """
+    records.validate_job_id(job_id)
+    pool = slots if slots is not None else get_slots(settings.max_concurrent)
+    slot = pool.try_acquire()
+    if slot is None:
+        retry = max(1.0, min(settings.stale_seconds / 4, 30.0))
+        return Outcome(job_id, BUSY, "no free slot", retry_after_s=retry)
+    runner = _Runner(store, doorbell, settings, owner or instance_id(), now)
+    with slot:
+        outcome = runner.attempt(job_id)
+        outcome.drained = runner.drain(gate if gate is not None else _GATE, skip=job_id)
+    return outcome
+
+
+# --------------------------------------------------------------------------- the runner
+
+
+class _Runner:
+    """One request's worth of work: a job, then maybe a few drained ones."""
+
+    def __init__(
+        self, store: Store, doorbell: Ringer, settings: Settings, instance: str, clock: Clock
+    ) -> None:
+        self.store = store
+        self.doorbell = doorbell
+        self.settings = settings
+        self.instance = instance
+        self.clock = clock
+
+    def attempt(self, job_id: str, stored: Stored | None = None) -> Outcome:
+        """Read (unless given), decide, claim and run one job."""
+        if stored is None:
+            try:
+                stored = self.store.read(job_id)
+            except NotFound:
+                log("INFO", "no such record; acked", job_id=job_id)
+                return Outcome(job_id, MISSING, "no record")
+            except CorruptRecord as exc:
+                log("ERROR", "corrupt record left untouched", job_id=job_id, reason=exc.reason)
+                return Outcome(job_id, CORRUPT, exc.reason)
+        job = stored.record
+        now = self.clock()
+        s = self.settings
+        max_attempts = job_queue.max_attempts_of(job, s.max_attempts)
+        skew = s.clock_skew_seconds
+        if not job_queue.claimable(job, now, s.stale_seconds, max_attempts, skew_s=skew):
+            return self._not_claimable(job_id, stored, now)
+        return self._claim_and_run(job_id, stored, now)
+
+    def _not_claimable(self, job_id: str, stored: Stored, now: datetime) -> Outcome:
+        """A duplicate or early doorbell does nothing; a stale exhausted job is failed."""
+        job = stored.record
+        s = self.settings
+        action = job_queue.stale_action(
+            job,
+            now,
+            s.stale_seconds,
+            job_queue.max_attempts_of(job, s.max_attempts),
+            skew_s=s.clock_skew_seconds,
+        )
+        if action is not None:
+            done, _ = recover(self.store, self.doorbell, stored, s, now, clean_marker=False)
+            if done is not None:
+                return Outcome(job_id, RECOVERED, done)
+        reason = str(job.get("status"))
+        if job.get("status") == "queued" and not job_queue.is_due(
+            job, now, skew_s=s.clock_skew_seconds
+        ):
+            reason = "backing off"
+        elif job.get("status") == "running":
+            reason = "running and fresh"
+        log("INFO", "not claimable; acked", job_id=job_id, reason=reason)
+        return Outcome(job_id, SKIPPED, reason)
+
+    def _claim_and_run(self, job_id: str, stored: Stored, now: datetime) -> Outcome:
+        job = stored.record
+        owner = new_owner(self.instance)
+        try:
+            fields = job_queue.claim_fields(job, owner, now)
+        except job_queue.IllegalTransition as exc:
+            return Outcome(job_id, SKIPPED, str(exc))
+        try:
+            claimed = self.store.update({**job, **fields}, stored.generation)
+        except (LostRace, NotFound):
+            log("INFO", "lost the claim race; acked", job_id=job_id, owner=owner)
+            return Outcome(job_id, RACED, "another owner won", owner=owner)
+        attempt = int(claimed.record["attempts"])
+        jlog = JobLogger(job_id, owner, attempt)
+        jlog.info("claimed", pipeline=job.get("pipeline"), rescues=job.get("rescues"))
+        s = self.settings
+        owned = OwnedRecord(
+            self.store,
+            claimed,
+            owner=owner,
+            attempt=attempt,
+            clock=self.clock,
+            min_interval_s=s.min_write_interval_seconds,
+            heartbeat_s=s.stale_seconds / 3,
+            log=jlog,
+        )
+        try:
+            return _Job(self, owned, jlog).run()
+        finally:
+            owned.close()
+
+    def drain(self, gate: DrainGate, *, skip: str | None = None) -> list[Outcome]:
+        """Run up to drain_max_jobs overdue jobs from the pending index in this slot."""
+        s = self.settings
+        if s.drain_max_jobs < 1 or not gate.try_enter(s.stale_seconds / 4):
+            return []
+        try:
+            entries = self.store.list_pending(limit=s.drain_max_jobs * 5)
+        except Exception as exc:  # the drain is a bonus; the sweep covers the rest
+            log("WARNING", "drain could not list pending jobs", error=repr(exc))
+            return []
+        outcomes: list[Outcome] = []
+        for entry in entries:
+            if len(outcomes) >= s.drain_max_jobs:
+                break
+            if entry.job_id == skip:
+                continue
+            try:
+                stored = self.store.read(entry.job_id)
+            except (NotFound, CorruptRecord):
+                continue  # the sweep repairs and reports these
+            if not overdue(stored.record, self.clock(), s):
+                continue
+            log("INFO", "draining an overdue job", job_id=entry.job_id)
+            outcomes.append(self.attempt(entry.job_id, stored))
+        return outcomes
+
+
+class _Outputs:
+    """Stage output writer: keyed by attempt, refused once this owner lost the job."""
+
+    def __init__(self, store: Store, owned: OwnedRecord, job_id: str, confirm_s: float) -> None:
+        self._store = store
+        self._owned = owned
+        self._job_id = job_id
+        self._confirm_s = confirm_s
+        self.written: list[str] = []
+
+    def write(
+        self, name: str, data: bytes | str | Mapping[str, Any], content_type: str | None = None
+    ) -> str:
+        try:
+            self._owned.confirm(self._confirm_s)
+        except OwnerLost:
+            raise Stopped(f"output {name!r} refused: this owner lost the job") from None
+        body, kind = _encode_output(data, content_type)
+        written = self._store.write_output(self._job_id, self._owned.attempt, name, body, kind)
+        self.written.append(written)
+        return written
+
+
+def _encode_output(
+    data: bytes | str | Mapping[str, Any], content_type: str | None
+) -> tuple[bytes, str]:
+    if isinstance(data, bytes | bytearray | memoryview):
+        return bytes(data), content_type or "application/octet-stream"
+    if isinstance(data, str):
+        return data.encode("utf-8"), content_type or "text/plain; charset=utf-8"
+    if isinstance(data, Mapping):
+        text = json.dumps(data, indent=2, sort_keys=True, allow_nan=False)
+        return text.encode("utf-8"), content_type or "application/json"
+    raise TypeError(f"an output must be bytes, str or a dict, not {type(data).__name__}")
+
+
+class _Job:
+    """One claimed attempt: stages from the checkpoint, then the final write."""
+
+    def __init__(self, runner: _Runner, owned: OwnedRecord, jlog: JobLogger) -> None:
+        self.r = runner
+        self.owned = owned
+        self.log = jlog
+        self.job = owned.stored.record
+        self.job_id = str(self.job["id"])
+        self.confirm_s = runner.settings.stale_seconds / 2
+
+    def run(self) -> Outcome:
+        try:
+            pipeline = get_pipeline(str(self.job.get("pipeline")))
+            stages = pipeline.stages_for(self.job.get("payload") or {})
+        except (UnknownPipeline, PermanentError) as exc:
+            return self._fail(exc, stage=None)
+        next_stage, state = job_queue.checkpoint_of(self.job)
+        state = copy.deepcopy(state)
+        if next_stage > len(stages):
+            next_stage = len(stages)
+        result: dict[str, Any] = {}
+        period = min(self.owned.heartbeat_s, max(self.owned.min_interval_s, 0.05)) / 2
+        with Heartbeat(self.owned, min(period, 5.0), self.log):
+            for index in range(next_stage, len(stages)):
+                name, fn = stages[index]
+                outcome = self._stage(pipeline, index, len(stages), name, fn, state, result)
+                if outcome is not None:
+                    return outcome
+            return self._done(result)
+
+    def _stage(
+        self,
+        pipeline: Pipeline,
+        index: int,
+        total: int,
+        name: str,
+        fn: Callable[[StageContext], None],
+        state: dict[str, Any],
+        result: dict[str, Any],
+    ) -> Outcome | None:
+        """Run one stage and its checkpoint; an Outcome ends the job, None goes on."""
+        self.log.stage = name
+        outputs = _Outputs(self.r.store, self.owned, self.job_id, self.confirm_s)
+        ctx = StageContext(
+            self.job_id,
+            self.job.get("payload") or {},
+            state,
+            self.owned.attempt,
+            self.log,
+            outputs,
+            self.r.store,
+            stopped=self._stopped,
+            result=result,
+        )
+        self.log.info("stage started", index=index, pipeline=pipeline.name)
+        try:
+            fn(ctx)
+        except Stopped:
+            return self._lost("stage stopped")
+        except PermanentError as exc:
+            return self._fail(exc, stage=name)
+        except Exception as exc:
+            return self._retry_or_fail(exc, stage=name)
+        self.log.info("stage finished", index=index, outputs=outputs.written or None)
+        if index + 1 >= total:
+            return None  # the final write follows at once
+        try:
+            written = self.owned.checkpoint(name, index + 1, state)
+        except OwnerLost:
+            return self._lost("checkpoint refused")
+        self.log.info("checkpoint", next_stage=index + 1, written=written)
+        return None
+
+    def _stopped(self) -> bool:
+        try:
+            self.owned.confirm(self.confirm_s)
+        except OwnerLost:
+            return True
+        return False
+
+    # --- final writes
+
+    def _done(self, result: dict[str, Any]) -> Outcome:
+        now = self.r.clock()
+        try:
+            self.owned.finish(
+                lambda job: job_queue.done_fields(job, now, result), "done", fold=False
+            )
+        except OwnerLost:
+            return self._lost("done refused")
+        self.log.info("done")
+        self._unmark()
+        return self._outcome(DONE)
+
+    def _fail(self, exc: BaseException, *, stage: str | None) -> Outcome:
+        now = self.r.clock()
+        error = job_queue.error_info(
+            exc, stage=stage, attempt=self.owned.attempt, now=now, retryable=False
+        )
+        try:
+            self.owned.finish(lambda job: job_queue.fail_fields(job, now, error), "failed")
+        except OwnerLost:
+            return self._lost("fail refused")
+        self.log.error("failed", error_type=error["type"], error=error["message"])
+        self._unmark()
+        return self._outcome(FAILED, error["message"])
+
+    def _retry_or_fail(self, exc: BaseException, *, stage: str) -> Outcome:
+        s = self.r.settings
+        if self.owned.attempt >= job_queue.max_attempts_of(self.job, s.max_attempts):
+            return self._fail(exc, stage=stage)
+        now = self.r.clock()
+        error = job_queue.error_info(
+            exc, stage=stage, attempt=self.owned.attempt, now=now, retryable=True
+        )
+        delay = job_queue.backoff_seconds(
+            self.owned.attempt, s.backoff_base_seconds, s.backoff_max_seconds
+        )
+
+        def build(job: dict[str, Any]) -> dict[str, Any]:
+            return job_queue.requeue_fields(job, now, delay_s=delay, error=error)
+
+        try:
+            self.owned.finish(build, "requeued")
+        except OwnerLost:
+            return self._lost("requeue refused")
+        self.log.warning(
+            "requeued after a stage error",
+            error_type=error["type"],
+            error=error["message"],
+            delay_s=round(delay, 3),
+        )
+        if delay <= 0:
+            self._ring()
+        return self._outcome(REQUEUED, error["message"])
+
+    def _lost(self, why: str) -> Outcome:
+        self.owned.close()
+        self.log.warning("stopped: this owner lost the job", why=why)
+        return self._outcome(LOST, why)
+
+    def _unmark(self) -> None:
+        """Drop the pending marker, strictly after the final write (sweep repairs a leftover)."""
+        try:
+            self.r.store.remove_pending(self.job_id)
+        except Exception as exc:
+            self.log.warning("could not remove the pending marker", error=repr(exc))
+
+    def _ring(self) -> None:
+        try:
+            self.r.doorbell.ring(self.job_id)
+        except DoorbellError as exc:
+            self.log.warning("doorbell failed; the sweep will ring", error=exc.reason)
+
+    def _outcome(self, kind: str, detail: str = "") -> Outcome:
+        return Outcome(
+            self.job_id, kind, detail, owner=self.owned.owner, attempt=self.owned.attempt
+        )

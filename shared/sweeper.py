@@ -1,0 +1,140 @@
+"""The scheduled sweep: River-style rescue over the pending index only.
+
+Cost is O(pending), never O(history): it lists ``pending/`` (bounded by
+RECLAIM_SWEEP_MAX_JOBS and RECLAIM_SWEEP_MAX_SECONDS), reads each record and
+lets shared.recovery apply stale_action. Every write is generation-matched, so
+two sweeps at once (or a sweep racing a status read or an owner) are safe.
+
+Index repair. Submit writes the marker first and the record second; the owner
+writes the final record first and drops the marker second. So the leftovers a
+crash can leave are:
+- a marker without a record (crash between marker and record create): removed
+  once the marker is older than a grace of 2 * stale_s (younger ones may be a
+  submit in flight);
+- a marker of a terminal record (crash between final write and marker delete):
+  removed.
+The third kind, a pending record without a marker, cannot arise: nothing
+deletes a marker before the record is terminal (and retry_fields re-adding a
+marker is the retry path's job). Corrupt records are counted, listed and left
+alone: never rewritten, never deleted, and their marker stays so the next sweep
+reports them again until a person acts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from shared.config import Settings
+from shared.logs import log
+from shared.recovery import Ringer, recover_one
+from shared.storage import CorruptRecord, NotFound, PendingEntry, Store
+
+MAX_CORRUPT_LISTED = 100
+
+
+@dataclass
+class SweepResult:
+    """Counts of one sweep run (the sweep function answers them as JSON)."""
+
+    examined: int = 0
+    requeued: int = 0  # queued jobs whose doorbell was lost, re-rung
+    rescued: int = 0  # running jobs whose owner went silent, requeued
+    failed: int = 0  # out of attempts
+    rung: int = 0  # doorbells accepted by Pub/Sub
+    repaired: int = 0  # index leftovers removed
+    corrupt: list[str] = field(default_factory=list)
+    errors: int = 0
+    elapsed: float = 0.0
+    truncated: bool = False  # stopped by the job or time budget; the next run continues
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["elapsed"] = round(self.elapsed, 3)
+        return out
+
+
+def run_once(
+    store: Store,
+    doorbell: Ringer,
+    settings: Settings,
+    now: datetime | None = None,
+    *,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> SweepResult:
+    """One sweep over the pending index; per-entry errors are counted, never raised."""
+    start = monotonic()
+    now = now if now is not None else datetime.now(UTC)
+    result = SweepResult()
+    entries = store.list_pending(limit=settings.sweep_max_jobs)
+    for entry in entries:
+        if monotonic() - start > settings.sweep_max_seconds:
+            result.truncated = True
+            break
+        result.examined += 1
+        try:
+            _sweep_entry(store, doorbell, settings, now, entry, result)
+        except Exception as exc:
+            result.errors += 1
+            log(
+                "ERROR",
+                "sweep could not handle a job",
+                job_id=entry.job_id,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+    if len(entries) >= settings.sweep_max_jobs and not result.truncated:
+        result.truncated = True
+    result.elapsed = monotonic() - start
+    log(
+        "INFO",
+        "sweep finished",
+        **{k: v for k, v in result.to_json().items() if k != "corrupt"},
+        corrupt=len(result.corrupt),
+    )
+    return result
+
+
+def _sweep_entry(
+    store: Store,
+    doorbell: Ringer,
+    settings: Settings,
+    now: datetime,
+    entry: PendingEntry,
+    result: SweepResult,
+) -> None:
+    try:
+        stored = store.read(entry.job_id)
+    except NotFound:
+        if _orphan_marker_expired(entry, now, settings):
+            store.remove_pending(entry.job_id)
+            result.repaired += 1
+            log("WARNING", "removed a pending marker without a record", job_id=entry.job_id)
+        return
+    except CorruptRecord as exc:
+        if len(result.corrupt) < MAX_CORRUPT_LISTED:
+            result.corrupt.append(entry.job_id)
+        log("ERROR", "corrupt record left for a person", job_id=entry.job_id, reason=exc.reason)
+        return
+    done = recover_one(store, doorbell, stored, settings, now, clean_marker=True)
+    if done.unmarked:
+        result.repaired += 1
+    elif done.action == "fail":
+        result.failed += 1
+    elif done.action == "requeue":
+        if done.rescued:
+            result.rescued += 1
+        else:
+            result.requeued += 1
+        if done.rang:
+            result.rung += 1
+
+
+def _orphan_marker_expired(entry: PendingEntry, now: datetime, settings: Settings) -> bool:
+    """A record-less marker is a crashed submit only once it is older than the grace."""
+    if entry.created is None:
+        return False  # cannot date it: leave it (it costs one read per sweep)
+    created = entry.created if entry.created.tzinfo else entry.created.replace(tzinfo=UTC)
+    return (now - created).total_seconds() > 2 * settings.stale_seconds

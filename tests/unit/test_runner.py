@@ -1,0 +1,543 @@
+"""The runner's decisions on MemoryStore: claim, stages, checkpoints, coalescing,
+fencing, requeue/fail/done and the drain. Clocks are injected where time matters."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from shared import job_queue, records, runner
+from shared.config import Settings
+from shared.doorbell import DoorbellError
+from shared.pipelines import PermanentError, Pipeline, StageContext, Stopped, register
+from shared.runner import DrainGate, Outcome, handle_delivery
+from shared.slots import Slots
+from shared.storage_memory import MemoryStore
+
+
+class Clock:
+    """A settable clock shared by the test and the runner's threads."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.t = start or datetime.now(UTC)
+        self._lock = threading.Lock()
+
+    def __call__(self) -> datetime:
+        with self._lock:
+            return self.t
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.t += timedelta(seconds=seconds)
+
+
+class Bell:
+    def __init__(self, fail: bool = False) -> None:
+        self.rung: list[str] = []
+        self.fail = fail
+
+    def ring(self, job_id: str) -> None:
+        if self.fail:
+            raise DoorbellError(job_id, "down")
+        self.rung.append(job_id)
+
+
+def wall() -> datetime:
+    return datetime.now(UTC)
+
+
+def settings(**kw: Any) -> Settings:
+    base: dict[str, Any] = {
+        "stale_seconds": 30.0,
+        "min_write_interval_seconds": 1.0,
+        "backoff_base_seconds": 0.0,
+        "backoff_max_seconds": 0.0,
+        "drain_max_jobs": 0,
+    }
+    return Settings.from_env({}, **{**base, **kw})
+
+
+def pipeline(stages: list[tuple[str, Callable[[StageContext], None]]]) -> str:
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    register(Pipeline(name, stages=stages))
+    return name
+
+
+def submit(
+    store: MemoryStore,
+    name: str = "demo",
+    payload: dict[str, Any] | None = None,
+    now: datetime | None = None,
+    **fields: Any,
+) -> str:
+    job_id = records.new_job_id()
+    record = records.new_record(job_id, name, payload or {}, now or datetime.now(UTC))
+    store.add_pending(job_id)
+    store.create({**record, **fields})
+    return job_id
+
+
+def handle(
+    job_id: str,
+    store: MemoryStore,
+    s: Settings,
+    clock: Callable[[], datetime] | None = None,
+    bell: Bell | None = None,
+    **kw: Any,
+) -> Outcome:
+    return handle_delivery(
+        job_id,
+        store,
+        bell or Bell(),
+        s,
+        owner="test",
+        now=clock or Clock(),
+        slots=kw.pop("slots", Slots(4)),
+        gate=kw.pop("gate", DrainGate()),
+        **kw,
+    )
+
+
+def events(store: MemoryStore, job_id: str) -> list[str]:
+    return [e["event"] for e in store.read(job_id).record["history"]]
+
+
+def pending(store: MemoryStore) -> list[str]:
+    return [e.job_id for e in store.list_pending()]
+
+
+# --- deciding
+
+
+def test_no_free_slot_is_busy_at_once_and_touches_nothing() -> None:
+    store = MemoryStore()
+    job_id = submit(store)
+    slots = Slots(1)
+    held = slots.try_acquire()
+    assert held is not None
+    before = dict(store.calls)
+    outcome = handle(job_id, store, settings(), slots=slots)
+    assert outcome.busy and outcome.retry_after_s and outcome.retry_after_s >= 1
+    assert dict(store.calls) == before
+    held.release()
+    assert slots.try_acquire() is not None
+
+
+def test_missing_record_is_acked() -> None:
+    assert handle("no-such-job", MemoryStore(), settings()).kind == runner.MISSING
+
+
+def test_malformed_job_id_is_refused() -> None:
+    with pytest.raises(records.InvalidInput):
+        handle("../etc", MemoryStore(), settings())
+
+
+def test_corrupt_record_is_acked_and_never_touched() -> None:
+    store = MemoryStore()
+    store.add_pending("broken")
+    gen = store.put_raw("broken", b"{not json")
+    outcome = handle("broken", store, settings())
+    assert outcome.kind == runner.CORRUPT
+    raw = store.raw(store.bucket_name, "jobs/broken.json")
+    assert raw is not None and raw.generation == gen and raw.data == b"{not json"
+    assert pending(store) == ["broken"]
+
+
+def test_happy_path_runs_to_done_and_drops_the_marker() -> None:
+    store = MemoryStore()
+    job_id = submit(store, payload={"stages": 3, "output": True})
+    outcome = handle(job_id, store, settings())
+    assert outcome.kind == runner.DONE and outcome.attempt == 1
+    assert outcome.owner and outcome.owner.startswith("test.")
+    job = store.read(job_id).record
+    assert job["status"] == "done" and job["attempts"] == 1
+    assert [c["stage"] for c in job["result"]["completed"]] == [0, 1, 2]
+    assert all(name.startswith(f"outputs/{job_id}/1/") for name in job["result"]["outputs"])
+    assert events(store, job_id)[:2] == ["submitted", "claimed"]
+    assert events(store, job_id)[-1] == "done"
+    assert pending(store) == []
+
+
+def test_duplicate_doorbell_of_a_finished_job_does_nothing() -> None:
+    store = MemoryStore()
+    job_id = submit(store)
+    assert handle(job_id, store, settings()).kind == runner.DONE
+    gen = store.read(job_id).generation
+    writes = store.calls["write"]
+    outcome = handle(job_id, store, settings())
+    assert outcome.kind == runner.SKIPPED
+    assert store.calls["write"] == writes and store.read(job_id).generation == gen
+
+
+def test_duplicate_doorbell_of_a_running_fresh_job_is_acked() -> None:
+    store = MemoryStore()
+    clock = Clock()
+    job_id = submit(store, now=clock())
+    stored = store.read(job_id)
+    store.update(
+        {**stored.record, **job_queue.claim_fields(stored.record, "other", clock())},
+        stored.generation,
+    )
+    outcome = handle(job_id, store, settings(), clock)
+    assert outcome.kind == runner.SKIPPED and outcome.detail == "running and fresh"
+    assert store.read(job_id).record["owner"] == "other"
+
+
+def test_backing_off_job_is_acked_until_due() -> None:
+    store = MemoryStore()
+    clock = Clock()
+    not_before = job_queue.format_time(clock() + timedelta(seconds=60))
+    job_id = submit(store, now=clock(), not_before=not_before)
+    assert handle(job_id, store, settings(), clock).detail == "backing off"
+    clock.advance(61)
+    assert handle(job_id, store, settings(), clock).kind == runner.DONE
+
+
+def test_stale_exhausted_job_is_failed_by_its_doorbell() -> None:
+    store = MemoryStore()
+    clock = Clock()
+    job_id = submit(store, now=clock(), max_attempts=1)
+    stored = store.read(job_id)
+    store.update(
+        {**stored.record, **job_queue.claim_fields(stored.record, "gone", clock())},
+        stored.generation,
+    )
+    clock.advance(31)
+    outcome = handle(job_id, store, settings(), clock)
+    assert outcome.kind == runner.RECOVERED and outcome.detail == "fail"
+    assert store.read(job_id).record["status"] == "failed"
+
+
+def test_concurrent_claims_have_exactly_one_winner() -> None:
+    store = MemoryStore()
+    job_id = submit(store, payload={"stages": 2, "sleep_s": 0.05})
+    barrier = threading.Barrier(4)
+    outcomes: list[Outcome] = []
+
+    def go() -> None:
+        barrier.wait()
+        outcomes.append(handle(job_id, store, settings()))
+
+    threads = [threading.Thread(target=go) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    kinds = sorted(o.kind for o in outcomes)
+    assert kinds.count(runner.DONE) == 1
+    assert set(kinds) <= {runner.DONE, runner.RACED, runner.SKIPPED}
+    assert store.read(job_id).record["attempts"] == 1
+
+
+def test_owner_ids_are_unique_per_claim() -> None:
+    assert runner.new_owner("i") != runner.new_owner("i")
+    assert runner.instance_id() == runner.instance_id()
+
+
+# --- checkpoints and coalescing
+
+
+def stepping(clock: Clock, n: int, step_s: float, calls: list[int]) -> str:
+    def make(i: int) -> Callable[[StageContext], None]:
+        def run(ctx: StageContext) -> None:
+            calls.append(i)
+            ctx.state[f"s{i}"] = ctx.attempt
+            clock.advance(step_s)
+            if i == n - 1:
+                ctx.result["state"] = dict(ctx.state)
+
+        return run
+
+    return pipeline([(f"s{i}", make(i)) for i in range(n)])
+
+
+@pytest.mark.parametrize(("step_s", "checkpoints"), [(0.1, 0), (0.4, 1), (2.0, 4)])
+def test_boundary_writes_are_coalesced(step_s: float, checkpoints: int) -> None:
+    store = MemoryStore()
+    clock = Clock()
+    name = stepping(clock, 5, step_s, [])
+    job_id = submit(store, name, now=clock())
+    writes = store.calls["write"]
+    assert handle(job_id, store, settings(), clock).kind == runner.DONE
+    # claim + the boundaries that came at least 1 s after the previous write + done
+    assert store.calls["write"] - writes == 2 + checkpoints
+    assert events(store, job_id).count("checkpoint") == checkpoints
+
+
+def test_a_deferred_checkpoint_is_flushed_by_the_heartbeat() -> None:
+    store = MemoryStore()
+    clock = Clock()
+    seen: dict[str, Any] = {}
+
+    def first(ctx: StageContext) -> None:
+        ctx.state["first"] = True
+        clock.advance(0.5)  # too soon after the claim: the boundary is deferred
+
+    def second(ctx: StageContext) -> None:
+        clock.advance(1.0)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            checkpoint = store.read(ctx.job_id).record["checkpoint"]
+            if checkpoint["next_stage"] == 1:
+                seen.update(checkpoint)
+                return
+            time.sleep(0.02)
+
+    job_id = submit(store, pipeline([("first", first), ("second", second)]), now=clock())
+    assert handle(job_id, store, settings(), clock).kind == runner.DONE
+    assert seen == {"next_stage": 1, "state": {"first": True}}
+
+
+def test_resume_from_checkpoint_skips_finished_stages() -> None:
+    store = MemoryStore()
+    clock = Clock()
+    calls: list[int] = []
+    name = stepping(clock, 3, 0.0, calls)
+    job_id = submit(
+        store, name, now=clock(), checkpoint={"next_stage": 2, "state": {"s0": 1, "s1": 1}}
+    )
+    assert handle(job_id, store, settings(), clock).kind == runner.DONE
+    assert calls == [2]
+    assert store.read(job_id).record["result"]["state"] == {"s0": 1, "s1": 1, "s2": 1}
+
+
+def test_stage_error_requeues_with_backoff_keeping_progress() -> None:
+    store = MemoryStore()
+    clock = Clock()
+    calls: list[str] = []
+
+    def ok(ctx: StageContext) -> None:
+        calls.append("ok")
+        ctx.state["ok"] = True
+
+    def flaky(ctx: StageContext) -> None:
+        calls.append("flaky")
+        if ctx.attempt == 1:
+            raise RuntimeError("transient")
+        ctx.result["state"] = dict(ctx.state)
+
+    job_id = submit(store, pipeline([("ok", ok), ("flaky", flaky)]), now=clock())
+    s = settings(backoff_base_seconds=10.0, backoff_max_seconds=10.0)
+    bell = Bell()
+    outcome = handle(job_id, store, s, clock, bell)
+    assert outcome.kind == runner.REQUEUED
+    job = store.read(job_id).record
+    assert job["status"] == "queued" and job["owner"] is None
+    assert job["error"]["type"] == "RuntimeError" and job["error"]["retryable"] is True
+    assert job["error"]["stage"] == "flaky" and job["error"]["attempt"] == 1
+    assert job["checkpoint"] == {"next_stage": 1, "state": {"ok": True}}  # folded in
+    assert job_queue.parse_time(job["not_before"]) is not None
+    assert bell.rung == []  # backing off: the sweep or drain rings when due
+    assert pending(store) == [job_id]
+    clock.advance(11)
+    assert handle(job_id, store, s, clock).kind == runner.DONE
+    assert calls == ["ok", "flaky", "flaky"]
+    assert store.read(job_id).record["result"]["state"] == {"ok": True}
+
+
+def test_requeue_without_backoff_rings_at_once() -> None:
+    store = MemoryStore()
+    job_id = submit(store, payload={"stages": 1, "fail_at": 0, "fail_attempts": 1})
+    bell = Bell()
+    assert handle(job_id, store, settings(), bell=bell).kind == runner.REQUEUED
+    assert bell.rung == [job_id]
+
+
+def test_last_attempt_error_fails_with_history() -> None:
+    store = MemoryStore()
+    job_id = submit(store, payload={"stages": 2, "fail_at": 1}, max_attempts=2)
+    assert handle(job_id, store, settings()).kind == runner.REQUEUED
+    outcome = handle(job_id, store, settings())
+    assert outcome.kind == runner.FAILED and outcome.attempt == 2
+    job = store.read(job_id).record
+    assert job["status"] == "failed" and job["attempts"] == 2
+    assert events(store, job_id).count("claimed") == 2
+    assert "requeued" in events(store, job_id) and events(store, job_id)[-1] == "failed"
+    assert pending(store) == []
+    assert handle(job_id, store, settings()).kind == runner.SKIPPED
+
+
+def test_permanent_error_fails_at_once() -> None:
+    store = MemoryStore()
+    job_id = submit(store, payload={"stages": 2, "fail_at": 0, "permanent": True})
+    assert handle(job_id, store, settings()).kind == runner.FAILED
+    job = store.read(job_id).record
+    assert job["attempts"] == 1 and job["error"]["type"] == "PermanentError"
+    assert job["error"]["retryable"] is False
+
+
+def test_unknown_pipeline_fails_permanently() -> None:
+    store = MemoryStore()
+    job_id = submit(store, "no-such-pipeline")
+    assert handle(job_id, store, settings()).kind == runner.FAILED
+    assert store.read(job_id).record["error"]["type"] == "UnknownPipeline"
+
+
+def test_bad_demo_payload_fails_permanently() -> None:
+    store = MemoryStore()
+    job_id = submit(store, payload={"stages": 0})
+    assert handle(job_id, store, settings()).kind == runner.FAILED
+
+
+# --- fencing
+
+
+def test_zombie_owner_commits_nothing_after_a_reclaim() -> None:
+    """Attempt 1 pauses mid-stage past stale_s; attempt 2 is claimed and finishes;
+    attempt 1 wakes up: its output is refused and no write of its lands."""
+    store = MemoryStore()
+    start = datetime.now(UTC)
+    zombie_clock, winner_clock = Clock(start), Clock(start + timedelta(seconds=100))
+    entered, release = threading.Event(), threading.Event()
+
+    def work(ctx: StageContext) -> None:
+        if ctx.attempt == 1:
+            entered.set()
+            release.wait(10)
+        ctx.result["by"] = ctx.attempt
+        ctx.result["out"] = ctx.outputs.write("out.txt", f"attempt {ctx.attempt}")
+
+    job_id = submit(store, pipeline([("work", work)]), now=start)
+    s = settings()
+    zombie: list[Outcome] = []
+    thread = threading.Thread(target=lambda: zombie.append(handle(job_id, store, s, zombie_clock)))
+    thread.start()
+    assert entered.wait(10)
+    winner = handle(job_id, store, s, winner_clock)
+    assert winner.kind == runner.DONE and winner.attempt == 2
+    final = store.read(job_id)
+    zombie_clock.advance(100)  # the pause, as the zombie's clock sees it
+    release.set()
+    thread.join(10)
+    assert zombie[0].kind == runner.LOST and zombie[0].attempt == 1
+    assert store.read(job_id).generation == final.generation
+    assert final.record["result"] == {"by": 2, "out": f"outputs/{job_id}/2/out.txt"}
+    assert store.names(f"outputs/{job_id}/") == [f"outputs/{job_id}/2/out.txt"]
+
+
+def test_cancel_mid_stage_stops_the_owner() -> None:
+    store = MemoryStore()
+    entered = threading.Event()
+    stopped: list[bool] = []
+
+    def long(ctx: StageContext) -> None:
+        entered.set()
+        deadline = time.monotonic() + 10
+        try:
+            while time.monotonic() < deadline:
+                ctx.check()
+                time.sleep(0.01)
+        except Stopped:
+            stopped.append(True)
+            raise
+
+    job_id = submit(store, pipeline([("long", long)]))
+    s = settings(stale_seconds=0.6, min_write_interval_seconds=0.05)
+    out: list[Outcome] = []
+    thread = threading.Thread(target=lambda: out.append(handle(job_id, store, s, wall)))
+    thread.start()
+    assert entered.wait(10)
+    stored = store.read(job_id)
+    now = datetime.now(UTC)
+    store.update(
+        {**stored.record, **job_queue.cancel_fields(stored.record, now, by="test")},
+        stored.generation,
+    )
+    cancelled = store.read(job_id)
+    thread.join(10)
+    assert out[0].kind == runner.LOST and stopped == [True]
+    assert store.read(job_id) == cancelled
+    assert cancelled.record["result"] is None
+
+
+def test_heartbeat_keeps_a_long_stage_fresh() -> None:
+    from shared import sweeper
+
+    store = MemoryStore()
+    job_id = submit(store, payload={"stages": 1, "sleep_s": 1.2})
+    s = settings(stale_seconds=0.6, min_write_interval_seconds=0.05)
+    out: list[Outcome] = []
+    thread = threading.Thread(target=lambda: out.append(handle(job_id, store, s, wall)))
+    thread.start()
+    rescued = 0
+    while thread.is_alive():
+        rescued += sweeper.run_once(store, Bell(), s).rescued
+        time.sleep(0.05)
+    thread.join()
+    assert rescued == 0 and out[0].kind == runner.DONE
+    job = store.read(job_id).record
+    assert job["attempts"] == 1 and job["rescues"] == 0
+
+
+def test_outputs_are_refused_once_lost() -> None:
+    store = MemoryStore()
+    refused: list[bool] = []
+
+    def stage(ctx: StageContext) -> None:
+        stored = store.read(ctx.job_id)
+        store.update(
+            {**stored.record, "updated_at": stored.record["updated_at"]}, stored.generation
+        )  # someone else wrote: our generation is stale
+        try:
+            ctx.outputs.write("x.txt", "x")
+        except Stopped:
+            refused.append(True)
+        raise PermanentError("must not be recorded")
+
+    job_id = submit(store, pipeline([("stage", stage)]))
+    # stale_s 0 makes every output write prove ownership first
+    outcome = handle(job_id, store, settings(stale_seconds=0.0001), wall)
+    assert outcome.kind == runner.LOST and refused == [True]
+    assert store.read(job_id).record["status"] == "running"
+    assert store.names(f"outputs/{job_id}/") == []
+
+
+# --- drain
+
+
+def test_drain_runs_overdue_jobs_in_the_same_slot_and_is_rate_limited() -> None:
+    store = MemoryStore()
+    clock = Clock()
+    old = clock() - timedelta(seconds=60)
+    lost_doorbell = submit(store, now=old)
+    fresh = submit(store, now=clock())
+    trigger = submit(store, now=clock())
+    s = settings(drain_max_jobs=3)
+    gate = DrainGate()
+    outcome = handle(trigger, store, s, clock, gate=gate)
+    assert outcome.kind == runner.DONE
+    assert [(d.job_id, d.kind) for d in outcome.drained] == [(lost_doorbell, runner.DONE)]
+    assert store.read(fresh).record["status"] == "queued"  # its doorbell is on the way
+    another = submit(store, now=old)
+    assert handle(fresh, store, s, clock, gate=gate).drained == []  # gate: listed just now
+    assert store.read(another).record["status"] == "queued"
+
+
+def test_drain_takes_at_most_its_budget() -> None:
+    store = MemoryStore()
+    clock = Clock()
+    old = clock() - timedelta(seconds=60)
+    for _ in range(4):
+        submit(store, now=old)
+    trigger = submit(store, now=clock())
+    outcome = handle(trigger, store, settings(drain_max_jobs=2), clock)
+    assert len(outcome.drained) == 2
+    assert all(d.kind == runner.DONE for d in outcome.drained)
+
+
+def test_overdue_policy() -> None:
+    s = settings()
+    now = datetime.now(UTC)
+    rec = records.new_record("a", "demo", {}, now - timedelta(seconds=20))
+    assert runner.overdue(rec, now, s)  # queued and due for more than stale_s / 2
+    assert not runner.overdue({**rec, "updated_at": job_queue.format_time(now)}, now, s)
+    running = {**rec, **job_queue.claim_fields(rec, "o", now - timedelta(seconds=20))}
+    assert not runner.overdue(running, now, s)  # running and fresh
+    assert runner.overdue(running, now + timedelta(seconds=15), s)
+    assert not runner.overdue({**rec, "status": "done"}, now, s)
