@@ -148,7 +148,7 @@ def _watchdog(
 ) -> tuple[str | None, Stored]:
     """recover() the record if it is stale; on any failure show it as read."""
     try:
-        action, after = recover(store, doorbell, stored, settings, now)  # type: ignore[arg-type]
+        action, after = recover(store, doorbell, stored, settings, now)
     except Exception as exc:  # best effort: a read must answer even if the write fails
         log(
             "WARNING",
