@@ -1,0 +1,97 @@
+# APIs, identities of Google's service agents, and the names and settings everything
+# else is built from.
+
+locals {
+  apis = toset([
+    "artifactregistry.googleapis.com",
+    "cloudbuild.googleapis.com",
+    "cloudfunctions.googleapis.com",
+    "cloudresourcemanager.googleapis.com",
+    "cloudscheduler.googleapis.com",
+    "iam.googleapis.com",
+    "logging.googleapis.com",
+    "pubsub.googleapis.com",
+    "run.googleapis.com",
+    "storage.googleapis.com",
+  ])
+
+  # Names agreed in docs/CONTRACTS.md (the local launcher uses the same ones).
+  topics = {
+    jobs        = "${var.name_prefix}-jobs"
+    uploads     = "${var.name_prefix}-uploads"
+    dead_letter = "${var.name_prefix}-dead-letter"
+  }
+  subscriptions = {
+    claim            = "${var.name_prefix}-claim"
+    submit_upload    = "${var.name_prefix}-submit-upload"
+    dead_letter_hold = "${var.name_prefix}-dead-letter-hold"
+  }
+  # Bucket names are global: scope them by project.
+  buckets = {
+    records = "${var.project_id}-${var.name_prefix}-records"
+    uploads = "${var.project_id}-${var.name_prefix}-uploads"
+    sources = "${var.project_id}-${var.name_prefix}-sources"
+  }
+
+  # Every variable shared/config.py ENV_VARS declares, and nothing else
+  # (tests/terraform/test_config.py reads that list from the code).
+  reclaim_env = {
+    RECLAIM_PROJECT                    = var.project_id
+    RECLAIM_RECORDS_BUCKET             = local.buckets.records
+    RECLAIM_JOBS_TOPIC                 = local.topics.jobs
+    RECLAIM_MAX_CONCURRENT             = tostring(local.functions.claim.concurrency)
+    RECLAIM_STALE_SECONDS              = tostring(var.queue.stale_seconds)
+    RECLAIM_MAX_ATTEMPTS               = tostring(var.queue.max_attempts)
+    RECLAIM_BACKOFF_BASE_SECONDS       = tostring(var.queue.backoff_base_seconds)
+    RECLAIM_BACKOFF_MAX_SECONDS        = tostring(var.queue.backoff_max_seconds)
+    RECLAIM_CLOCK_SKEW_SECONDS         = tostring(var.queue.clock_skew_seconds)
+    RECLAIM_MIN_WRITE_INTERVAL_SECONDS = tostring(var.queue.min_write_interval_seconds)
+    RECLAIM_SWEEP_MAX_JOBS             = tostring(var.queue.sweep_max_jobs)
+    RECLAIM_SWEEP_MAX_SECONDS          = tostring(var.queue.sweep_max_seconds)
+    RECLAIM_DRAIN_MAX_JOBS             = tostring(var.queue.drain_max_jobs)
+    RECLAIM_MAX_BODY_BYTES             = tostring(var.queue.max_body_bytes)
+    RECLAIM_MAX_BATCH_JOBS             = tostring(var.queue.max_batch_jobs)
+    RECLAIM_LOG_LEVEL                  = var.queue.log_level
+  }
+
+  # The entry points of docs/CONTRACTS.md: source folder, target, sizing.
+  functions = {
+    submit        = merge(var.submit_function, { source = "submit", entry_point = "submit" })
+    submit_upload = merge(var.submit_upload_function, { source = "submit", entry_point = "submit_upload" })
+    claim         = merge(var.claim_function, { source = "claim", entry_point = "claim" })
+    sweep         = merge(var.sweep_function, { source = "sweep", entry_point = "sweep" })
+  }
+  # Pushed functions: the subscription that feeds each, and its topic.
+  pushes = {
+    claim = {
+      subscription = local.subscriptions.claim
+      topic        = "jobs"
+      settings     = var.claim_push
+    }
+    submit_upload = {
+      subscription = local.subscriptions.submit_upload
+      topic        = "uploads"
+      settings     = var.submit_upload_push
+    }
+  }
+
+  pubsub_agent = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+  gcs_agent    = "serviceAccount:${data.google_storage_project_service_account.this.email_address}"
+}
+
+resource "google_project_service" "enabled" {
+  for_each = local.apis
+
+  project            = var.project_id
+  service            = each.value
+  disable_on_destroy = false
+}
+
+data "google_project" "this" {
+  project_id = var.project_id
+}
+
+data "google_storage_project_service_account" "this" {
+  project    = var.project_id
+  depends_on = [google_project_service.enabled]
+}

@@ -1,0 +1,47 @@
+output "submit_url" {
+  description = "POST /jobs and GET /jobs/<id> here, with an identity token."
+  value       = google_cloudfunctions2_function.fn["submit"].service_config[0].uri
+}
+
+output "function_urls" {
+  description = "Cloud Run URL of every function."
+  value       = { for k, f in google_cloudfunctions2_function.fn : k => f.service_config[0].uri }
+}
+
+output "records_bucket" {
+  description = "The queue: jobs/, pending/, batches/, outputs/."
+  value       = google_storage_bucket.records.name
+}
+
+output "uploads_bucket" {
+  description = "Drop a file here and it becomes a job."
+  value       = google_storage_bucket.uploads.name
+}
+
+output "topics" {
+  description = "Topic ids: jobs (doorbells), uploads (GCS notifications), dead_letter."
+  value       = { for k, t in google_pubsub_topic.topics : k => t.name }
+}
+
+output "dead_letter_subscription" {
+  description = "Pull subscription that holds what was dead-lettered."
+  value       = google_pubsub_subscription.dead_letter_hold.name
+}
+
+output "service_accounts" {
+  description = "Runtime SA of each function, and the invoker and build SAs."
+  value = merge(
+    { for k, sa in google_service_account.fn : k => sa.email },
+    { invoker = google_service_account.invoker.email, builder = google_service_account.builder.email },
+  )
+}
+
+output "example_curl" {
+  description = "Submit a demo job as yourself (you must be in submit_invokers)."
+  value       = <<-EOT
+    curl -sS -X POST "${google_cloudfunctions2_function.fn["submit"].service_config[0].uri}/jobs" \
+      -H "Authorization: Bearer $(gcloud auth print-identity-token)" \
+      -H "Content-Type: application/json" \
+      -d '{"pipeline": "demo", "payload": {}}'
+  EOT
+}

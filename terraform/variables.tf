@@ -1,0 +1,242 @@
+# Inputs, alphabetical. Defaults of `queue` mirror shared/config.py ENV_VARS
+# (tests/terraform checks both the names and the defaults).
+
+variable "claim_function" {
+  description = "Sizing of claim. concurrency is also RECLAIM_MAX_CONCURRENT and THREADS; >1 needs cpu >= 1."
+  type = object({
+    concurrency     = optional(number, 4)
+    cpu             = optional(string, "1")
+    memory          = optional(string, "1Gi")
+    timeout_seconds = optional(number, 1800)
+    min_instances   = optional(number, 0)
+    max_instances   = optional(number, 10)
+  })
+  default = {}
+  validation {
+    condition     = var.claim_function.timeout_seconds >= 10 && var.claim_function.timeout_seconds <= 3600
+    error_message = "claim_function.timeout_seconds must be 10..3600 (gen2 HTTP functions run at most 60 min)."
+  }
+}
+
+variable "claim_push" {
+  description = "Push subscription reclaim-claim: ack deadline (= HTTP timeout of a push), backoff, dead-letter."
+  type = object({
+    ack_deadline_seconds  = optional(number, 600)
+    minimum_backoff       = optional(string, "10s")
+    maximum_backoff       = optional(string, "600s")
+    max_delivery_attempts = optional(number, 20)
+  })
+  default = {}
+  validation {
+    condition     = var.claim_push.ack_deadline_seconds >= 10 && var.claim_push.ack_deadline_seconds <= 600
+    error_message = "claim_push.ack_deadline_seconds must be 10..600."
+  }
+  validation {
+    condition     = var.claim_push.max_delivery_attempts >= 5 && var.claim_push.max_delivery_attempts <= 100
+    error_message = "claim_push.max_delivery_attempts must be 5..100."
+  }
+  validation {
+    condition     = can(regex("^[0-9]+(\\.[0-9]+)?s$", var.claim_push.minimum_backoff)) && can(regex("^[0-9]+(\\.[0-9]+)?s$", var.claim_push.maximum_backoff))
+    error_message = "claim_push backoffs are durations like \"10s\"."
+  }
+}
+
+variable "dead_letter_retention" {
+  description = "How long reclaim-dead-letter-hold keeps what was dead-lettered (max 31 days)."
+  type        = string
+  default     = "2678400s"
+  validation {
+    condition     = can(regex("^[0-9]+s$", var.dead_letter_retention)) && try(tonumber(trimsuffix(var.dead_letter_retention, "s")) >= 600 && tonumber(trimsuffix(var.dead_letter_retention, "s")) <= 2678400, false)
+    error_message = "dead_letter_retention must be \"600s\"..\"2678400s\"."
+  }
+}
+
+variable "force_destroy_buckets" {
+  description = "Let `terraform destroy` delete non-empty buckets (records included). Off: data outlives the stack."
+  type        = bool
+  default     = false
+}
+
+variable "labels" {
+  description = "Labels added to every labelled resource."
+  type        = map(string)
+  default     = {}
+}
+
+variable "name_prefix" {
+  description = "Prefix of every resource name; the default gives the names in docs/CONTRACTS.md."
+  type        = string
+  default     = "reclaim"
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{2,14}[a-z0-9]$", var.name_prefix))
+    error_message = "name_prefix: 4-16 chars, lowercase letters, digits and '-', starting with a letter."
+  }
+}
+
+variable "noncurrent_retention_days" {
+  description = "Days an overwritten or deleted object version is kept (versioning is on in every bucket)."
+  type        = number
+  default     = 7
+  validation {
+    condition     = var.noncurrent_retention_days >= 1
+    error_message = "noncurrent_retention_days must be >= 1."
+  }
+}
+
+variable "project_id" {
+  description = "The GCP project to deploy into."
+  type        = string
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{4,28}[a-z0-9]$", var.project_id))
+    error_message = "project_id must be a GCP project id (6-30 chars, lowercase, digits, '-')."
+  }
+}
+
+variable "queue" {
+  description = "Queue tuning, passed to every function as RECLAIM_* (see shared/config.py for meanings)."
+  type = object({
+    stale_seconds              = optional(number, 120)
+    max_attempts               = optional(number, 3)
+    backoff_base_seconds       = optional(number, 5)
+    backoff_max_seconds        = optional(number, 300)
+    clock_skew_seconds         = optional(number, 300)
+    min_write_interval_seconds = optional(number, 1.0)
+    sweep_max_jobs             = optional(number, 1000)
+    sweep_max_seconds          = optional(number, 45)
+    drain_max_jobs             = optional(number, 3)
+    max_body_bytes             = optional(number, 1048576)
+    max_batch_jobs             = optional(number, 1000)
+    log_level                  = optional(string, "INFO")
+  })
+  default = {}
+  validation {
+    condition     = var.queue.stale_seconds >= 3 && var.queue.max_attempts >= 1 && var.queue.sweep_max_jobs >= 1 && var.queue.max_body_bytes >= 1 && var.queue.max_batch_jobs >= 1 && var.queue.drain_max_jobs >= 0
+    error_message = "queue: stale_seconds >= 3, max_attempts/sweep_max_jobs/max_body_bytes/max_batch_jobs >= 1, drain_max_jobs >= 0."
+  }
+  validation {
+    condition     = var.queue.backoff_base_seconds >= 0 && var.queue.backoff_max_seconds >= var.queue.backoff_base_seconds
+    error_message = "queue: 0 <= backoff_base_seconds <= backoff_max_seconds."
+  }
+  validation {
+    condition     = contains(["DEBUG", "INFO", "WARNING", "ERROR"], var.queue.log_level)
+    error_message = "queue.log_level must be DEBUG, INFO, WARNING or ERROR."
+  }
+}
+
+variable "region" {
+  description = "Region of the functions, the scheduler job and the buckets."
+  type        = string
+  default     = "us-central1"
+  validation {
+    condition     = can(regex("^[a-z]+-[a-z]+[0-9]$", var.region))
+    error_message = "region must be a GCP region such as us-central1."
+  }
+}
+
+variable "retention_days" {
+  description = "Days finished work is kept, per terminal state (see README: record expiry via custom time)."
+  type = object({
+    done      = optional(number, 30)
+    failed    = optional(number, 90)
+    cancelled = optional(number, 30)
+  })
+  default = {}
+  validation {
+    condition     = alltrue([for d in values(var.retention_days) : d >= 1 && d == floor(d)])
+    error_message = "retention_days values must be whole days >= 1."
+  }
+}
+
+variable "submit_function" {
+  description = "Sizing of submit (HTTP POST /jobs, GET /jobs/<id>)."
+  type = object({
+    concurrency     = optional(number, 16)
+    cpu             = optional(string, "1")
+    memory          = optional(string, "512Mi")
+    timeout_seconds = optional(number, 60)
+    min_instances   = optional(number, 0)
+    max_instances   = optional(number, 10)
+  })
+  default = {}
+}
+
+variable "submit_invokers" {
+  description = "Principals allowed to call submit (user:, group:, serviceAccount:, domain:). Never public."
+  type        = list(string)
+  default     = []
+  validation {
+    condition     = alltrue([for m in var.submit_invokers : can(regex("^(user|group|serviceAccount|domain):[^ ]+$", m))])
+    error_message = "submit_invokers entries must be user:, group:, serviceAccount: or domain: members (allUsers and allAuthenticatedUsers are refused)."
+  }
+}
+
+variable "submit_upload_function" {
+  description = "Sizing of submit_upload (push target of reclaim-submit-upload)."
+  type = object({
+    concurrency     = optional(number, 16)
+    cpu             = optional(string, "1")
+    memory          = optional(string, "512Mi")
+    timeout_seconds = optional(number, 60)
+    min_instances   = optional(number, 0)
+    max_instances   = optional(number, 10)
+  })
+  default = {}
+}
+
+variable "submit_upload_push" {
+  description = "Push subscription reclaim-submit-upload: ack deadline, backoff, dead-letter."
+  type = object({
+    ack_deadline_seconds  = optional(number, 60)
+    minimum_backoff       = optional(string, "10s")
+    maximum_backoff       = optional(string, "600s")
+    max_delivery_attempts = optional(number, 20)
+  })
+  default = {}
+  validation {
+    condition     = var.submit_upload_push.ack_deadline_seconds >= 10 && var.submit_upload_push.ack_deadline_seconds <= 600
+    error_message = "submit_upload_push.ack_deadline_seconds must be 10..600."
+  }
+  validation {
+    condition     = var.submit_upload_push.max_delivery_attempts >= 5 && var.submit_upload_push.max_delivery_attempts <= 100
+    error_message = "submit_upload_push.max_delivery_attempts must be 5..100."
+  }
+}
+
+variable "sweep_function" {
+  description = "Sizing of sweep (Cloud Scheduler POST). timeout_seconds is also the scheduler attempt deadline."
+  type = object({
+    concurrency     = optional(number, 1)
+    cpu             = optional(string, "1")
+    memory          = optional(string, "512Mi")
+    timeout_seconds = optional(number, 120)
+    min_instances   = optional(number, 0)
+    max_instances   = optional(number, 2)
+  })
+  default = {}
+  validation {
+    condition     = var.sweep_function.timeout_seconds >= 15 && var.sweep_function.timeout_seconds <= 1800
+    error_message = "sweep_function.timeout_seconds must be 15..1800 (Cloud Scheduler HTTP attempt deadline range)."
+  }
+}
+
+variable "sweep_schedule" {
+  description = "Cron schedule of the sweep (requeues jobs whose owner went silent)."
+  type        = string
+  default     = "* * * * *"
+  validation {
+    condition     = length(split(" ", trimspace(var.sweep_schedule))) == 5
+    error_message = "sweep_schedule must be a 5-field cron expression."
+  }
+}
+
+variable "sweep_time_zone" {
+  description = "Time zone of sweep_schedule (tz database name)."
+  type        = string
+  default     = "Etc/UTC"
+}
+
+variable "uploads_prefix" {
+  description = "Only uploads whose name starts with this prefix become jobs (\"\" = all)."
+  type        = string
+  default     = ""
+}

@@ -1,0 +1,318 @@
+"""Properties of terraform/ read with python-hcl2: identities, least privilege,
+push subscriptions, hardened buckets, archives, env vars from the code, timing."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import functions_framework
+import pytest
+from tfhcl import (
+    ROOT,
+    all_text,
+    block,
+    config,
+    optional_defaults,
+    resources,
+    unquote,
+    variable_default,
+)
+
+from shared.config import ENV_VARS
+
+FUNCTIONS = {  # docs/CONTRACTS.md: function -> (source folder, target)
+    "submit": ("submit", "submit"),
+    "submit_upload": ("submit", "submit_upload"),
+    "claim": ("claim", "claim"),
+    "sweep": ("sweep", "sweep"),
+}
+PUSHED = {"claim": "jobs", "submit_upload": "uploads"}
+PUBLIC = ("allUsers", "allAuthenticatedUsers")
+
+
+def _locals() -> dict:
+    return config()["locals"]
+
+
+def _fn() -> dict:
+    return resources("google_cloudfunctions2_function")["fn"]
+
+
+def _framework_env_vars() -> set[str]:
+    """Env vars functions-framework's gunicorn server reads that we must set: THREADS."""
+    source = Path(functions_framework.__file__).parent / "_http" / "gunicorn.py"
+    read = set()
+    for node in ast.walk(ast.parse(source.read_text())):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+        ):
+            read.add(node.args[0].value)
+    assert "THREADS" in read, "functions-framework no longer reads THREADS; revisit functions.tf"
+    return {"THREADS"}
+
+
+# --- functions and their identities ---------------------------------------------------
+
+
+def test_the_four_entry_points_match_the_contract() -> None:
+    funcs = _locals()["functions"]
+    assert set(funcs) == set(FUNCTIONS)
+    for name, (folder, target) in FUNCTIONS.items():
+        expr = unquote(funcs[name])
+        assert f'source = "{folder}"' in expr and f'entry_point = "{target}"' in expr, expr
+        assert (ROOT / "functions" / folder).is_dir()
+    fn = _fn()
+    assert unquote(fn["for_each"]) == "local.functions"
+    build = block(fn, "build_config")
+    assert unquote(build["entry_point"]) == "each.value.entry_point"
+    assert re.fullmatch(r"python3(1[1-9])", unquote(build["runtime"]))
+
+
+def test_each_function_runs_as_its_own_service_account() -> None:
+    sas = resources("google_service_account")
+    assert unquote(sas["fn"]["for_each"]) == "local.functions"
+    service = block(_fn(), "service_config")
+    assert unquote(service["service_account_email"]) == "google_service_account.fn[each.key].email"
+    # account ids differ per function and from the invoker / builder accounts
+    ids = {
+        unquote(sas["fn"]["account_id"]),
+        *(unquote(sas[k]["account_id"]) for k in ("invoker", "builder")),
+    }
+    assert len(ids) == 3 and "each.key" in unquote(sas["fn"]["account_id"])
+    build = block(_fn(), "build_config")
+    assert unquote(build["service_account"]) == "google_service_account.builder.id"
+
+
+def test_env_vars_are_exactly_what_the_code_reads() -> None:
+    reclaim_env = _locals()["reclaim_env"]
+    assert set(reclaim_env) == {v.name for v in ENV_VARS}
+    service = block(_fn(), "service_config")
+    expr = unquote(service["environment_variables"])
+    m = re.fullmatch(r"merge\(local\.reclaim_env, \{(.*)\}\)", expr)
+    assert m, f"every function gets reclaim_env plus framework vars, got {expr}"
+    extra = set(re.findall(r"(\w+)\s*=", m.group(1)))
+    assert extra == _framework_env_vars()
+
+
+def test_concurrency_drives_threads_max_concurrent_and_needs_a_cpu() -> None:
+    service = block(_fn(), "service_config")
+    assert unquote(service["max_instance_request_concurrency"]) == "each.value.concurrency"
+    assert "THREADS = tostring(each.value.concurrency)" in unquote(service["environment_variables"])
+    assert unquote(service["available_cpu"]) == "each.value.cpu"
+    assert (
+        unquote(_locals()["reclaim_env"]["RECLAIM_MAX_CONCURRENT"])
+        == "tostring(local.functions.claim.concurrency)"
+    )
+    conditions = [unquote(p["condition"]) for p in block(_fn(), "lifecycle")["precondition"]]
+    assert "each.value.concurrency == 1 || tonumber(each.value.cpu) >= 1" in conditions
+    for var in ("submit_function", "submit_upload_function", "claim_function", "sweep_function"):
+        d = optional_defaults(var)
+        assert d["concurrency"] == 1 or float(d["cpu"]) >= 1, var
+        assert 0 <= d["min_instances"] <= d["max_instances"], var
+
+
+def test_queue_defaults_equal_the_code_defaults() -> None:
+    tf = optional_defaults("queue")
+    code = {v.field: v.default for v in ENV_VARS}
+    for field, value in tf.items():
+        assert field in code, f"queue.{field} is not a setting of shared/config.py"
+        expected = code[field]
+        got = value if isinstance(value, str) else float(value)
+        want = expected if isinstance(value, str) else float(expected)
+        assert got == want, f"queue.{field}: terraform {value!r}, code {expected!r}"
+    # the rest are names terraform derives (project, bucket, topic) or claim's concurrency
+    assert set(code) - set(tf) == {"project", "records_bucket", "jobs_topic", "max_concurrent"}
+    assert optional_defaults("claim_function")["concurrency"] == float(
+        next(v.default for v in ENV_VARS if v.name == "RECLAIM_MAX_CONCURRENT")
+    )
+
+
+def test_timeouts_and_ack_deadlines_are_consistent() -> None:
+    for fn_name, topic in PUSHED.items():
+        push = optional_defaults(f"{fn_name}_push")
+        fn = optional_defaults(f"{fn_name}_function")
+        assert 10 <= push["ack_deadline_seconds"] <= 600
+        assert fn["timeout_seconds"] >= push["ack_deadline_seconds"], fn_name
+        assert unquote(_locals()["pushes"][fn_name]["topic"]) == topic
+    assert optional_defaults("claim_function")["timeout_seconds"] <= 3600  # gen2 HTTP max
+    conditions = [unquote(p["condition"]) for p in block(_fn(), "lifecycle")["precondition"]]
+    assert any("ack_deadline_seconds" in c and "timeout_seconds >=" in c for c in conditions)
+    # the sweep's own budget fits in its timeout, which is the scheduler's deadline
+    sweep = optional_defaults("sweep_function")
+    assert optional_defaults("queue")["sweep_max_seconds"] < sweep["timeout_seconds"]
+    job = resources("google_cloud_scheduler_job")["sweep"]
+    assert unquote(job["attempt_deadline"]) == "${local.functions.sweep.timeout_seconds}s"
+
+
+# --- Pub/Sub ------------------------------------------------------------------------
+
+
+def test_default_names_are_the_contract_names() -> None:
+    prefix = unquote(variable_default("name_prefix"))
+    names = {
+        k: unquote(v).replace("${var.name_prefix}", prefix)
+        for part in ("topics", "subscriptions")
+        for k, v in _locals()[part].items()
+    }
+    assert names == {
+        "jobs": "reclaim-jobs",
+        "uploads": "reclaim-uploads",
+        "dead_letter": "reclaim-dead-letter",
+        "claim": "reclaim-claim",
+        "submit_upload": "reclaim-submit-upload",
+        "dead_letter_hold": "reclaim-dead-letter-hold",
+    }
+
+
+def test_every_push_subscription_has_oidc_retry_dead_letter_and_never_expires() -> None:
+    subs = resources("google_pubsub_subscription")
+    push = subs["push"]
+    assert unquote(push["for_each"]) == "local.pushes"
+    assert set(_locals()["pushes"]) == set(PUSHED)
+    cfg = block(push, "push_config")
+    oidc = block(cfg, "oidc_token")
+    assert unquote(oidc["service_account_email"]) == "google_service_account.invoker.email"
+    assert "service_config[0].uri" in unquote(oidc["audience"])
+    assert unquote(cfg["push_endpoint"]).endswith(
+        "/projects/${var.project_id}/topics/${google_pubsub_topic.topics[each.value.topic].name}"
+    )
+    assert set(block(push, "retry_policy")) == {"minimum_backoff", "maximum_backoff"}
+    dlp = block(push, "dead_letter_policy")
+    assert unquote(dlp["dead_letter_topic"]) == 'google_pubsub_topic.topics["dead_letter"].id'
+    assert unquote(block(push, "expiration_policy")["ttl"]) == ""
+    assert unquote(push["ack_deadline_seconds"]) == "each.value.settings.ack_deadline_seconds"
+    # every subscription other than the pushes is the pull hold of the dead-letter topic
+    hold = subs["dead_letter_hold"]
+    assert set(subs) == {"push", "dead_letter_hold"} and "push_config" not in hold
+    assert unquote(hold["topic"]) == 'google_pubsub_topic.topics["dead_letter"].id'
+    assert unquote(block(hold, "expiration_policy")["ttl"]) == ""
+
+
+def test_uploads_bucket_notifies_the_uploads_topic() -> None:
+    note = resources("google_storage_notification")["uploads"]
+    assert unquote(note["bucket"]) == "google_storage_bucket.uploads.name"
+    assert unquote(note["topic"]) == 'google_pubsub_topic.topics["uploads"].id'
+    assert unquote(note["payload_format"]) == "JSON_API_V1"
+
+
+# --- storage --------------------------------------------------------------------------
+
+
+def test_buckets_are_hardened() -> None:
+    buckets = resources("google_storage_bucket")
+    assert set(buckets) == {"records", "uploads", "sources"}
+    for name, b in buckets.items():
+        assert b["uniform_bucket_level_access"] is True, name
+        assert unquote(b["public_access_prevention"]) == "enforced", name
+        assert block(b, "versioning")["enabled"] is True, name
+    assert buckets["records"]["name"] != buckets["uploads"]["name"]
+
+
+def test_retention_never_deletes_a_pending_record() -> None:
+    rules = [
+        block(r, "condition")
+        for r in resources("google_storage_bucket")["records"]["lifecycle_rule"]
+    ]
+    for cond in rules:
+        prefixes = cond.get("matches_prefix", [])
+        # pending/ markers are never a lifecycle target; jobs/ only by custom time,
+        # which the store sets on terminal records alone.
+        assert not any("pending/" in p for p in prefixes)
+        if any("jobs/" in p for p in prefixes):
+            assert "age" not in cond and "days_since_custom_time" in cond
+
+
+def test_archives_hold_the_function_folder_and_shared() -> None:
+    archives = unquote(_locals()["archives"])
+    assert '"shared/${f}"' in archives and "functions/${src}" in archives
+    assert '"requirements.txt"' in archives
+    obj = resources("google_storage_bucket_object")["source"]
+    assert "output_sha256" in unquote(obj["name"]), "archives must be named by content hash"
+
+
+# --- IAM --------------------------------------------------------------------------------
+
+
+def _iam_members() -> dict[str, dict]:
+    out = {}
+    for rtype, named in config()["resource"].items():
+        if rtype.endswith(("_iam_binding", "_iam_policy")):
+            pytest.fail(f"{rtype}: authoritative IAM would drop grants made outside terraform")
+        if rtype.endswith("_iam_member"):
+            out.update({f"{rtype}.{n}": b for n, b in named.items()})
+    return out
+
+
+def test_no_public_members_anywhere() -> None:
+    for addr, b in _iam_members().items():
+        assert not any(p in unquote(b["member"]) for p in PUBLIC), addr
+    validation = config()["variable"]["submit_invokers"]["validation"][0]
+    regex = re.search(r'regex\("(.*?)", m\)', unquote(validation["condition"]))
+    assert regex, "submit_invokers must be validated"
+    pattern = regex.group(1).replace("\\\\", "\\")
+    assert re.search(pattern, "user:me@example.com")
+    assert not any(re.search(pattern, p) for p in PUBLIC)
+
+
+def test_grants_sit_on_resources_not_the_project() -> None:
+    members = _iam_members()
+    project_level = {a: b for a, b in members.items() if a.startswith("google_project_iam_member.")}
+    # the only one: build logs, which have no narrower grant point
+    assert list(project_level) == ["google_project_iam_member.builder_writes_logs"]
+    assert unquote(project_level["google_project_iam_member.builder_writes_logs"]["role"]) == (
+        "roles/logging.logWriter"
+    )
+    for addr, b in members.items():
+        role = unquote(b["role"])
+        assert not role.endswith((".admin", "/owner", "/editor")), f"{addr}: {role}"
+
+
+def test_service_agents_get_exactly_what_the_issue_lists() -> None:
+    m = _iam_members()
+    token = m["google_service_account_iam_member.pubsub_agent_mints_invoker_tokens"]
+    assert unquote(token["service_account_id"]) == "google_service_account.invoker.name"
+    assert unquote(token["member"]) == "local.pubsub_agent"
+    dl = m["google_pubsub_topic_iam_member.pubsub_agent_dead_letters"]
+    assert (unquote(dl["topic"]), unquote(dl["role"])) == (
+        'google_pubsub_topic.topics["dead_letter"].name',
+        "roles/pubsub.publisher",
+    )
+    ack = m["google_pubsub_subscription_iam_member.pubsub_agent_acks_dead_letters"]
+    assert unquote(ack["role"]) == "roles/pubsub.subscriber"
+    assert unquote(ack["subscription"]) == "google_pubsub_subscription.push[each.key].name"
+    gcs = m["google_pubsub_topic_iam_member.gcs_agent_publishes_uploads"]
+    assert (unquote(gcs["topic"]), unquote(gcs["member"])) == (
+        'google_pubsub_topic.topics["uploads"].name',
+        "local.gcs_agent",
+    )
+    # the Pub/Sub agent appears in no other grant
+    agent_grants = [a for a, b in m.items() if unquote(b["member"]) == "local.pubsub_agent"]
+    assert len(agent_grants) == 3
+
+
+def test_invoker_calls_only_the_internal_functions_and_scheduler_uses_oidc() -> None:
+    inv = resources("google_cloud_run_v2_service_iam_member")["invoker"]
+    assert unquote(inv["for_each"]) == 'toset(["claim", "submit_upload", "sweep"])'
+    assert unquote(inv["role"]) == "roles/run.invoker"
+    job = resources("google_cloud_scheduler_job")["sweep"]
+    target = block(job, "http_target")
+    assert unquote(target["http_method"]) == "POST"
+    assert (
+        unquote(target["uri"])
+        == 'google_cloudfunctions2_function.fn["sweep"].service_config[0].uri'
+    )
+    oidc = block(target, "oidc_token")
+    assert unquote(oidc["service_account_email"]) == "google_service_account.invoker.email"
+
+
+def test_checkov_skips_all_carry_a_reason() -> None:
+    skips = re.findall(r"checkov:skip=([A-Z_0-9]+)(?::(.*))?", all_text())
+    assert skips, "expected the documented skips"
+    for check, reason in skips:
+        assert reason and len(reason.strip()) >= 40, f"{check} is skipped without a real reason"
