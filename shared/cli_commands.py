@@ -60,13 +60,13 @@ class Context:
     def store(self) -> Any:
         from google.api_core import exceptions as gexc
 
-        from shared.storage import get_store
+        from shared import storage
 
         _check_reachable("STORAGE_EMULATOR_HOST", "storage emulator")
-        store = get_store(self.settings)
+        store = storage.get_store(self.settings)
         try:
             store.list_pending(limit=1)  # one cheap call: credentials and bucket exist
-        except gexc.NotFound:
+        except (gexc.NotFound, storage.NotFound):  # a listing only 404s for a missing bucket
             raise CliError(
                 f"records bucket {self.settings.records_bucket!r} does not exist "
                 "(set --bucket or RECLAIM_RECORDS_BUCKET; `make dev` creates reclaim-records)",
@@ -151,6 +151,8 @@ def _explain_queue(exc: BaseException) -> tuple[str, int] | None:
         return f"unknown job: {exc}", EXIT_USAGE
     if isinstance(exc, storage.LostRace):
         return str(exc), EXIT_UNAVAILABLE
+    if isinstance(exc, storage.Unavailable):
+        return f"Cloud Storage unavailable: {exc}", EXIT_UNAVAILABLE
     if isinstance(exc, ConfigError):
         return str(exc), EXIT_USAGE
     return None
@@ -367,23 +369,24 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _pull(subscriber: Any, path: str, most: int) -> Iterator[Any]:
-    """Synchronous pulls until `most` messages or an empty answer."""
+    """Synchronous pulls until `most` messages, or an answer short of what was asked
+    (the backlog is drained, or Pub/Sub has no more to give right now)."""
     from google.api_core import exceptions as gexc
 
     got = 0
     while got < most:
+        asked = min(most - got, 1000)
         try:
             response = subscriber.pull(
-                request={"subscription": path, "max_messages": min(most - got, 1000)},
-                timeout=_PULL_TIMEOUT_S,
+                request={"subscription": path, "max_messages": asked}, timeout=_PULL_TIMEOUT_S
             )
         except gexc.DeadlineExceeded:
             return  # nothing arrived within the timeout: the subscription is empty
-        if not response.received_messages:
-            return
         for received in response.received_messages:
             got += 1
             yield received
+        if len(response.received_messages) < asked:
+            return
 
 
 def _dead_letter(received: Any) -> cli_ops.DeadLetter:
