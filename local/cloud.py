@@ -35,7 +35,14 @@ from typing import Any
 from local import wiring
 from local.balancer import Balancer
 from local.gcs import start_fake_gcs
-from local.procs import free_port, signal_group, spawn, stop, wait_for_port
+from local.procs import (
+    free_port,
+    signal_group,
+    spawn,
+    stop,
+    wait_for_port,
+    wait_group_stopped,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEDULER_USER_AGENT = "Google-Cloud-Scheduler"
@@ -351,13 +358,15 @@ class LocalCloud:
         inst = self._instance(index)
         if unroute:
             self.balancer.remove(index)
-        signal_group(inst.proc, signal.SIGSTOP)
+        if signal_group(inst.proc, signal.SIGSTOP):
+            wait_group_stopped(inst.proc.pid, True)
         inst.paused = True
 
     def resume_claim(self, index: int) -> None:
         """Wake instance `index` (SIGCONT) and route to it again."""
         inst = self._instance(index)
-        signal_group(inst.proc, signal.SIGCONT)
+        if signal_group(inst.proc, signal.SIGCONT):
+            wait_group_stopped(inst.proc.pid, False)
         inst.paused = False
         if inst.proc.poll() is None:
             self.balancer.add(index, self.config.host, inst.port)

@@ -83,7 +83,23 @@ def signal_group(proc: subprocess.Popen[bytes], sig: int) -> bool:
 
 def group_pids(pgid: int) -> list[int]:
     """Live (non-zombie) processes of a process group, read from /proc (Linux)."""
-    found = []
+    return list(_group_states(pgid))
+
+
+def wait_group_stopped(pgid: int, stopped: bool = True, timeout: float = 5.0) -> None:
+    """Signals arrive asynchronously: block until every member is (or no member
+    is) stopped, so a caller of SIGSTOP/SIGCONT can rely on the new state."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = _group_states(pgid).values()
+        if all((st in "Tt") == stopped for st in states):
+            return
+        time.sleep(0.01)
+    raise TimeoutError(f"group {pgid} did not {'stop' if stopped else 'continue'} in {timeout}s")
+
+
+def _group_states(pgid: int) -> dict[int, str]:
+    found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -94,7 +110,7 @@ def group_pids(pgid: int) -> list[int]:
             continue
         fields = stat[stat.rfind(")") + 2 :].split()
         if fields and fields[0] != "Z" and int(fields[2]) == pgid:
-            found.append(int(entry))
+            found[int(entry)] = fields[0]
     return found
 
 

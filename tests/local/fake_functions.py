@@ -21,6 +21,7 @@ _lock = threading.Lock()
 def _seen(request: flask.Request) -> dict[str, Any]:
     return {
         "pid": os.getpid(),
+        "pgid": os.getpgrp(),  # = the instance's pid as the launcher knows it
         "service": os.environ.get("K_SERVICE"),
         "revision": os.environ.get("K_REVISION"),
         "method": request.method,

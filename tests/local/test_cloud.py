@@ -1,0 +1,366 @@
+"""LocalCloud end to end, with throwaway functions (fake_functions.py) standing in
+for the real ones: notifications, push wiring, the scheduler tick, parallel
+requests, the claim balancer under kills and pauses, and a clean stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from local import wiring
+from local.cloud import DEFAULT_FUNCTIONS, ROOT, FunctionSpec, LocalCloud
+from local.procs import free_port, group_pids, spawn, stop, wait_for_port
+
+FAKE = "tests/local/fake_functions.py"
+FAKES = {name: FunctionSpec(FAKE, "echo") for name in DEFAULT_FUNCTIONS}
+
+
+def _get(url: str, timeout: float = 20) -> tuple[int, dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+def _wait_for(what: str, fn: Callable[[], Any], timeout: float = 30) -> Any:
+    """Poll fn until it returns something truthy (a deadline, not a timing claim)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"never saw {what} within {timeout}s")
+
+
+def _seen(out_dir: Path, service: str) -> list[dict[str, Any]]:
+    path = out_dir / f"{service}.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    return stat[stat.rfind(")") + 2]
+
+
+@pytest.fixture(scope="module")
+def out_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("seen")
+
+
+@pytest.fixture(scope="module")
+def cloud(out_dir: Path) -> Iterator[LocalCloud]:
+    with LocalCloud.for_tests(
+        functions=FAKES,
+        function_env={"FAKE_OUT_DIR": str(out_dir)},
+        sweep_interval_seconds=0.5,
+        claim_instances=2,
+        max_concurrent=4,
+    ) as c:
+        yield c
+
+
+def test_functions_get_their_environment(cloud: LocalCloud):
+    status, seen = _get(cloud.endpoints["submit"] + "/jobs/x")
+    assert status == 200 and seen["path"] == "/jobs/x"
+    assert seen["threads"] == "8"  # max_concurrent + 4
+    assert seen["storage"] == cloud.gcs_url
+    assert seen["project"] == cloud.config.topology.project
+
+
+def test_upload_publishes_a_notification(cloud: LocalCloud):
+    t = cloud.config.topology
+    pub, sub = wiring.pubsub_admin_clients(cloud.pubsub_host)
+    sub_path = t.subscription_path(f"probe-{uuid.uuid4().hex[:8]}")
+    sub.create_subscription(
+        request={
+            "name": sub_path,
+            "topic": t.topic_path(t.uploads_topic),
+            "ack_deadline_seconds": 30,
+        }
+    )
+    storage = wiring.storage_client(cloud.gcs_url, t.project)
+    name = f"in/{uuid.uuid4().hex}.txt"
+    # a record write must NOT notify (only the uploads bucket does)
+    storage.bucket(t.records_bucket).blob(name).upload_from_string(b"record")
+    blob = storage.bucket(t.uploads_bucket).blob(name)
+    blob.upload_from_string(b"hello", if_generation_match=0)
+    blob.reload()
+    messages: list[Any] = []
+
+    def _pulled() -> Any:
+        resp = sub.pull(request={"subscription": sub_path, "max_messages": 10}, timeout=5)
+        messages.extend(m.message for m in resp.received_messages)
+        return [m for m in messages if m.attributes.get("objectId") == name]
+
+    (msg,) = _wait_for("the upload notification", _pulled)
+    a = msg.attributes
+    assert a["bucketId"] == t.uploads_bucket
+    assert a["objectGeneration"] == str(blob.generation)
+    assert a["eventType"] == "OBJECT_FINALIZE"
+    assert a["payloadFormat"] == "JSON_API_V1"
+    data = json.loads(msg.data)
+    assert (data["bucket"], data["name"]) == (t.uploads_bucket, name)
+    assert all(m.attributes.get("bucketId") == t.uploads_bucket for m in messages)
+    pub.transport.close()
+    sub.transport.close()
+
+
+def test_upload_is_pushed_to_submit_upload(cloud: LocalCloud, out_dir: Path):
+    t = cloud.config.topology
+    storage = wiring.storage_client(cloud.gcs_url, t.project)
+    name = f"push/{uuid.uuid4().hex}.bin"
+    storage.bucket(t.uploads_bucket).blob(name).upload_from_string(b"x")
+
+    def _arrived() -> list[dict[str, Any]]:
+        return [s for s in _seen(out_dir, "submit_upload") if name in s["body"]]
+
+    seen = _wait_for("the push to submit_upload", _arrived)[0]
+    # functions-framework builds the CloudEvent source from this path
+    assert seen["path"] == f"/projects/{t.project}/topics/{t.uploads_topic}"
+    envelope = json.loads(seen["body"])
+    assert envelope["subscription"] == t.subscription_path(wiring.SUBMIT_UPLOAD_SUBSCRIPTION)
+    assert envelope["message"]["attributes"]["objectId"] == name
+
+
+def test_doorbell_reaches_claim_through_the_balancer(cloud: LocalCloud, out_dir: Path):
+    t = cloud.config.topology
+    pub, sub = wiring.pubsub_admin_clients(cloud.pubsub_host)
+    job_id = f"job-{uuid.uuid4().hex}"
+    pub.publish(
+        request={
+            "topic": t.topic_path(t.jobs_topic),
+            "messages": [
+                {"data": json.dumps({"job_id": job_id}).encode(), "attributes": {"job_id": job_id}}
+            ],
+        }
+    )
+
+    def _arrived() -> list[dict[str, Any]]:
+        return [s for s in _seen(out_dir, "claim") if job_id in s["body"]]
+
+    seen = _wait_for("the doorbell push to claim", _arrived)[0]
+    assert seen["path"] == f"/projects/{t.project}/topics/{t.jobs_topic}"
+    assert seen["revision"].startswith("claim-local-")
+    envelope = json.loads(seen["body"])
+    assert envelope["subscription"] == t.subscription_path(wiring.CLAIM_SUBSCRIPTION)
+    pub.transport.close()
+    sub.transport.close()
+
+
+def test_scheduler_posts_to_sweep_like_cloud_scheduler(cloud: LocalCloud, out_dir: Path):
+    ticks = _wait_for("a scheduler tick", lambda: _seen(out_dir, "sweep"))
+    tick = ticks[0]
+    assert tick["method"] == "POST" and tick["user_agent"].startswith("Google-Cloud-Scheduler")
+    assert tick["content_type"] == "application/json"
+    assert isinstance(json.loads(tick["body"]), dict)
+    assert 200 in cloud.sweep_ticks
+
+
+def test_one_instance_serves_requests_in_parallel(cloud: LocalCloud):
+    """max_concurrent + 2 requests meet at a barrier inside ONE process: only
+    possible if they run at the same time (a serial server breaks the barrier)."""
+    url = cloud.claim_urls()[0]
+    parties = cloud.config.max_concurrent + 2
+    key = uuid.uuid4().hex
+    with ThreadPoolExecutor(parties) as pool:
+        results = list(
+            pool.map(
+                lambda _: _get(f"{url}/?barrier={key}&parties={parties}&timeout=15"), range(parties)
+            )
+        )
+    assert [s for s, _ in results] == [200] * parties
+    assert len({seen["pid"] for _, seen in results}) == 1
+
+
+def test_barrier_control_fails_on_a_single_thread(tmp_path: Path):
+    """The parallel test can fail: the same barrier under THREADS=1 breaks."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "THREADS": "1", "WORKERS": "1"}
+    proc = spawn(
+        [
+            sys.executable,
+            "-m",
+            "functions_framework",
+            "--source",
+            FAKE,
+            "--target",
+            "echo",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        env=env,
+        log_path=tmp_path / "ff.log",
+        cwd=ROOT,
+    )
+    try:
+        wait_for_port("127.0.0.1", port, proc=proc)
+        url = f"http://127.0.0.1:{port}/?barrier=b&parties=2&timeout=1"
+        with ThreadPoolExecutor(2) as pool:
+            statuses = [s for s, _ in pool.map(lambda _: _get(url), range(2))]
+        assert statuses != [200, 200]
+    finally:
+        stop(proc)
+
+
+def test_balancer_spreads_over_instances(cloud: LocalCloud):
+    pids = set(cloud.claim_pids().values())
+    served = [_get(cloud.endpoints["claim"] + "/spread")[1]["pgid"] for _ in range(4 * len(pids))]
+    assert set(served) == pids
+
+
+def test_killed_instance_is_replaced_and_traffic_moves_on(cloud: LocalCloud):
+    index = cloud.start_claim()
+    pid = cloud.claim_pids()[index]
+    n = len(cloud.claim_pids())
+    assert pid in {_get(cloud.endpoints["claim"] + "/x")[1]["pgid"] for _ in range(2 * n)}
+    cloud.kill_claim(index)
+    assert group_pids(pid) == []  # master and gunicorn worker are gone
+    assert index not in cloud.claim_pids()
+    after = [_get(cloud.endpoints["claim"] + "/y") for _ in range(6)]
+    assert all(s == 200 for s, _ in after)
+    assert pid not in {seen["pgid"] for _, seen in after}
+
+
+def test_silently_dead_backend_is_skipped(cloud: LocalCloud):
+    """An instance that died without being unrouted: the balancer moves on."""
+    index = cloud.start_claim()
+    pid = cloud.claim_pids()[index]
+    os.killpg(pid, signal.SIGKILL)
+    _wait_for("the instance to die", lambda: not group_pids(pid))
+    assert index in cloud.balancer.backends()
+    results = [_get(cloud.endpoints["claim"] + "/z") for _ in range(6)]
+    assert [s for s, _ in results] == [200] * 6
+    cloud.kill_claim(index)
+    assert index not in cloud.balancer.backends()
+
+
+def test_pause_and_resume_an_instance(cloud: LocalCloud):
+    index = cloud.start_claim()
+    pid = cloud.claim_pids()[index]
+    cloud.pause_claim(index, unroute=True)
+    assert all(_state(p) == "T" for p in group_pids(pid))
+    results = [_get(cloud.endpoints["claim"] + "/p") for _ in range(4)]
+    assert all(s == 200 and seen["pgid"] != pid for s, seen in results)
+    cloud.resume_claim(index)
+    assert all(_state(p) != "T" for p in group_pids(pid))
+    assert _get(cloud.claim_urls()[index] + "/r")[1]["pgid"] == pid
+    cloud.kill_claim(index)
+
+
+def _members(cloud: LocalCloud) -> set[int]:
+    return {p for pgid in cloud.pids().values() for p in group_pids(pgid)}
+
+
+def test_stop_leaves_no_process_behind():
+    cloud = LocalCloud.for_tests(functions=FAKES, claim_instances=2, sweep_interval_seconds=0)
+    with cloud:
+        members = _members(cloud)
+        # a gunicorn master and its worker per function: more members than groups
+        assert len(members) > len(cloud.pids())
+        cloud.pause_claim(1)  # a frozen instance must still go
+        lb_port = cloud.balancer.port
+    assert not [p for p in members if os.path.exists(f"/proc/{p}") and _state(p) != "Z"]
+    with pytest.raises(OSError):
+        wait_for_port("127.0.0.1", lb_port, timeout=0.3)
+
+
+def _descendant_groups(pid: int) -> set[int]:
+    """Process groups of pid's children (each child leads its own group)."""
+    groups = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                groups.add(int(fields[2]))
+    return groups
+
+
+def test_make_dev_starts_prints_and_stops_on_sigterm(tmp_path: Path):
+    sources = ",".join(f"{n}={FAKE}:echo" for n in DEFAULT_FUNCTIONS)
+    ports = {
+        k: "0"
+        for k in (
+            "PUBSUB",
+            "GCS",
+            "SUBMIT",
+            "SUBMIT_UPLOAD",
+            "CLAIM",
+            "SWEEP",
+            "CLAIM_BASE",
+            "EMULATOR_ADMIN",
+        )
+    }
+    env = {
+        **os.environ,
+        **{f"LOCAL_{k}_PORT": v for k, v in ports.items()},
+        "LOCAL_LOG_DIR": str(tmp_path),
+        "LOCAL_FUNCTION_SOURCES": sources,
+        "LOCAL_CLAIM_INSTANCES": "1",
+        "LOCAL_SWEEP_INTERVAL_SECONDS": "0",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "local.cloud"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        banner = []
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            banner.append(line)
+            if "Ctrl-C stops everything" in line:
+                break
+        text = "".join(banner)
+        assert "reclaim local cloud is up" in text and "curl -s -X POST" in text
+        groups = _descendant_groups(proc.pid)
+        assert len(groups) >= 6  # emulator, fake-gcs, submit, submit_upload, sweep, claim-0
+        members = {p for g in groups for p in group_pids(g)}
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert [g for g in groups if group_pids(g)] == []
+    assert not [p for p in members if os.path.exists(f"/proc/{p}") and _state(p) != "Z"]
+    assert (tmp_path / "claim-0.log").exists()
+
+
+def test_make_dev_rejects_bad_settings():
+    env = {**os.environ, "LOCAL_GCS_PORT": "http"}
+    r = subprocess.run(
+        [sys.executable, "-m", "local.cloud"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2
+    assert "LOCAL_GCS_PORT='http' is invalid" in r.stderr
