@@ -80,7 +80,7 @@ def run(store: MemoryStore, bell: Bell, body: Any) -> Any:
     [
         ([], "body must be a JSON object"),
         ({}, "pipeline must be a string"),
-        ({"pipeline": "nope"}, "unknown; known: demo, upload-digest"),
+        ({"pipeline": "nope"}, "is unknown; known: demo"),
         ({"pipeline": 3}, "pipeline must be a string"),
         ({"pipeline": "demo", "colour": 1, "shape": 2}, "unknown key(s) colour, shape"),
         ({"pipeline": "demo", "payload": [1]}, "payload must be a JSON object"),
