@@ -1,0 +1,105 @@
+"""The whole queue on the local cloud: a batch submitted over HTTP runs to done
+through the push subscription, the balancer and the scheduler's sweep, although
+a claim instance is SIGKILLed while it owns a job."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import requests
+
+from local.cloud import LocalCloud
+from local.procs import group_pids
+
+JOBS = 8
+
+
+@pytest.fixture(scope="module")
+def cloud() -> Iterator[LocalCloud]:
+    with LocalCloud.for_tests(
+        claim_instances=2,
+        max_concurrent=2,
+        stale_seconds=3.0,
+        sweep_interval_seconds=1.0,
+        function_env={
+            "RECLAIM_MIN_WRITE_INTERVAL_SECONDS": "0.2",
+            "RECLAIM_BACKOFF_BASE_SECONDS": "0",
+            "RECLAIM_BACKOFF_MAX_SECONDS": "0",
+        },
+    ) as c:
+        yield c
+
+
+def wait_for(what: str, fn: Callable[[], Any], timeout: float = 90) -> Any:
+    """Poll until fn returns something truthy (a deadline, not a timing claim)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"never saw {what} within {timeout}s")
+
+
+def owner_pid(owner: str) -> int:
+    """Owner ids are <host>-<pid>-<random>.<claim>."""
+    return int(owner.rsplit(".", 1)[0].split("-")[-2])
+
+
+def batch(cloud: LocalCloud, batch_id: str) -> dict[str, Any]:
+    resp = requests.get(f"{cloud.endpoints['submit']}/batches/{batch_id}", timeout=30)
+    assert resp.status_code == 200, resp.text
+    return dict(resp.json())
+
+
+def job(cloud: LocalCloud, job_id: str) -> dict[str, Any]:
+    resp = requests.get(f"{cloud.endpoints['submit']}/jobs/{job_id}", timeout=30)
+    assert resp.status_code == 200, resp.text
+    return dict(resp.json())
+
+
+def running_on(cloud: LocalCloud, index: int, job_ids: list[str]) -> str | None:
+    """A job currently owned by claim instance `index`, if any."""
+    pids = set(group_pids(cloud.claim_pids()[index]))
+    for job_id in job_ids:
+        view = job(cloud, job_id)
+        owner = view.get("owner")
+        if view["status"] == "running" and owner and owner_pid(owner) in pids:
+            return job_id
+    return None
+
+
+def test_a_batch_finishes_although_an_instance_is_killed_mid_job(cloud: LocalCloud) -> None:
+    batch_id = f"b-{uuid.uuid4().hex[:8]}"
+    body: dict[str, Any] = {
+        "batch_id": batch_id,
+        "jobs": [
+            {"pipeline": "demo", "payload": {"stages": 2, "sleep_s": 1.0, "output": True}}
+            for _ in range(JOBS)
+        ],
+    }
+    resp = requests.post(cloud.endpoints["jobs"], json=body, timeout=30)
+    assert resp.status_code in (200, 201, 202), resp.text
+    job_ids = [j["id"] for j in batch(cloud, batch_id)["jobs"]]
+    assert len(job_ids) == JOBS
+
+    victim_job = wait_for("a job running on instance 0", lambda: running_on(cloud, 0, job_ids))
+    cloud.kill_claim(0)
+
+    final = wait_for("every job terminal", lambda: (b := batch(cloud, batch_id))["done"] and b)
+    assert final["counts"] == {"done": JOBS}, final["counts"]
+    victim = job(cloud, victim_job)
+    assert victim["status"] == "done" and victim["attempts"] >= 2
+    for job_id in job_ids:
+        view = job(cloud, job_id)
+        attempt = view["attempts"]
+        outputs = view["result"]["outputs"]
+        assert len(outputs) == 2
+        # every output the result names was written by an attempt that committed its stage
+        assert all(o.startswith(f"outputs/{job_id}/") for o in outputs)
+        assert view["result"]["attempt"] == attempt
+    assert set(cloud.dead_children()) == {"claim-0"}  # only the one we killed
