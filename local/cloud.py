@@ -415,27 +415,13 @@ class LocalCloud:
 
     def _start_emulator(self) -> None:
         c = self.config
-        args = [
-            sys.executable,
-            "-m",
-            "local.pubsub_emulator",
-            "--host",
-            c.host,
-            "--port",
-            str(self._ports["pubsub"]),
-        ]
-        if "admin" in self._ports:
-            args += ["--admin-port", str(self._ports["admin"])]
-        if c.duplicate_fraction:
-            args += ["--duplicate-fraction", str(c.duplicate_fraction)]
-        if c.drop_publish_fraction:
-            args += ["--drop-publish-fraction", str(c.drop_publish_fraction)]
-        if c.seed is not None:
-            args += ["--seed", str(c.seed)]
+        args = emulator_args(c, self._ports["pubsub"], self._ports.get("admin"))
         log = c.log_dir / "pubsub-emulator.log"
         proc = spawn(args, env=_child_env(), log_path=log, cwd=ROOT, die_with_parent=True)
         self._procs["pubsub"] = proc
         _wait_logged(c.host, self._ports["pubsub"], proc, log, c.start_timeout)
+        if "admin" in self._ports:
+            _wait_logged(c.host, self._ports["admin"], proc, log, c.start_timeout)
 
     def _start_functions(self) -> None:
         c = self.config
@@ -531,6 +517,28 @@ class LocalCloud:
             del self.sweep_ticks[:-1000]
             with open(log, "a") as f:
                 f.write(f"{time.strftime('%H:%M:%S')} POST {url} -> {status} {text[:300]}\n")
+
+
+def emulator_args(config: CloudConfig, port: int, admin_port: int | None) -> list[str]:
+    """The emulator's command line: address, admin API and fault knobs."""
+    args = [
+        sys.executable,
+        "-m",
+        "local.pubsub_emulator",
+        "--host",
+        config.host,
+        "--port",
+        str(port),
+    ]
+    if admin_port is not None:
+        args += ["--admin-port", str(admin_port)]
+    if config.duplicate_fraction:
+        args += ["--duplicate-fraction", str(config.duplicate_fraction)]
+    if config.drop_publish_fraction:
+        args += ["--drop-publish-fraction", str(config.drop_publish_fraction)]
+    if config.seed is not None:
+        args += ["--seed", str(config.seed)]
+    return args
 
 
 def _post(url: str, body: bytes, timeout: float) -> tuple[int, str]:

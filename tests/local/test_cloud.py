@@ -272,8 +272,18 @@ def _members(cloud: LocalCloud) -> set[int]:
 
 
 def test_stop_leaves_no_process_behind():
-    cloud = LocalCloud.for_tests(functions=FAKES, claim_instances=2, sweep_interval_seconds=0)
+    cloud = LocalCloud.for_tests(
+        functions=FAKES,
+        claim_instances=2,
+        sweep_interval_seconds=0,
+        duplicate_fraction=0.25,
+        drop_publish_fraction=0.5,
+        seed=7,
+    )
     with cloud:
+        # the fault knobs reached the emulator
+        faults = _get(cloud.endpoints["emulator_admin"] + "/faults")[1]
+        assert (faults["duplicate_fraction"], faults["drop_publish_fraction"]) == (0.25, 0.5)
         members = _members(cloud)
         # a gunicorn master and its worker per function: more members than groups
         assert len(members) > len(cloud.pids())
