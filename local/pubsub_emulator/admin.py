@@ -30,7 +30,7 @@ def _handler(broker: Broker) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             if self.path == "/stats":
-                self._send(200, {**broker.stats.snapshot(), "faults": broker.faults.snapshot()})
+                self._send(200, broker.snapshot())
             elif self.path == "/faults":
                 self._send(200, broker.faults.snapshot())
             elif self.path == "/healthz":

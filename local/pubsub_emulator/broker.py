@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import proto
 from google.pubsub_v1.types import pubsub
@@ -434,6 +434,16 @@ class Broker:
                 if dead is not None:
                     self._dead_letter(sub, dead)
             self.cond.notify_all()
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters + each subscription's current backlog + fault knobs (for /stats)."""
+        with self.cond:
+            backlogs = {name: sub.backlog() for name, sub in self._subs.items()}
+        snap = self.stats.snapshot()
+        for name, count in backlogs.items():
+            snap["subscriptions"].setdefault(name, {})["backlog"] = count
+        snap["faults"] = self.faults.snapshot()
+        return snap
 
     def backlog(self, name: str) -> int:
         """Messages not yet acked (leased, delayed or ready)."""

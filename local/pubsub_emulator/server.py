@@ -32,6 +32,8 @@ SERVER_OPTIONS = [
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 5000),
     ("grpc.http2.max_ping_strikes", 0),
+    # A second emulator on a busy port must fail, not silently share it.
+    ("grpc.so_reuseport", 0),
 ]
 
 
