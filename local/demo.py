@@ -1,0 +1,474 @@
+"""`make demo`: the incident replay, on the local cloud.
+
+One catalog batch of 22 jobs once lost 12 pieces when the platform reclaimed
+an instance. This replays exactly that: 22 `demo` jobs over 2 claim instances
+(MAX_CONCURRENT 4), one instance SIGKILLed mid-batch with jobs running on it, a
+fresh instance started (scale-out, cold start), live progress until every job
+is terminal, then a summary: jobs done, jobs rescued, how long rescue took,
+GCS calls (counted by local.faultproxy in front of fake-gcs-server) and
+Pub/Sub publishes (the emulator's /stats). Exit status 1 if any job is not
+terminal, 2 if the local cloud could not start.
+
+The record-watching helpers here (``Watch``, ``owner_pid``, ``reclaimed_at``)
+are shared with the benchmarks and the chaos test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from local import wiring
+from local.cloud import ROOT, CloudConfig, LocalCloud
+from local.faultproxy import FaultProxy
+from local.procs import free_port, group_pids
+from shared.job_queue import TERMINAL_STATUSES
+from shared.storage import CorruptRecord, GcsStore, NotFound
+
+UNREADABLE = "unreadable"
+MISSING = "missing"
+STATUS_ORDER = ("queued", "running", "done", "failed", "cancelled", MISSING, UNREADABLE)
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """The replay's knobs; the defaults are the incident (22 jobs, 2 x 4 slots)."""
+
+    jobs: int = 22
+    instances: int = 2
+    max_concurrent: int = 4
+    stale_seconds: float = 8.0
+    sweep_interval_seconds: float = 2.0
+    stages: int = 3
+    sleep_s: float = 1.5
+    kill_after_s: float = 2.0
+    """Seconds after the first claim at which the busiest instance is killed."""
+    timeout_s: float = 100.0
+    log_dir: Path = ROOT / ".local-cloud" / "demo-logs"
+
+
+# ----------------------------------------------------------------- record watching
+
+
+class Watch:
+    """Reads job records straight from fake-gcs-server (not through the counting
+    proxy, so watching costs the queue nothing it would report)."""
+
+    def __init__(self, gcs_url: str, project: str, bucket: str, workers: int = 8) -> None:
+        self.store = GcsStore(bucket, wiring.storage_client(gcs_url, project))
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="watch")
+
+    def read(self, job_id: str) -> dict[str, Any]:
+        """The record, or a stand-in whose status says it is missing or unreadable."""
+        try:
+            return self.store.read(job_id).record
+        except NotFound:
+            return {"id": job_id, "status": MISSING}
+        except CorruptRecord as exc:
+            return {"id": job_id, "status": UNREADABLE, "reason": exc.reason}
+
+    def snapshot(self, job_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        ids = list(job_ids)
+        return dict(zip(ids, self._pool.map(self.read, ids), strict=True))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def counts_by_status(records: Mapping[str, Mapping[str, Any]]) -> Counter[str]:
+    return Counter(str(r.get("status")) for r in records.values())
+
+
+def all_terminal(records: Mapping[str, Mapping[str, Any]]) -> bool:
+    return bool(records) and all(r.get("status") in TERMINAL_STATUSES for r in records.values())
+
+
+def owner_pid(owner: object) -> int | None:
+    """The process id inside an owner id ("<host>-<pid>-<hex>.<n>"), or None."""
+    if not isinstance(owner, str) or "." not in owner:
+        return None
+    instance = owner.rsplit(".", 1)[0]
+    parts = instance.rsplit("-", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        return None
+    return int(parts[1])
+
+
+def instance_pids(cloud: LocalCloud) -> dict[int, set[int]]:
+    """claim instance index -> pids of its process group (gunicorn master and worker)."""
+    return {i: set(group_pids(pgid)) | {pgid} for i, pgid in cloud.claim_pids().items()}
+
+
+def running_on(
+    records: Mapping[str, Mapping[str, Any]], pids: set[int]
+) -> dict[str, tuple[str, int]]:
+    """job id -> (owner, attempt) of running jobs owned by one of these pids."""
+    out = {}
+    for job_id, rec in records.items():
+        if rec.get("status") == "running" and owner_pid(rec.get("owner")) in pids:
+            out[job_id] = (str(rec.get("owner")), int(rec.get("attempts") or 0))
+    return out
+
+
+def parse_at(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return at if at.tzinfo else at.replace(tzinfo=UTC)
+
+
+def history_time(record: Mapping[str, Any], event: str, min_attempt: int) -> datetime | None:
+    """When `event` first happened for an attempt >= min_attempt (from the record's history)."""
+    history = record.get("history")
+    for entry in history if isinstance(history, list) else []:
+        if not isinstance(entry, dict) or entry.get("event") != event:
+            continue
+        attempt = entry.get("attempt")
+        if isinstance(attempt, int) and attempt >= min_attempt:
+            return parse_at(entry.get("at"))
+    return None
+
+
+def reclaimed_at(record: Mapping[str, Any], lost_attempt: int) -> datetime | None:
+    """When a later attempt claimed the job after `lost_attempt` was lost."""
+    return history_time(record, "claimed", lost_attempt + 1)
+
+
+def rescued_at(record: Mapping[str, Any], lost_attempt: int) -> datetime | None:
+    """When the watchdog requeued the job that `lost_attempt` held."""
+    return history_time(record, "rescued", lost_attempt)
+
+
+def emulator_stats(admin_url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(admin_url + "/stats", timeout=5) as resp:
+        stats: dict[str, Any] = json.loads(resp.read())
+    return stats
+
+
+def topic_count(stats: Mapping[str, Any], topic: str, counter: str) -> int:
+    """A topic's counter from /stats, whether topics are keyed by id or by path."""
+    for name, counts in (stats.get("topics") or {}).items():
+        if name == topic or name.endswith("/topics/" + topic):
+            return int(counts.get(counter, 0))
+    return 0
+
+
+def submit_batch(jobs_url: str, jobs: list[dict[str, Any]]) -> tuple[str, list[str]]:
+    """POST /jobs with one batch; (batch id, job ids in order)."""
+    body = json.dumps({"jobs": jobs}).encode()
+    req = urllib.request.Request(
+        jobs_url, data=body, method="POST", headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        answer = json.loads(resp.read())
+    return str(answer["batch_id"]), [str(j["id"]) for j in answer["jobs"]]
+
+
+# ----------------------------------------------------------------- display (pure)
+
+
+def progress_line(counts: Mapping[str, int], total: int, elapsed: float, width: int = 30) -> str:
+    """`[#####.....] 12/22 terminal | queued 4 running 6 done 12 | 23.4s`."""
+    terminal = sum(counts.get(s, 0) for s in TERMINAL_STATUSES)
+    filled = int(width * terminal / total) if total else width
+    bar = "#" * filled + "." * (width - filled)
+    shown = " ".join(f"{s} {counts[s]}" for s in STATUS_ORDER if counts.get(s))
+    return f"[{bar}] {terminal:>3}/{total} terminal | {shown} | {elapsed:5.1f}s"
+
+
+@dataclass
+class Rescue:
+    """What happened to the jobs that were running on the killed instance."""
+
+    killed: dict[str, tuple[str, int]] = field(default_factory=dict)
+    kill_at: datetime | None = None
+    requeued: dict[str, float] = field(default_factory=dict)
+    """job id -> seconds from the kill to the watchdog's requeue."""
+    reclaimed: dict[str, float] = field(default_factory=dict)
+    """job id -> seconds from the kill to the re-claim by a live instance."""
+
+    def update(self, records: Mapping[str, Mapping[str, Any]]) -> list[str]:
+        """Note new requeues / re-claims of killed jobs; returns event lines to show."""
+        events: list[str] = []
+        if self.kill_at is None:
+            return events
+        for job_id, (_owner, attempt) in self.killed.items():
+            rec = records.get(job_id, {})
+            if job_id not in self.requeued and (at := rescued_at(rec, attempt)):
+                self.requeued[job_id] = (at - self.kill_at).total_seconds()
+                events.append(f"rescued  {job_id[:12]} (requeued by the watchdog)")
+            if job_id not in self.reclaimed and (at := reclaimed_at(rec, attempt)):
+                self.reclaimed[job_id] = (at - self.kill_at).total_seconds()
+                events.append(f"reclaimed {job_id[:12]} (attempt {attempt + 1})")
+        return events
+
+
+def _span(prefix: str, values: Iterable[float]) -> str:
+    got = sorted(values)
+    if not got:
+        return ""
+    if got[-1] - got[0] < 0.05:
+        return f"{prefix}{got[0]:.1f} s"
+    return f"{prefix}{got[0]:.1f}-{got[-1]:.1f} s"
+
+
+def summary_lines(
+    records: Mapping[str, Mapping[str, Any]],
+    rescue: Rescue,
+    gcs: Mapping[str, int],
+    publishes: int,
+    deliveries: Mapping[str, int],
+    config: DemoConfig,
+    wall_s: float,
+) -> list[str]:
+    """The end-of-demo summary (pure, so its wording is tested)."""
+    counts = counts_by_status(records)
+    total = len(records)
+    rescues = sum(int(r.get("rescues") or 0) for r in records.values())
+    lines = [
+        f"jobs done        {counts.get('done', 0)} / {total}"
+        + (f"   (failed {counts['failed']})" if counts.get("failed") else ""),
+        f"jobs rescued     {rescues}   (sum of the records' `rescues`); "
+        f"{len(rescue.reclaimed)} of the {len(rescue.killed)} jobs running on the killed "
+        "instance were taken over by a live one",
+    ]
+    if rescue.reclaimed:
+        times = sorted(rescue.reclaimed.values())
+        lines.append(
+            f"rescue took      {times[-1]:.1f} s from the SIGKILL to the last re-claim "
+            f"(first {times[0]:.1f} s, median {statistics.median(times):.1f} s"
+            + _span(", requeued by the watchdog after ", rescue.requeued.values())
+            + f"); stale_s {config.stale_seconds:g} + sweep every "
+            f"{config.sweep_interval_seconds:g} s"
+        )
+    else:
+        lines.append("rescue took      - (no job was running on the killed instance)")
+    gcs_total = sum(gcs.values())
+    kinds = ", ".join(f"{k} {v}" for k, v in gcs.items() if v)
+    lines += [
+        f"GCS calls        {gcs_total}   ({kinds}; {gcs_total / max(total, 1):.1f} per job)",
+        f"Pub/Sub          {publishes} doorbell publishes ({publishes / max(total, 1):.2f} per "
+        f"job); {deliveries.get('push_attempts', 0)} pushes, "
+        f"{deliveries.get('push_failures', 0)} refused (429: no free slot, redelivered)",
+        f"wall time        {wall_s:.1f} s",
+    ]
+    not_terminal = total - sum(counts.get(s, 0) for s in TERMINAL_STATUSES)
+    if not_terminal:
+        lines.append(f"NOT TERMINAL     {not_terminal} job(s): the demo failed")
+    return lines
+
+
+# ----------------------------------------------------------------- the replay
+
+
+class _Screen:
+    """A progress bar redrawn in place on a terminal; plain periodic lines otherwise."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.tty = out.isatty()
+        self._last = ""
+        self._last_plain = 0.0
+
+    def bar(self, line: str) -> None:
+        if self.tty:
+            self.out.write("\r\033[K" + line)
+            self.out.flush()
+        elif line != self._last and time.monotonic() - self._last_plain >= 2.0:
+            self.out.write(line + "\n")
+            self.out.flush()
+            self._last_plain = time.monotonic()
+        self._last = line
+
+    def event(self, elapsed: float, text: str) -> None:
+        prefix = "\r\033[K" if self.tty else ""
+        self.out.write(f"{prefix}  t={elapsed:5.1f}s  {text}\n")
+        if self.tty:
+            self.out.write(self._last)
+        self.out.flush()
+
+    def done(self) -> None:
+        if self.tty:
+            self.out.write("\r\033[K" + self._last + "\n")
+        else:
+            self.out.write(self._last + "\n")
+        self.out.flush()
+
+
+def _jobs(config: DemoConfig) -> list[dict[str, Any]]:
+    payload = {"stages": config.stages, "sleep_s": config.sleep_s}
+    return [{"pipeline": "demo", "payload": dict(payload)} for _ in range(config.jobs)]
+
+
+def _cloud_config(config: DemoConfig, gcs_port: int, proxy_url: str) -> CloudConfig:
+    return CloudConfig(
+        claim_instances=config.instances,
+        max_concurrent=config.max_concurrent,
+        stale_seconds=config.stale_seconds,
+        sweep_interval_seconds=config.sweep_interval_seconds,
+        emulator_admin_port=0,
+        gcs_port=gcs_port,
+        functions_storage_host=proxy_url,
+        log_dir=config.log_dir / time.strftime("%Y%m%d-%H%M%S"),
+    )
+
+
+class _Replay:
+    """One run of the incident: submit, watch, kill, scale out, wait, summarise."""
+
+    def __init__(self, cloud: LocalCloud, proxy: FaultProxy, config: DemoConfig, out: TextIO):
+        self.cloud = cloud
+        self.proxy = proxy
+        self.config = config
+        self.screen = _Screen(out)
+        self.rescue = Rescue()
+        ep = cloud.endpoints
+        self.watch = Watch(cloud.gcs_url, ep["project"], ep["records_bucket"])
+        self.t0 = time.monotonic()
+        self.first_claim: float | None = None
+        self.killed_index: int | None = None
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def run(self) -> tuple[dict[str, dict[str, Any]], float]:
+        _batch, ids = submit_batch(self.cloud.endpoints["jobs"], _jobs(self.config))
+        self.screen.event(self.elapsed(), f"submitted {len(ids)} jobs (one batch)")
+        records: dict[str, dict[str, Any]] = {}
+        deadline = self.t0 + self.config.timeout_s
+        while time.monotonic() < deadline:
+            records = self.watch.snapshot(ids)
+            self._maybe_kill(records)
+            for line in self.rescue.update(records):
+                self.screen.event(self.elapsed(), line)
+            self.screen.bar(progress_line(counts_by_status(records), len(ids), self.elapsed()))
+            if all_terminal(records):
+                break
+            time.sleep(0.25)
+        self.screen.done()
+        self.watch.close()
+        return records, self.elapsed()
+
+    def _maybe_kill(self, records: dict[str, dict[str, Any]]) -> None:
+        if self.killed_index is not None:
+            return
+        if self.first_claim is None:
+            if any(r.get("status") == "running" for r in records.values()):
+                self.first_claim = time.monotonic()
+            return
+        if time.monotonic() - self.first_claim < self.config.kill_after_s:
+            return
+        pids = instance_pids(self.cloud)
+        busy = {i: running_on(records, p) for i, p in pids.items()}
+        index = max(busy, key=lambda i: len(busy[i]), default=None)
+        if index is None or not busy[index]:
+            return
+        self.rescue.kill_at = datetime.now(UTC)
+        self.cloud.kill_claim(index)
+        self.killed_index = index
+        self.rescue.killed = busy[index]
+        self.screen.event(
+            self.elapsed(),
+            f"SIGKILL claim-{index}: the platform reclaimed it with "
+            f"{len(busy[index])} jobs running (" + ", ".join(j[:8] for j in busy[index]) + ")",
+        )
+        threading.Thread(target=self._scale_out, name="scale-out", daemon=True).start()
+
+    def _scale_out(self) -> None:
+        started = time.monotonic()
+        index = self.cloud.start_claim()
+        self.screen.event(
+            self.elapsed(),
+            f"claim-{index} started (scale-out; cold start {time.monotonic() - started:.1f} s)",
+        )
+
+
+def run(config: DemoConfig, out: TextIO = sys.stdout) -> int:
+    """The whole demo; returns the process exit status."""
+    out.write(
+        f"reclaim demo: {config.jobs} jobs over {config.instances} claim instances "
+        f"(MAX_CONCURRENT {config.max_concurrent}); one instance will be SIGKILLed mid-batch.\n"
+        f"stale after {config.stale_seconds:g} s, sweep every "
+        f"{config.sweep_interval_seconds:g} s. Starting the local cloud...\n"
+    )
+    out.flush()
+    gcs_port = free_port()
+    started = time.monotonic()
+    with FaultProxy(f"http://127.0.0.1:{gcs_port}") as proxy:
+        cloud = LocalCloud(_cloud_config(config, gcs_port, proxy.url))
+        try:
+            cloud.start()
+        except Exception as exc:
+            out.write(f"could not start the local cloud: {exc}\n")
+            return 2
+        try:
+            out.write(
+                f"local cloud up in {time.monotonic() - started:.1f} s "
+                f"(logs: {cloud.config.log_dir})\n"
+            )
+            replay = _Replay(cloud, proxy, config, out)
+            records, wall = replay.run()
+            stats = emulator_stats(cloud.endpoints["emulator_admin"])
+        finally:
+            cloud.stop()
+        publishes = topic_count(stats, cloud.endpoints["jobs_topic"], "published")
+        subs = stats.get("subscriptions") or {}
+        deliveries: dict[str, int] = next(
+            (v for k, v in subs.items() if k.endswith(wiring.CLAIM_SUBSCRIPTION)), {}
+        )
+        lines = summary_lines(
+            records, replay.rescue, proxy.counts(), publishes, deliveries, config, wall
+        )
+    out.write("\nsummary\n" + "\n".join("  " + line for line in lines) + "\n")
+    out.flush()
+    return 0 if all_terminal(records) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    d = DemoConfig()
+    p = argparse.ArgumentParser(prog="python -m local.demo", description=__doc__.split("\n")[0])
+    p.add_argument("--jobs", type=int, default=d.jobs)
+    p.add_argument("--instances", type=int, default=d.instances)
+    p.add_argument("--max-concurrent", type=int, default=d.max_concurrent)
+    p.add_argument("--stale-seconds", type=float, default=d.stale_seconds)
+    p.add_argument("--sweep-interval", type=float, default=d.sweep_interval_seconds)
+    p.add_argument("--sleep", type=float, default=d.sleep_s, help="seconds per stage")
+    p.add_argument("--timeout", type=float, default=d.timeout_s)
+    a = p.parse_args(argv)
+    if a.jobs < 1 or a.instances < 1 or a.max_concurrent < 1:
+        p.error("--jobs, --instances and --max-concurrent must be >= 1")
+    if a.stale_seconds < 3 or a.sweep_interval <= 0 or a.sleep < 0 or a.timeout <= 0:
+        p.error("--stale-seconds must be >= 3; --sweep-interval and --timeout > 0; --sleep >= 0")
+    config = DemoConfig(
+        jobs=a.jobs,
+        instances=a.instances,
+        max_concurrent=a.max_concurrent,
+        stale_seconds=a.stale_seconds,
+        sweep_interval_seconds=a.sweep_interval,
+        sleep_s=a.sleep,
+        timeout_s=a.timeout,
+    )
+    try:
+        return run(config)
+    except KeyboardInterrupt:
+        sys.stdout.write("\ninterrupted; the local cloud was stopped\n")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
