@@ -40,12 +40,14 @@ from local.procs import (
     signal_group,
     spawn,
     stop,
+    stop_all,
     wait_for_port,
     wait_group_stopped,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEDULER_USER_AGENT = "Google-Cloud-Scheduler"
+SCHEDULER_ATTEMPT_DEADLINE_SECONDS = 180  # Cloud Scheduler's default for HTTP targets
 
 
 @dataclass(frozen=True)
@@ -232,21 +234,20 @@ class LocalCloud:
     def stop(self) -> None:
         """Stop the tick, the balancer and every child group; safe to call twice."""
         self._stop_tick.set()
-        if self._scheduler is not None:
-            self._scheduler.join(timeout=70)
-            self._scheduler = None
         if self._balancer is not None:
             self._balancer.stop()
             self._balancer = None
         with self._lock:
-            claims = list(self._claims.values())
+            functions = [inst.proc for inst in self._claims.values()]
+        functions += [
+            self._procs[n] for n in ("submit", "submit_upload", "sweep") if n in self._procs
+        ]
         # functions first (they talk to the emulators), then the emulators.
-        for inst in claims:
-            stop(inst.proc)
-        for name in ("submit", "submit_upload", "sweep", "fake-gcs", "pubsub"):
-            proc = self._procs.get(name)
-            if proc is not None:
-                stop(proc)
+        stop_all(functions)
+        stop_all([self._procs[n] for n in ("fake-gcs", "pubsub") if n in self._procs])
+        if self._scheduler is not None:  # its POST ended with the sweep process
+            self._scheduler.join(timeout=10)
+            self._scheduler = None
         self.started = False
 
     # ------------------------------------------------------------ addresses
@@ -512,7 +513,7 @@ class LocalCloud:
         url = self._url("sweep")
         body = json.dumps({"source": "local-scheduler"}).encode()
         while not self._stop_tick.wait(c.sweep_interval_seconds):
-            status, text = _post(url, body, timeout=c.topology.claim_ack_deadline_seconds)
+            status, text = _post(url, body, timeout=SCHEDULER_ATTEMPT_DEADLINE_SECONDS)
             self.sweep_ticks.append(status)
             del self.sweep_ticks[:-1000]
             with open(log, "a") as f:

@@ -133,6 +133,21 @@ def stop(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> None:
     _reap_group(proc.pid)
 
 
+def stop_all(procs: Sequence[subprocess.Popen[bytes]], timeout: float = 5.0) -> None:
+    """stop() for many children at once: one grace period for all, not one each."""
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+                os.killpg(proc.pid, signal.SIGCONT)
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(max(0.0, deadline - time.monotonic()))
+    for proc in procs:
+        stop(proc, timeout=1.0)  # SIGKILLs what lingers and reaps every group
+
+
 def _reap_group(pgid: int, timeout: float = 5.0) -> None:
     """SIGKILL whatever is left of the group (a worker whose master already exited)
     and wait until the kernel has taken it away."""

@@ -6,7 +6,7 @@ import signal
 import sys
 import time
 
-from local.procs import group_pids, signal_group, spawn, stop
+from local.procs import group_pids, signal_group, spawn, stop, stop_all
 
 # A parent that forks a grandchild which ignores SIGTERM, like a stubborn worker.
 _FORKER = """
@@ -53,3 +53,13 @@ def test_leftover_worker_is_reaped_after_master_died():
     assert [p for p in group_pids(proc.pid) if p != proc.pid] == [p for p in pids if p != proc.pid]
     stop(proc)
     assert group_pids(proc.pid) == []
+
+
+def test_stop_all_takes_every_group(tmp_path):
+    procs = [spawn([sys.executable, "-c", _FORKER]) for _ in range(3)]
+    for p in procs:
+        _wait_members(p.pid, 2)
+    signal_group(procs[1], signal.SIGSTOP)
+    stop_all(procs, timeout=0.5)
+    assert all(p.poll() is not None for p in procs)
+    assert [p.pid for p in procs if group_pids(p.pid)] == []
