@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv test lint fmt dev demo bench tf-check deploy destroy clean
+.PHONY: help venv test lint fmt dev demo bench tf-venv tf-schema tf-check deploy destroy clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
@@ -21,7 +21,7 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 
 venv: $(STAMP) ## Create .venv with the pinned packages
 
-test: venv ## Run the whole test suite (starts its own emulators)
+test: venv $(TF_STAMP) $(TF_WHEEL) ## Run the whole test suite (starts its own emulators)
 	$(PY) -m pytest
 
 lint: venv ## ruff and mypy
@@ -42,5 +42,39 @@ demo: venv ## The incident replay: 22 jobs, one instance killed mid-batch
 bench: venv ## Benchmarks: writes bench/results.json and bench/results.md
 	$(PY) -m bench
 
+# --- terraform: offline checks (no terraform binary needed) and deploy -----------------
+# checkov pins packaging<24 and its own hcl2 fork, so it lives in its own venv.
+TF_VENV := .venv-tf
+TF_STAMP := $(TF_VENV)/.installed
+TF_WHEEL := .cache/tf/cdktf_cdktf_provider_google-16.12.1-py3-none-any.whl
+TF_VARS ?= terraform.tfvars
+
+$(TF_STAMP): requirements-tf.txt
+	test -x $(TF_VENV)/bin/python || $(PYTHON) -m venv $(TF_VENV)
+	$(TF_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(TF_VENV)/bin/python -m pip install --quiet -r requirements-tf.txt
+	touch $(TF_STAMP)
+
+$(TF_WHEEL): | $(STAMP)
+	mkdir -p $(dir $(TF_WHEEL))
+	$(PY) -m pip download --quiet --no-deps --dest $(dir $(TF_WHEEL)) cdktf-cdktf-provider-google==16.12.1
+
+tf-venv: $(TF_STAMP) ## Create .venv-tf with checkov (requirements-tf.txt)
+
+tf-schema: venv $(TF_WHEEL) ## Regenerate the vendored provider schema extract from the wheel
+	$(PY) tests/terraform/schema_extract.py --wheel $(TF_WHEEL)
+
+tf-check: venv $(TF_STAMP) $(TF_WHEEL) ## Offline terraform checks: provider schema, checkov, hcl2, packaging
+	$(PY) -m pytest tests/terraform -q
+
+deploy: ## terraform init + apply with terraform/terraform.tfvars (see terraform/README.md)
+	@command -v terraform >/dev/null || { echo "terraform is not installed (see terraform/README.md)"; exit 1; }
+	@test -f terraform/$(TF_VARS) || { echo "terraform/$(TF_VARS) missing: cp terraform/terraform.tfvars.example terraform/$(TF_VARS) and edit it"; exit 1; }
+	cd terraform && terraform init -input=false && terraform apply -var-file=$(TF_VARS)
+
+destroy: ## terraform destroy of what deploy created
+	@command -v terraform >/dev/null || { echo "terraform is not installed (see terraform/README.md)"; exit 1; }
+	cd terraform && terraform destroy -var-file=$(TF_VARS)
+
 clean: ## Remove the venv and caches
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(TF_VENV) .cache/tf .pytest_cache .mypy_cache .ruff_cache .hypothesis
