@@ -273,6 +273,17 @@ class _Runner:
         finally:
             owned.close()
 
+    def _drain_one(self, job_id: str) -> Outcome | None:
+        """Run job_id if it is overdue; None if it is not (or is the sweep's business)."""
+        try:
+            stored = self.store.read(job_id)
+        except (NotFound, CorruptRecord):
+            return None  # the sweep repairs and reports these
+        if not overdue(stored.record, self.clock(), self.settings):
+            return None
+        log("INFO", "draining an overdue job", job_id=job_id)
+        return self.attempt(job_id, stored)
+
     def drain(self, gate: DrainGate, *, skip: str | None = None) -> list[Outcome]:
         """Run up to drain_max_jobs overdue jobs from the pending index in this slot."""
         s = self.settings
@@ -290,13 +301,17 @@ class _Runner:
             if entry.job_id == skip:
                 continue
             try:
-                stored = self.store.read(entry.job_id)
-            except (NotFound, CorruptRecord):
-                continue  # the sweep repairs and reports these
-            if not overdue(stored.record, self.clock(), s):
-                continue
-            log("INFO", "draining an overdue job", job_id=entry.job_id)
-            outcomes.append(self.attempt(entry.job_id, stored))
+                outcome = self._drain_one(entry.job_id)
+            except Exception as exc:  # the request's own job is settled; don't fail it
+                log(
+                    "WARNING",
+                    "drain stopped on an error",
+                    job_id=entry.job_id,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+                break
+            if outcome is not None:
+                outcomes.append(outcome)
         return outcomes
 
 
@@ -415,6 +430,8 @@ class _Job:
             self.owned.confirm(self.confirm_s)
         except OwnerLost:
             return True
+        except Exception as exc:  # storage hiccup: not proof of loss; the CAS writes decide
+            self.log.warning("could not confirm ownership", error=repr(exc))
         return False
 
     # --- final writes

@@ -541,3 +541,37 @@ def test_overdue_policy() -> None:
     assert not runner.overdue(running, now, s)  # running and fresh
     assert runner.overdue(running, now + timedelta(seconds=15), s)
     assert not runner.overdue({**rec, "status": "done"}, now, s)
+
+
+def test_a_drain_error_does_not_fail_the_request() -> None:
+    class Flaky(MemoryStore):
+        def read(self, job_id: str) -> Any:
+            if job_id == "broken-job":
+                raise OSError("storage hiccup")
+            return super().read(job_id)
+
+    store = Flaky()
+    clock = Clock()
+    store.add_pending("broken-job")
+    trigger = submit(store, now=clock())
+    outcome = handle(trigger, store, settings(drain_max_jobs=3), clock)
+    assert outcome.kind == runner.DONE and outcome.drained == []
+
+
+def test_transient_errors_in_heartbeats_do_not_fail_the_job() -> None:
+    class Hiccup(MemoryStore):
+        failures = 0
+
+        def update(self, record: dict[str, Any], generation: int) -> Any:
+            owner_write = record.get("status") == "running" and record.get("stage") != "claimed"
+            if owner_write and self.failures < 3:
+                self.failures += 1
+                raise OSError("503 from storage")
+            return super().update(record, generation)
+
+    store = Hiccup()
+    job_id = submit(store, payload={"stages": 2, "sleep_s": 0.4})
+    s = settings(stale_seconds=0.3, min_write_interval_seconds=0.05)
+    outcome = handle(job_id, store, s, wall)
+    assert outcome.kind == runner.DONE and store.failures == 3
+    assert store.read(job_id).record["attempts"] == 1
