@@ -6,6 +6,12 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# terraform checks: checkov pins packaging<24 and its own hcl2 fork, so it gets its own
+# venv; the provider wheel carries the schema the offline check reads.
+TF_VENV := .venv-tf
+TF_STAMP := $(TF_VENV)/.installed
+TF_WHEEL := .cache/tf/cdktf_cdktf_provider_google-16.12.1-py3-none-any.whl
+TF_VARS ?= terraform.tfvars
 
 .PHONY: help venv test lint fmt dev demo bench tf-venv tf-schema tf-check deploy destroy clean
 
@@ -43,11 +49,6 @@ bench: venv ## Benchmarks: writes bench/results.json and bench/results.md
 	$(PY) -m bench
 
 # --- terraform: offline checks (no terraform binary needed) and deploy -----------------
-# checkov pins packaging<24 and its own hcl2 fork, so it lives in its own venv.
-TF_VENV := .venv-tf
-TF_STAMP := $(TF_VENV)/.installed
-TF_WHEEL := .cache/tf/cdktf_cdktf_provider_google-16.12.1-py3-none-any.whl
-TF_VARS ?= terraform.tfvars
 
 $(TF_STAMP): requirements-tf.txt
 	test -x $(TF_VENV)/bin/python || $(PYTHON) -m venv $(TF_VENV)
