@@ -168,7 +168,14 @@ def _unwrap(headers: Headers, body: bytes) -> tuple[Mapping[str, Any] | None, An
 def _cloudevent(headers: dict[str, str], body: bytes) -> tuple[Mapping[str, Any], Any]:
     try:
         event = from_http(headers, body)
-    except ce_errors.GenericException as exc:
+    except (
+        ce_errors.GenericException,
+        ValueError,
+        TypeError,
+        AttributeError,
+        RecursionError,
+    ) as exc:
+        # the SDK lets undecodable bytes and odd JSON shapes escape as plain errors
         raise BadEvent(_short(f"not a valid CloudEvent: {exc}")) from None
     data = event.get_data()
     if isinstance(data, (bytes, bytearray, str)):

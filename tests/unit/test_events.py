@@ -330,3 +330,70 @@ def test_upload_rejects_storage_event_without_generation() -> None:
     headers, raw = binary_event(STORAGE_FINALIZED, data, id="e-6")
     with pytest.raises(BadEvent, match="generation"):
         upload_from_http(headers, raw)
+
+
+# ------------------------------------------------------------------ fuzz
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+_envelope = st.fixed_dictionaries(
+    {
+        "message": st.fixed_dictionaries(
+            {},
+            optional={
+                "data": st.text(max_size=30) | st.integers(),
+                "messageId": _json,
+                "attributes": st.dictionaries(st.text(max_size=10), _json, max_size=4),
+                "publishTime": st.text(max_size=30),
+            },
+        )
+    },
+    optional={"subscription": _json, "deliveryAttempt": _json},
+)
+_headers = st.sampled_from(
+    [
+        JSON,
+        {
+            "ce-specversion": "1.0",
+            "ce-type": PUBSUB_PUBLISHED,
+            "ce-source": "s",
+            "ce-id": "1",
+            "content-type": "application/json",
+        },
+        {
+            "ce-specversion": "1.0",
+            "ce-type": STORAGE_FINALIZED,
+            "ce-source": "s",
+            "ce-id": "1",
+            "content-type": "application/json",
+        },
+        {"content-type": "application/cloudevents+json"},
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(headers=_headers, payload=_json | _envelope, raw=st.none() | st.binary(max_size=40))
+def test_no_input_escapes_as_anything_but_bad_or_ignored(
+    headers: dict[str, str], payload: Any, raw: bytes | None
+) -> None:
+    data = raw if raw is not None else json.dumps(payload).encode()
+    for parse in (pubsub_from_http, upload_from_http):
+        try:
+            got = parse(headers, data)
+        except (BadEvent, IgnoredEvent) as exc:
+            assert exc.reason
+            continue
+        if isinstance(got, PubsubDelivery):
+            try:
+                job_id_from_delivery(got)
+            except BadEvent as exc:
+                assert exc.reason

@@ -441,3 +441,63 @@ def test_batch_view_done_when_all_terminal_and_errors() -> None:
     assert batch_view(store, bell, SETTINGS, "fin", NOW).body["done"] is True
     assert batch_view(store, bell, SETTINGS, "none", NOW).status == 404
     assert batch_view(store, bell, SETTINGS, "x/y", NOW).status == 400
+
+
+# ------------------------------------------------------------------ fuzz
+
+from hypothesis import given  # noqa: E402
+from hypothesis import settings as hsettings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_scalar = (
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12)
+)
+_json = st.recursive(
+    _scalar,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=10,
+)
+_ids = st.text(alphabet="ab1._-/", min_size=1, max_size=6) | _json
+_job = st.fixed_dictionaries(
+    {"pipeline": st.sampled_from(["demo", "upload-digest", "nope"]) | _json},
+    optional={
+        "payload": st.dictionaries(
+            st.sampled_from(["stages", "bucket", "name", "k"]), _json, max_size=3
+        )
+        | _json,
+        "id": _ids,
+        "max_attempts": st.integers(-1, 102) | _json,
+        "x": _json,
+    },
+)
+_good_job = st.fixed_dictionaries(
+    {"pipeline": st.just("demo")},
+    optional={
+        "payload": st.just({}) | st.fixed_dictionaries({"stages": st.integers(0, 5)}),
+        "id": st.from_regex(r"[a-z0-9][a-z0-9._-]{0,10}", fullmatch=True),
+        "max_attempts": st.integers(1, 100),
+    },
+)
+_any_job = _good_job | _job
+_body = (
+    _json
+    | _any_job
+    | st.fixed_dictionaries(
+        {"jobs": st.lists(_any_job, max_size=4) | _json}, optional={"batch_id": _ids}
+    )
+)
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(body=_body)
+def test_any_body_is_a_submission_or_a_400(body: Any) -> None:
+    try:
+        parsed = parse_submission(decode_body(json.dumps(body).encode()), SETTINGS)
+    except InvalidSubmission as exc:
+        assert exc.reason and exc.status == 400
+        return
+    store = MemoryStore()
+    result = submit(store, Bell(), parsed, NOW)
+    assert result.status == 202 and len(store.names("jobs/")) == len(parsed.jobs)
