@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -55,6 +56,16 @@ UPDATABLE_SUBSCRIPTION_FIELDS = frozenset(
 )
 MAX_PAGE_SIZE = 1000
 _MAX_WAIT_SLICE = 1.0  # re-check stop conditions at least this often
+_ACK_ID = re.compile(r"\d+-\d+")
+
+
+def _check_ack_ids(ack_ids: Sequence[str]) -> None:
+    """Malformed ack ids are INVALID_ARGUMENT; well-formed stale ones are ignored."""
+    for ack_id in ack_ids:
+        if not _ACK_ID.fullmatch(ack_id):
+            raise InvalidArgument(
+                f"You have passed an invalid ack ID to the service (ack_id={ack_id})."
+            )
 
 
 class _Topic:
@@ -412,6 +423,7 @@ class Broker:
 
     def acknowledge(self, name: str, ack_ids: Sequence[str]) -> None:
         parse_subscription(name)
+        _check_ack_ids(ack_ids)
         with self.cond:
             sub = self._sub(name)
             acked = sum(1 for a in ack_ids if sub.ack(a))
@@ -422,6 +434,7 @@ class Broker:
         """Extend leases; 0 is a nack (redelivery after the retry policy's backoff)."""
         parse_subscription(name)
         check_ack_deadline(seconds, allow_zero=True)
+        _check_ack_ids(ack_ids)
         with self.cond:
             sub = self._sub(name)
             now = self.clock()

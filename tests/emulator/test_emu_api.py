@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -221,3 +222,24 @@ def test_update_subscription_and_modify_push_config(publisher, subscriber, uniqu
     assert got.push_config.push_endpoint == "http://127.0.0.1:9/x"
     subscriber.modify_push_config(request={"subscription": sub, "push_config": {}})
     assert subscriber.get_subscription(subscription=sub).push_config.push_endpoint == ""
+
+
+def test_deleting_the_subscription_ends_an_open_stream_with_not_found(
+    publisher, subscriber, unique
+) -> None:
+    _topic, sub = _pair(publisher, subscriber, unique)
+    future = subscriber.subscribe(sub, lambda m: m.ack())
+    try:
+        eventually(lambda: future.running())
+        time.sleep(0.3)  # let the stream open before the subscription goes
+        subscriber.delete_subscription(subscription=sub)
+        with pytest.raises(exceptions.NotFound):
+            future.result(timeout=10)
+    finally:
+        future.cancel()
+
+
+def test_malformed_ack_ids_are_invalid_argument(publisher, subscriber, unique) -> None:
+    _topic, sub = _pair(publisher, subscriber, unique)
+    with pytest.raises(exceptions.InvalidArgument):
+        subscriber.acknowledge(subscription=sub, ack_ids=["bogus"])

@@ -176,7 +176,9 @@ def test_late_ack_is_honoured_and_stale_modack_is_ignored(broker: Broker, clock:
     assert broker.pull(SUB, 1) == []
     broker.acknowledge(SUB, [old.ack_id])  # late ack removes the message
     assert broker.backlog(SUB) == 0
-    broker.acknowledge(SUB, [new.ack_id, "no-such-ack-id"])  # unknown ids are ignored
+    broker.acknowledge(SUB, [new.ack_id, "99-99"])  # unknown ids are ignored
+    with pytest.raises(InvalidArgument):
+        broker.acknowledge(SUB, ["not an ack id"])
     clock.now += 100
     assert broker.pull(SUB, 1) == []
 
@@ -255,7 +257,7 @@ def test_errors_and_validation(broker: Broker) -> None:
         broker.pull(SUB, 1)  # nothing above created it
     _sub(broker)
     with pytest.raises(InvalidArgument):
-        broker.modify_ack_deadline(SUB, ["a"], 601)
+        broker.modify_ack_deadline(SUB, ["1-1"], 601)
     with pytest.raises(InvalidArgument):
         broker.publish(TOPIC, [pubsub.PubsubMessage()])
     with pytest.raises(InvalidArgument):
