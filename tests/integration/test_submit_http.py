@@ -385,3 +385,37 @@ def test_batch_view_with_a_corrupt_member(submit_fn: Submit) -> None:
     resp = requests.get(f"{submit_fn.url}/batches/{batch_id}", timeout=10)
     assert resp.status_code == 200
     assert resp.json()["counts"] == {"queued": 1, "unreadable": 1}
+
+
+def test_missing_records_bucket_answers_503_not_a_crash(
+    emulator_env: dict[str, str], log_dir: Path
+) -> None:
+    env = {
+        **emulator_env,
+        "PYTHONPATH": str(ROOT),
+        "RECLAIM_PROJECT": "reclaim-test",
+        "RECLAIM_RECORDS_BUCKET": f"absent-{uuid.uuid4().hex[:8]}",
+        "RECLAIM_JOBS_TOPIC": "absent-topic",
+    }
+    proc, url = start_function("submit", env, log_dir)
+    try:
+        resp = requests.post(f"{url}/jobs", json={"pipeline": "demo"}, timeout=60)
+        assert resp.status_code == 503, resp.text
+        assert resp.json()["error"] == "unavailable" and resp.headers["Retry-After"]
+        assert requests.get(f"{url}/healthz", timeout=10).status_code == 200
+    finally:
+        stop(proc)
+
+
+def test_bad_settings_answer_500_with_the_variable(
+    emulator_env: dict[str, str], log_dir: Path
+) -> None:
+    env = {**emulator_env, "PYTHONPATH": str(ROOT), "RECLAIM_MAX_BODY_BYTES": "lots"}
+    proc, url = start_function("submit", env, log_dir)
+    try:
+        resp = requests.post(f"{url}/jobs", json={"pipeline": "demo"}, timeout=30)
+        assert resp.status_code == 500
+        assert resp.json()["error"] == "misconfigured"
+        assert "RECLAIM_MAX_BODY_BYTES" in resp.json()["reason"]
+    finally:
+        stop(proc)
