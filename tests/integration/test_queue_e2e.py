@@ -4,6 +4,8 @@ a claim instance is SIGKILLed while it owns a job."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -103,3 +105,32 @@ def test_a_batch_finishes_although_an_instance_is_killed_mid_job(cloud: LocalClo
         assert all(o.startswith(f"outputs/{job_id}/") for o in outputs)
         assert view["result"]["attempt"] == attempt
     assert set(cloud.dead_children()) == {"claim-0"}  # only the one we killed
+
+
+def test_an_upload_is_digested_end_to_end(cloud: LocalCloud) -> None:
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    from shared import records
+
+    client = storage.Client(
+        project=cloud.endpoints["project"],
+        credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": cloud.endpoints["storage_emulator_host"]},
+    )
+    data = b"line one\nline two\n"
+    blob = client.bucket(cloud.endpoints["uploads_bucket"]).blob(f"in/{uuid.uuid4().hex}.txt")
+    blob.upload_from_string(data, content_type="text/plain")
+    job_id = records.upload_job_id(blob.bucket.name, blob.name, blob.generation)
+
+    def finished() -> dict[str, Any] | None:
+        resp = requests.get(f"{cloud.endpoints['submit']}/jobs/{job_id}", timeout=30)
+        return resp.json() if resp.status_code == 200 and resp.json()["status"] == "done" else None
+
+    view = wait_for("the upload's job done", finished)
+    report_name = view["result"]["report"]
+    assert report_name == f"outputs/{job_id}/{view['attempts']}/report.json"
+    records_bucket = client.bucket(cloud.endpoints["records_bucket"])
+    report = json.loads(records_bucket.blob(report_name).download_as_bytes())
+    assert report["sha256"] == hashlib.sha256(data).hexdigest()
+    assert (report["size"], report["lines"], report["content_type"]) == (18, 2, "text/plain")
