@@ -282,12 +282,17 @@ def _watch(cloud: LocalCloud) -> None:
                 )
 
 
-def run(argv: list[str] | None = None) -> int:
-    """Foreground loop; SIGINT/SIGTERM stop every child before returning."""
+def _prepare(argv: list[str], env: Mapping[str, str]) -> CloudConfig | int:
+    """The validated config, or the exit code when there is nothing to start."""
     if argv and argv[0] in ("-h", "--help"):
         print(_help())
         return 0
-    env = os.environ
+    if argv:
+        print(
+            f"local cloud: no arguments expected (settings are LOCAL_* variables): {argv}",
+            file=sys.stderr,
+        )
+        return 2
     try:
         config = config_from_env(env)
     except LaunchConfigError as exc:
@@ -303,7 +308,14 @@ def run(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    return config
 
+
+def run(argv: list[str] | None = None) -> int:
+    """Foreground loop; SIGINT/SIGTERM stop every child before returning."""
+    prepared = _prepare(sys.argv[1:] if argv is None else argv, os.environ)
+    if isinstance(prepared, int):
+        return prepared
     stopping = False
 
     def _on_signal(signum: int, frame: FrameType | None) -> None:
@@ -312,22 +324,12 @@ def run(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
-    cloud = LocalCloud(config)
+    cloud = LocalCloud(prepared)
     code = 0
     try:
         cloud.start()
         print(describe(cloud), flush=True)
-        reported: set[str] = set()
-        while True:
-            time.sleep(1.0)
-            for name, rc in cloud.dead_children().items():
-                if name not in reported:
-                    reported.add(name)
-                    print(
-                        f"local cloud: {name} exited with code {rc}; see its log",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+        _watch(cloud)
     except KeyboardInterrupt:
         print("\nlocal cloud: stopping...", file=sys.stderr, flush=True)
     except Exception as exc:  # a start failure: say why, in one place

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
-from local.cloud import ROOT, FunctionSpec
-from local.dev import LaunchConfigError, config_from_env, unknown_vars
+from local.cloud import ROOT, CloudConfig, FunctionSpec
+from local.dev import LaunchConfigError, _prepare, config_from_env, run, unknown_vars
 
 
 def test_defaults_are_the_documented_ports():
@@ -70,3 +72,33 @@ def test_unknown_local_vars_are_reported():
     assert unknown_vars({"LOCAL_PUBSUB_PROT": "1", "LOCAL_GCS_PORT": "1", "HOME": "/"}) == [
         "LOCAL_PUBSUB_PROT"
     ]
+
+
+def test_help_and_stray_arguments(capsys):
+    assert run(["--help"]) == 0
+    assert "LOCAL_CLAIM_INSTANCES" in capsys.readouterr().out
+    assert run(["start"]) == 2
+    assert "no arguments expected" in capsys.readouterr().err
+
+
+def test_a_busy_port_is_refused_before_anything_starts(capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        zeros = {
+            f"LOCAL_{k}_PORT": "0"
+            for k in (
+                "PUBSUB",
+                "GCS",
+                "SUBMIT_UPLOAD",
+                "CLAIM",
+                "SWEEP",
+                "CLAIM_BASE",
+                "EMULATOR_ADMIN",
+            )
+        }
+        env = {**zeros, "LOCAL_SUBMIT_PORT": str(port)}
+        assert _prepare([], env) == 2
+    assert f"submit_port={port}" in capsys.readouterr().err
+    assert isinstance(_prepare([], {**env, "LOCAL_SUBMIT_PORT": "0"}), CloudConfig)
