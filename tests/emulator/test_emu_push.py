@@ -9,6 +9,7 @@ import threading
 import time
 from typing import Any
 
+import pytest
 from emulator_support import PROJECT, eventually
 from google.cloud import pubsub_v1
 
@@ -159,3 +160,42 @@ def test_refused_connection_is_retried_and_push_pull_switch(
     got = subscriber.pull(subscription=sub, max_messages=5, timeout=10).received_messages
     assert [r.message.message_id for r in got] == [pulled_id]
     assert len(endpoint_server.calls) == 1
+
+
+@pytest.mark.slow
+def test_push_without_answer_within_the_ack_deadline_is_a_nack(
+    admin_emulator, unique, recorder
+) -> None:
+    """The one test that waits out the API's minimum 10 s deadline."""
+    release = threading.Event()
+
+    def respond(call: dict[str, Any]) -> int:
+        if len(endpoint_server.calls) == 1:
+            release.wait(30)  # never answer the first push in time
+        return 200
+
+    endpoint_server = recorder(respond)
+    try:
+        topic, sub, _ = _push_pair(
+            admin_emulator.publisher,
+            admin_emulator.subscriber,
+            unique,
+            endpoint_server.base,
+            ack_deadline_seconds=10,
+            retry_policy={
+                "minimum_backoff": {"nanos": 100_000_000},
+                "maximum_backoff": {"nanos": 100_000_000},
+            },
+        )
+        message_id = admin_emulator.publisher.publish(topic, b"slow").result(timeout=10)
+        stats = eventually(
+            lambda: (
+                admin_emulator.stats()["subscriptions"][sub].get("acked") == 1
+                and admin_emulator.stats()["subscriptions"][sub]
+            ),
+            timeout=25,
+        )
+    finally:
+        release.set()
+    assert [b["message"]["messageId"] for b in endpoint_server.bodies()] == [message_id] * 2
+    assert (stats["push_attempts"], stats["push_failures"], stats["backlog"]) == (2, 1, 0)
