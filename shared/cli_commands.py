@@ -278,7 +278,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     view = status.job_view(
         ctx.store, ctx.watchdog_doorbell(), ctx.settings, args.job, cli_ops.utcnow()
     )
-    _refuse_view(view.status, view.body)
+    _refuse_view(view.status, view.body, "job")
     record = view.body
     text = cli_render.job_text(record, ctx.settings.max_attempts)
     if record.get("watchdog"):
@@ -287,13 +287,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _refuse_view(code: int, body: dict[str, Any]) -> None:
+def _refuse_view(code: int, body: dict[str, Any], what: str) -> None:
     """A status view's 4xx as a CLI error (404 unknown, 409 unreadable, 400 bad id)."""
     if code < 400:
         return
     reason = str(body.get("reason") or body.get("error") or code)
     if code == 404:
-        reason = f"unknown: {reason}"
+        reason = f"unknown {what} ({reason})"
     raise CliError(reason, EXIT_USAGE)
 
 
@@ -306,7 +306,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     listing = cli_ops.list_jobs(ctx.store, status=args.status, batch=args.batch, limit=args.limit)
     for job_id, reason in listing.corrupt.items():
         ctx.warn(f"record {job_id} is unreadable ({reason}); left for a person")
-    rows = [cli_render.job_row(r) for r in listing.records]
+    rows = [cli_render.job_row(r, ctx.settings.max_attempts) for r in listing.records]
     data = {"jobs": rows, "unreadable": listing.corrupt, "missing": listing.missing}
     text = cli_render.table(rows, cli_render.LIST_COLUMNS) if rows else "no matching jobs"
     ctx.emit(data, text)
@@ -344,8 +344,8 @@ def cmd_retry(args: argparse.Namespace) -> int:
     record = stored.record
     ctx.emit(
         {**record, "rung": rung},
-        f"requeued {args.job} (attempts {record.get('attempts')}/"
-        f"{record.get('max_attempts')}){'' if rung else ', doorbell not rung'}",
+        f"requeued {args.job}: attempts used {record.get('attempts')}, allowed now "
+        f"{record.get('max_attempts')}; doorbell {'rung' if rung else 'NOT rung'}",
     )
     return EXIT_OK
 
@@ -425,7 +425,8 @@ def cmd_dlq(args: argparse.Namespace) -> int:
     finally:
         subscriber.close()
     columns = ("job_id", "delivery_count", "source_subscription", "published", "action")
-    text = cli_render.table(rows, columns) if rows else f"no dead letters in {path}"
+    shown = [{**r, "published": cli_render.short_time(r["published"])} for r in rows]
+    text = cli_render.table(shown, columns) if rows else f"no dead letters in {path}"
     if rows and not args.requeue:
         text += f"\n{len(rows)} message(s) left in place; --requeue re-rings pending jobs"
     ctx.emit({"subscription": path, "messages": rows}, text)
@@ -483,7 +484,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     tty = sys.stdout.isatty() and not ctx.as_json
     started = time.monotonic()
     first_finished: int | None = None
-    last_line = ""
+    shown: dict[str, int] | None = None
     while True:
         snapshot = _batch_snapshot(ctx, args.batch)
         counts = cli_render.count_statuses(snapshot.values())
@@ -493,13 +494,12 @@ def cmd_watch(args: argparse.Namespace) -> int:
         rate, eta = cli_render.rate_and_eta(
             elapsed, finished - first_finished, len(snapshot) - finished
         )
-        line = cli_render.progress_line(counts, rate, eta)
         verdict = cli_render.watch_verdict(counts)
         timed_out = args.timeout is not None and elapsed >= args.timeout
-        _show_progress(
-            ctx, tty, line, last_line, counts, rate, eta, verdict is not None or timed_out
-        )
-        last_line = line
+        final = verdict is not None or timed_out
+        if tty or final or counts != shown:  # a log or a pipe gets a line per change
+            _show_progress(ctx, tty, counts, rate, eta, final)
+            shown = counts
         if verdict is not None:
             return _finish_watch(ctx, snapshot, verdict)
         if timed_out:
@@ -508,6 +508,33 @@ def cmd_watch(args: argparse.Namespace) -> int:
                 EXIT_TIMEOUT,
             )
         time.sleep(args.interval)
+
+
+def _show_progress(
+    ctx: Context,
+    tty: bool,
+    counts: dict[str, int],
+    rate: float | None,
+    eta: float | None,
+    final: bool,
+) -> None:
+    """A redrawn line on a terminal, else one line (or JSON object) per change."""
+    if ctx.as_json:
+        progress = {
+            "counts": counts,
+            "total": sum(counts.values()),
+            "rate_per_s": rate,
+            "eta_s": eta,
+            "final": final,
+        }
+        print(cli_render.to_json(progress), flush=True)
+        return
+    line = cli_render.progress_line(counts, rate, eta)
+    if tty:
+        sys.stdout.write("\r\x1b[2K" + line + ("\n" if final else ""))
+        sys.stdout.flush()
+    else:
+        print(line, flush=True)
 
 
 def _finish_watch(ctx: Context, snapshot: dict[str, str], verdict: str) -> int:
@@ -522,37 +549,6 @@ def _finish_watch(ctx: Context, snapshot: dict[str, str], verdict: str) -> int:
     return EXIT_FAILED
 
 
-def _show_progress(
-    ctx: Context,
-    tty: bool,
-    line: str,
-    last_line: str,
-    counts: dict[str, int],
-    rate: float | None,
-    eta: float | None,
-    final: bool,
-) -> None:
-    if ctx.as_json:
-        if line != last_line or final:
-            print(
-                cli_render.to_json(
-                    {
-                        "counts": counts,
-                        "total": sum(counts.values()),
-                        "rate_per_s": rate,
-                        "eta_s": eta,
-                        "final": final,
-                    }
-                ),
-                flush=True,
-            )
-    elif tty:
-        sys.stdout.write("\r\x1b[2K" + line + ("\n" if final else ""))
-        sys.stdout.flush()
-    elif line != last_line or final:
-        print(line, flush=True)
-
-
 def _batch_snapshot(ctx: Context, batch: str) -> dict[str, str]:
     """job id -> status of every member, through the status view's batch read (O(batch))."""
     from shared import status
@@ -560,5 +556,5 @@ def _batch_snapshot(ctx: Context, batch: str) -> dict[str, str]:
     view = status.batch_view(
         ctx.store, ctx.watchdog_doorbell(), ctx.settings, batch, cli_ops.utcnow()
     )
-    _refuse_view(view.status, view.body)
+    _refuse_view(view.status, view.body, "batch")
     return {str(job["id"]): str(job.get("status")) for job in view.body["jobs"]}

@@ -116,7 +116,7 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def job_row(record: Mapping[str, Any]) -> dict[str, Any]:
+def job_row(record: Mapping[str, Any], default_max_attempts: int | None = None) -> dict[str, Any]:
     """The columns `reclaim list` shows for one record."""
     error = record.get("error") or {}
     return {
@@ -125,18 +125,25 @@ def job_row(record: Mapping[str, Any]) -> dict[str, Any]:
         "pipeline": record.get("pipeline"),
         "batch": record.get("batch_id"),
         "stage": record.get("stage"),
-        "attempts": _attempts(record),
-        "updated": record.get("updated_at"),
+        "attempts": _attempts(record, default_max_attempts),
+        "updated": short_time(record.get("updated_at")),
         "error": error.get("type") if isinstance(error, dict) else None,
     }
+
+
+def short_time(value: Any) -> Any:
+    """'2026-07-26T10:05:00.123+00:00' -> '2026-07-26 10:05:00' (UTC, for tables)."""
+    if not isinstance(value, str) or len(value) < 19 or value[10] != "T":
+        return value
+    return f"{value[:10]} {value[11:19]}"
 
 
 LIST_COLUMNS = ("id", "status", "pipeline", "batch", "stage", "attempts", "updated", "error")
 
 
-def _attempts(record: Mapping[str, Any]) -> str:
+def _attempts(record: Mapping[str, Any], default_max_attempts: int | None) -> str:
     attempts = record.get("attempts", 0)
-    limit = record.get("max_attempts")
+    limit = record.get("max_attempts") or default_max_attempts
     return f"{attempts}/{limit}" if limit else str(attempts)
 
 
@@ -166,7 +173,12 @@ def job_text(record: Mapping[str, Any], default_max_attempts: int | None = None)
     lines = [f"{k.ljust(width)}  {_cell(v)}" for k, v in fields if v not in (None, "", {})]
     error = record.get("error")
     if isinstance(error, dict) and error:
-        lines += ["", "last error:", "  " + _error_line(error)]
+        label = (
+            "last error (of an earlier attempt):"
+            if record.get("status") == "done"
+            else ("last error:")
+        )
+        lines += ["", label, "  " + _error_line(error)]
     history = record.get("history") or []
     if history:
         lines += ["", f"history ({len(history)}, oldest first):"]
@@ -190,11 +202,19 @@ def _error_line(error: Mapping[str, Any]) -> str:
 
 
 def history_line(entry: Mapping[str, Any]) -> str:
-    """`<at>  <event>  key=value ...` for one history entry."""
+    """`<at>  <event>  key=value ...` for one history entry (an error as `type: message`)."""
     extras = " ".join(
-        f"{k}={_cell(v)}" for k, v in entry.items() if k not in ("at", "event") and v is not None
+        f"{k}={_history_value(v)}"
+        for k, v in entry.items()
+        if k not in ("at", "event") and v is not None
     )
     return f"{entry.get('at', '?')}  {entry.get('event', '?')}" + (f"  {extras}" if extras else "")
+
+
+def _history_value(value: Any) -> str:
+    if isinstance(value, dict) and "type" in value and "message" in value:
+        return json.dumps(f"{value['type']}: {value['message']}")
+    return _cell(value)
 
 
 def counts_text(counts: Mapping[str, Any]) -> str:

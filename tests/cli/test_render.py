@@ -96,6 +96,11 @@ def test_job_text_has_summary_error_and_history() -> None:
     assert not any(line and line[0] == "owner" for line in lines)  # no owner: not shown
 
 
+def test_history_shows_an_error_as_type_and_message() -> None:
+    entry = {"at": "t", "event": "failed", "attempt": 1, "error": _record()["error"]}
+    assert r.history_line(entry) == 't  failed  attempt=1 error="ValueError: bad piece"'
+
+
 def test_job_text_omits_empty_fields() -> None:
     text = r.job_text(_record(error=None, history=[], batch_id=None, status="queued"))
     assert "last error" not in text
@@ -104,8 +109,10 @@ def test_job_text_omits_empty_fields() -> None:
 
 
 def test_job_row_and_json() -> None:
-    row = r.job_row(_record(max_attempts=5))
+    row = r.job_row(_record(max_attempts=5), default_max_attempts=3)
     assert row["attempts"] == "3/5"
+    assert r.job_row(_record(), default_max_attempts=3)["attempts"] == "3/3"
+    assert row["updated"] == "2026-07-26 10:05:00"
     assert row["error"] == "ValueError"
     assert json.loads(r.to_json(row))["id"] == "job-1"
 
