@@ -460,8 +460,8 @@ def test_heartbeat_keeps_a_long_stage_fresh() -> None:
     from shared import sweeper
 
     store = MemoryStore()
-    job_id = submit(store, payload={"stages": 1, "sleep_s": 1.2})
-    s = settings(stale_seconds=0.6, min_write_interval_seconds=0.05)
+    job_id = submit(store, payload={"stages": 1, "sleep_s": 1.5})
+    s = settings(stale_seconds=1.2, min_write_interval_seconds=0.05)
     out: list[Outcome] = []
     thread = threading.Thread(target=lambda: out.append(handle(job_id, store, s, wall)))
     thread.start()
