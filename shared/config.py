@@ -35,39 +35,155 @@ def _name(value: str) -> str:
 
 
 ENV_VARS: tuple[EnvVar, ...] = (
-    EnvVar("RECLAIM_PROJECT", "project", "reclaim-local", _name,
-           "GCP project that owns the jobs topic."),
-    EnvVar("RECLAIM_RECORDS_BUCKET", "records_bucket", "reclaim-records", _name,
-           "Bucket holding jobs/, pending/, batches/ and outputs/."),
-    EnvVar("RECLAIM_JOBS_TOPIC", "jobs_topic", "reclaim-jobs", _name,
-           "Topic id of the doorbell (job ids only)."),
-    EnvVar("RECLAIM_MAX_CONCURRENT", "max_concurrent", "4", int,
-           "Jobs one instance runs at once; must match the function's request concurrency.",
-           1),
-    EnvVar("RECLAIM_STALE_SECONDS", "stale_seconds", "120", float,
-           "A pending job whose record has not advanced for this long has lost its owner.", 3),
-    EnvVar("RECLAIM_MAX_ATTEMPTS", "max_attempts", "3", int,
-           "Claims a job may take before it fails (a job's own max_attempts wins).", 1),
-    EnvVar("RECLAIM_BACKOFF_BASE_SECONDS", "backoff_base_seconds", "5", float,
-           "First retry delay after a stage error; doubles each attempt, with jitter.", 0),
-    EnvVar("RECLAIM_BACKOFF_MAX_SECONDS", "backoff_max_seconds", "300", float,
-           "Upper bound of the retry delay.", 0),
-    EnvVar("RECLAIM_CLOCK_SKEW_SECONDS", "clock_skew_seconds", "300", float,
-           "A timestamp further than this in the future is treated as undated (stale).", 0),
-    EnvVar("RECLAIM_MIN_WRITE_INTERVAL_SECONDS", "min_write_interval_seconds", "1.0", float,
-           "Checkpoint writes to one record are coalesced to at most one per interval.", 0),
-    EnvVar("RECLAIM_SWEEP_MAX_JOBS", "sweep_max_jobs", "1000", int,
-           "Pending entries one sweep run examines at most.", 1),
-    EnvVar("RECLAIM_SWEEP_MAX_SECONDS", "sweep_max_seconds", "45", float,
-           "Wall-time budget of one sweep run.", 1),
-    EnvVar("RECLAIM_DRAIN_MAX_JOBS", "drain_max_jobs", "3", int,
-           "Overdue jobs a claim instance takes from the pending index when a slot frees.", 0),
-    EnvVar("RECLAIM_MAX_BODY_BYTES", "max_body_bytes", "1048576", int,
-           "Largest request body submit accepts.", 1),
-    EnvVar("RECLAIM_MAX_BATCH_JOBS", "max_batch_jobs", "1000", int,
-           "Most jobs one POST /jobs may create.", 1),
-    EnvVar("RECLAIM_LOG_LEVEL", "log_level", "INFO", str.upper,
-           "Lowest severity written to the log (DEBUG, INFO, WARNING, ERROR)."),
+    EnvVar(
+        "RECLAIM_PROJECT",
+        "project",
+        "reclaim-local",
+        _name,
+        "GCP project that owns the jobs topic.",
+    ),
+    EnvVar(
+        "RECLAIM_RECORDS_BUCKET",
+        "records_bucket",
+        "reclaim-records",
+        _name,
+        "Bucket holding jobs/, pending/, batches/ and outputs/.",
+    ),
+    EnvVar(
+        "RECLAIM_JOBS_TOPIC",
+        "jobs_topic",
+        "reclaim-jobs",
+        _name,
+        "Topic id of the doorbell (job ids only).",
+    ),
+    EnvVar(
+        "RECLAIM_MAX_CONCURRENT",
+        "max_concurrent",
+        "4",
+        int,
+        "Jobs one instance runs at once; must match the function's request concurrency.",
+        1,
+    ),
+    EnvVar(
+        "RECLAIM_STALE_SECONDS",
+        "stale_seconds",
+        "120",
+        float,
+        "A pending job whose record has not advanced for this long has lost its owner.",
+        3,
+    ),
+    EnvVar(
+        "RECLAIM_MAX_ATTEMPTS",
+        "max_attempts",
+        "3",
+        int,
+        "Claims a job may take before it fails (a job's own max_attempts wins).",
+        1,
+    ),
+    EnvVar(
+        "RECLAIM_BACKOFF_BASE_SECONDS",
+        "backoff_base_seconds",
+        "5",
+        float,
+        "First retry delay after a stage error; doubles each attempt, with jitter.",
+        0,
+    ),
+    EnvVar(
+        "RECLAIM_BACKOFF_MAX_SECONDS",
+        "backoff_max_seconds",
+        "300",
+        float,
+        "Upper bound of the retry delay.",
+        0,
+    ),
+    EnvVar(
+        "RECLAIM_CLOCK_SKEW_SECONDS",
+        "clock_skew_seconds",
+        "300",
+        float,
+        "A timestamp further than this in the future is treated as undated (stale).",
+        0,
+    ),
+    EnvVar(
+        "RECLAIM_MIN_WRITE_INTERVAL_SECONDS",
+        "min_write_interval_seconds",
+        "1.0",
+        float,
+        "Checkpoint writes to one record are coalesced to at most one per interval.",
+        0,
+    ),
+    EnvVar(
+        "RECLAIM_SWEEP_MAX_JOBS",
+        "sweep_max_jobs",
+        "1000",
+        int,
+        "Pending entries one sweep run examines at most.",
+        1,
+    ),
+    EnvVar(
+        "RECLAIM_SWEEP_MAX_SECONDS",
+        "sweep_max_seconds",
+        "45",
+        float,
+        "Wall-time budget of one sweep run.",
+        1,
+    ),
+    EnvVar(
+        "RECLAIM_DRAIN_MAX_JOBS",
+        "drain_max_jobs",
+        "3",
+        int,
+        "Overdue jobs a claim instance takes from the pending index when a slot frees.",
+        0,
+    ),
+    EnvVar(
+        "RECLAIM_MAX_BODY_BYTES",
+        "max_body_bytes",
+        "1048576",
+        int,
+        "Largest request body submit accepts.",
+        1,
+    ),
+    EnvVar(
+        "RECLAIM_MAX_BATCH_JOBS",
+        "max_batch_jobs",
+        "1000",
+        int,
+        "Most jobs one POST /jobs may create.",
+        1,
+    ),
+    EnvVar(
+        "RECLAIM_RETENTION_DAYS_DONE",
+        "retention_days_done",
+        "30",
+        int,
+        "Days a done record is kept; the store stamps its custom time for the bucket's "
+        "lifecycle rule.",
+        1,
+    ),
+    EnvVar(
+        "RECLAIM_RETENTION_DAYS_FAILED",
+        "retention_days_failed",
+        "90",
+        int,
+        "Days a failed record is kept (custom time, as above).",
+        1,
+    ),
+    EnvVar(
+        "RECLAIM_RETENTION_DAYS_CANCELLED",
+        "retention_days_cancelled",
+        "30",
+        int,
+        "Days a cancelled record is kept (custom time, as above).",
+        1,
+    ),
+    EnvVar(
+        "RECLAIM_LOG_LEVEL",
+        "log_level",
+        "INFO",
+        str.upper,
+        "Lowest severity written to the log (DEBUG, INFO, WARNING, ERROR).",
+    ),
 )
 
 
@@ -90,7 +206,19 @@ class Settings:
     drain_max_jobs: int
     max_body_bytes: int
     max_batch_jobs: int
+    retention_days_done: int
+    retention_days_failed: int
+    retention_days_cancelled: int
     log_level: str
+
+    @property
+    def retention_days(self) -> dict[str, int]:
+        """Days each terminal state's record is kept before the lifecycle rule deletes it."""
+        return {
+            "done": self.retention_days_done,
+            "failed": self.retention_days_failed,
+            "cancelled": self.retention_days_cancelled,
+        }
 
     @property
     def topic_path(self) -> str:

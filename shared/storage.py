@@ -26,9 +26,9 @@ import contextlib
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from shared import records
@@ -249,8 +249,10 @@ class GcsStore(CallCounter):
         *,
         retry: Any = None,
         timeout: Any = HTTP_TIMEOUT,
+        retention_days: Mapping[str, float] | None = None,
     ) -> None:
         super().__init__()
+        self._retention_days = dict(retention_days or {})
         from google.api_core import exceptions as gexc
 
         self._gexc = gexc
@@ -274,8 +276,17 @@ class GcsStore(CallCounter):
         except self._failures as exc:
             raise Unavailable(f"{kind} of {what} failed: {type(exc).__name__}: {exc}") from exc
 
-    def _upload(self, name: str, data: bytes, content_type: str, generation: int) -> Any:
+    def _upload(
+        self,
+        name: str,
+        data: bytes,
+        content_type: str,
+        generation: int,
+        custom_time: datetime | None = None,
+    ) -> Any:
         blob = self._bucket.blob(name)
+        if custom_time is not None:
+            blob.custom_time = custom_time
         blob.upload_from_string(
             data,
             content_type=content_type,
@@ -324,13 +335,24 @@ class GcsStore(CallCounter):
             raise LostRace(f"record {job_id} changed since generation {generation}")
         return mine
 
+    def expires_at(self, record: dict[str, Any]) -> datetime | None:
+        """When a terminal record may go: the custom time the lifecycle rule deletes after.
+
+        Pending records get none, so no rule can ever delete a job that still owes work.
+        """
+        days = self._retention_days.get(str(record.get("status")))
+        if days is None:
+            return None
+        return datetime.now(UTC) + timedelta(days=days)
+
     def _put_record(self, job_id: str, record: dict[str, Any], generation: int) -> Stored:
         data = records.encode(record)
         name = job_object(job_id)
+        expires = self.expires_at(record)
         blob = self._call(
             "write",
             f"record {job_id}",
-            lambda: self._upload(name, data, RECORD_CONTENT_TYPE, generation),
+            lambda: self._upload(name, data, RECORD_CONTENT_TYPE, generation, expires),
         )
         return Stored(records.decode(data, job_id), int(blob.generation or 0))
 
@@ -457,6 +479,10 @@ def get_store(settings: Settings) -> GcsStore:
     with _STORES_LOCK:
         store = _STORES.get(key)
         if store is None:
-            store = GcsStore(settings.records_bucket, make_client(settings.project))
+            store = GcsStore(
+                settings.records_bucket,
+                make_client(settings.project),
+                retention_days=settings.retention_days,
+            )
             _STORES[key] = store
         return store

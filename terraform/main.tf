@@ -51,6 +51,9 @@ locals {
     RECLAIM_DRAIN_MAX_JOBS             = tostring(var.queue.drain_max_jobs)
     RECLAIM_MAX_BODY_BYTES             = tostring(var.queue.max_body_bytes)
     RECLAIM_MAX_BATCH_JOBS             = tostring(var.queue.max_batch_jobs)
+    RECLAIM_RETENTION_DAYS_DONE        = tostring(var.retention_days.done)
+    RECLAIM_RETENTION_DAYS_FAILED      = tostring(var.retention_days.failed)
+    RECLAIM_RETENTION_DAYS_CANCELLED   = tostring(var.retention_days.cancelled)
     RECLAIM_LOG_LEVEL                  = var.queue.log_level
   }
 

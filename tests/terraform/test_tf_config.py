@@ -126,8 +126,19 @@ def test_queue_defaults_equal_the_code_defaults() -> None:
         got = value if isinstance(value, str) else float(value)
         want = expected if isinstance(value, str) else float(expected)
         assert got == want, f"queue.{field}: terraform {value!r}, code {expected!r}"
-    # the rest are names terraform derives (project, bucket, topic) or claim's concurrency
-    assert set(code) - set(tf) == {"project", "records_bucket", "jobs_topic", "max_concurrent"}
+    # the rest are names terraform derives (project, bucket, topic), claim's concurrency,
+    # and the retention days, which come from var.retention_days
+    retention = optional_defaults("retention_days")
+    for state, days in retention.items():
+        field = f"retention_days_{state}"
+        assert float(code[field]) == float(days), f"retention_days.{state}"
+    assert set(code) - set(tf) == {
+        "project",
+        "records_bucket",
+        "jobs_topic",
+        "max_concurrent",
+        *(f"retention_days_{state}" for state in retention),
+    }
     assert optional_defaults("claim_function")["concurrency"] == float(
         next(v.default for v in ENV_VARS if v.name == "RECLAIM_MAX_CONCURRENT")
     )
