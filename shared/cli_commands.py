@@ -425,8 +425,7 @@ def cmd_dlq(args: argparse.Namespace) -> int:
     finally:
         subscriber.close()
     columns = ("job_id", "delivery_count", "source_subscription", "published", "action")
-    shown = [{**r, "published": cli_render.short_time(r["published"])} for r in rows]
-    text = cli_render.table(shown, columns) if rows else f"no dead letters in {path}"
+    text = cli_render.table(rows, columns) if rows else f"no dead letters in {path}"
     if rows and not args.requeue:
         text += f"\n{len(rows)} message(s) left in place; --requeue re-rings pending jobs"
     ctx.emit({"subscription": path, "messages": rows}, text)

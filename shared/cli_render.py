@@ -99,8 +99,8 @@ def _ordered(counts: Mapping[str, int]) -> list[str]:
 
 
 def table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
-    """A plain aligned text table; missing cells are '-'."""
-    cells = [[_cell(row.get(c)) for c in columns] for row in rows]
+    """A plain aligned text table; missing cells are '-', ISO times are shortened."""
+    cells = [[_cell(short_time(row.get(c))) for c in columns] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
     lines = ["  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True))]
     for row_cells in cells:
@@ -126,14 +126,14 @@ def job_row(record: Mapping[str, Any], default_max_attempts: int | None = None) 
         "batch": record.get("batch_id"),
         "stage": record.get("stage"),
         "attempts": _attempts(record, default_max_attempts),
-        "updated": short_time(record.get("updated_at")),
+        "updated": record.get("updated_at"),
         "error": error.get("type") if isinstance(error, dict) else None,
     }
 
 
 def short_time(value: Any) -> Any:
     """'2026-07-26T10:05:00.123+00:00' -> '2026-07-26 10:05:00' (UTC, for tables)."""
-    if not isinstance(value, str) or len(value) < 19 or value[10] != "T":
+    if not isinstance(value, str) or len(value) < 19 or value[10] != "T" or value[4] != "-":
         return value
     return f"{value[:10]} {value[11:19]}"
 

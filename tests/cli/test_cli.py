@@ -84,6 +84,16 @@ def test_status_of_an_unknown_job_is_exit_2_with_a_message(cloud: Cloud) -> None
     assert json.loads(as_json.err)["exit_code"] == 2
 
 
+def test_an_unreadable_record_is_reported_and_left_untouched(cloud: Cloud, gcs_client: Any) -> None:
+    blob = gcs_client.bucket(cloud.bucket).blob("jobs/mangled.json")
+    blob.upload_from_string(b'{"schema": 1, "id": "mangled", "stat')
+    for command in (("status", "mangled"), ("cancel", "mangled"), ("retry", "mangled")):
+        result = cloud.run(*command)
+        assert result.code == 2, command
+        assert "unreadable" in result.err and "mangled" in result.err
+    assert blob.download_as_bytes() == b'{"schema": 1, "id": "mangled", "stat'
+
+
 def test_cancel_a_queued_job_then_status_shows_cancelled(cloud: Cloud) -> None:
     (job_id,) = _submit(cloud)
     cancelled = cloud.ok("cancel", job_id, "--reason", "wrong photo", "--by", "ops:ann")
@@ -267,6 +277,12 @@ def test_missing_bucket_is_exit_3_with_a_clear_message(cloud: Cloud) -> None:
     result = cloud.run("--bucket", "no-such-bucket-reclaim", "list")
     assert result.code == 3
     assert "no-such-bucket-reclaim" in result.err and "does not exist" in result.err
+
+
+def test_missing_dead_letter_subscription_is_exit_3(cloud: Cloud) -> None:
+    result = cloud.run("dlq", "--dead-letter-subscription", "no-such-hold")
+    assert result.code == 3
+    assert "no-such-hold" in result.err
 
 
 def test_unreachable_emulator_is_exit_3(cloud: Cloud) -> None:

@@ -112,7 +112,9 @@ def test_job_row_and_json() -> None:
     row = r.job_row(_record(max_attempts=5), default_max_attempts=3)
     assert row["attempts"] == "3/5"
     assert r.job_row(_record(), default_max_attempts=3)["attempts"] == "3/3"
-    assert row["updated"] == "2026-07-26 10:05:00"
+    assert row["updated"] == "2026-07-26T10:05:00+00:00"
+    assert "2026-07-26 10:05:00" in r.table([row], r.LIST_COLUMNS)
+    assert r.short_time("job-1T2026-07-26") == "job-1T2026-07-26"
     assert row["error"] == "ValueError"
     assert json.loads(r.to_json(row))["id"] == "job-1"
 
