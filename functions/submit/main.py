@@ -7,17 +7,14 @@ shared.events. Every answer is JSON; every refusal is {"error", "reason"}.
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from datetime import UTC, datetime
 from typing import Any
 
 import flask
 
-from shared import logs
-from shared.config import ConfigError, Settings
 from shared.doorbell import get_doorbell
 from shared.events import BadEvent, IgnoredEvent, upload_from_http
+from shared.http import Refusal, SettingsOnce, answer, read_body, refuse, require_method
 from shared.logs import log
 from shared.status import batch_view, job_view
 from shared.storage import get_store
@@ -32,81 +29,19 @@ from shared.submission import (
 )
 
 _JSON_TYPES = ("application/json",)
-_settings: Settings | None = None
-_settings_lock = threading.Lock()
-
-
-class _Refusal(Exception):
-    """An HTTP refusal raised from a helper; becomes the JSON answer."""
-
-    def __init__(self, status: int, error: str, reason: str, headers: dict[str, str] | None = None):
-        super().__init__(reason)
-        self.status = status
-        self.error = error
-        self.reason = reason
-        self.headers = headers or {}
-
-
-def _load_settings() -> Settings:
-    """Settings, read once per process; a bad variable is logged and answered 500."""
-    global _settings
-    with _settings_lock:
-        if _settings is None:
-            try:
-                _settings = Settings.from_env()
-            except ConfigError as exc:
-                log("ERROR", "submit is misconfigured", reason=str(exc))
-                raise _Refusal(500, "misconfigured", str(exc)) from None
-            logs.configure(_settings.log_level)
-        return _settings
-
-
-with contextlib.suppress(_Refusal):  # validate at import: a bad deployment logs at once
-    _load_settings()
+_settings = SettingsOnce("submit")
+_settings.validate_now()
 
 
 def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _answer(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Any:
-    response = flask.jsonify(body)
-    response.status_code = status
-    for key, value in (headers or {}).items():
-        response.headers[key] = value
-    return response
-
-
-def _refuse(status: int, error: str, reason: str, headers: dict[str, str] | None = None) -> Any:
-    return _answer(status, {"error": error, "reason": reason}, headers)
-
-
-def _read_body(request: flask.Request, limit: int) -> bytes:
-    """The body, refused with 413 above limit (declared or actual, chunked too)."""
-    declared = request.content_length
-    if declared is not None and declared > limit:
-        raise _Refusal(413, "body too large", f"the body is {declared} bytes; the limit is {limit}")
-    data = request.stream.read(limit + 1)
-    if len(data) > limit:
-        raise _Refusal(413, "body too large", f"the body exceeds the limit of {limit} bytes")
-    return bytes(data)
-
-
-def _require_method(request: flask.Request, allowed: tuple[str, ...]) -> None:
-    if request.method not in allowed:
-        raise _Refusal(
-            405,
-            "method not allowed",
-            f"{request.method} is not allowed here; use {' or '.join(allowed)}",
-            {"Allow": ", ".join(allowed)},
-        )
-
-
 def _require_json(request: flask.Request) -> None:
     kind = (request.mimetype or "").lower()
     if kind not in _JSON_TYPES:
         shown = request.content_type or "none"
-        raise _Refusal(
+        raise Refusal(
             415, "unsupported media type", f"the body must be application/json, not {shown}"
         )
 
@@ -118,13 +53,13 @@ def submit(request: flask.Request) -> Any:
     """The HTTP API: POST /jobs, GET /jobs/<id>, GET /batches/<id>, GET /healthz."""
     try:
         return _route(request)
-    except _Refusal as exc:
-        return _refuse(exc.status, exc.error, exc.reason, exc.headers)
+    except Refusal as exc:
+        return exc.answer()
     except SubmitError as exc:
-        return _answer(exc.status, exc.body())
+        return answer(exc.status, exc.body())
     except Exception as exc:  # a storage or publisher outage: tell the client to retry
         log("ERROR", "submit failed", path=request.path, error=f"{type(exc).__name__}: {exc}")
-        return _refuse(
+        return refuse(
             503,
             "unavailable",
             "storage is unavailable right now; retry later",
@@ -137,28 +72,28 @@ def _route(request: flask.Request) -> Any:
     parts = path.lstrip("/").split("/", 1)
     head, rest = parts[0], (parts[1] if len(parts) > 1 else None)
     if path == "/healthz":
-        _require_method(request, ("GET",))
-        return _answer(200, {"ok": True})
+        require_method(request, ("GET",))
+        return answer(200, {"ok": True})
     if head == "jobs" and rest is None:
-        _require_method(request, ("POST",))
+        require_method(request, ("POST",))
         return _post_jobs(request)
     if head in ("jobs", "batches") and rest:
-        _require_method(request, ("GET",))
-        settings = _load_settings()
+        require_method(request, ("GET",))
+        settings = _settings.get()
         view = job_view if head == "jobs" else batch_view
         found = view(get_store(settings), get_doorbell(settings), settings, rest, _now())
-        return _answer(found.status, found.body)
-    raise _Refusal(
+        return answer(found.status, found.body)
+    raise Refusal(
         404, "not found", f"no route {path}; try POST /jobs, GET /jobs/<id>, GET /batches/<id>"
     )
 
 
 def _post_jobs(request: flask.Request) -> Any:
-    settings = _load_settings()
+    settings = _settings.get()
     _require_json(request)
-    raw = _read_body(request, settings.max_body_bytes)
+    raw = read_body(request, settings.max_body_bytes)
     if not raw.strip():
-        raise _Refusal(400, "invalid request", "the body is empty; send a job as JSON")
+        raise Refusal(400, "invalid request", "the body is empty; send a job as JSON")
     submission = parse_submission(decode_body(raw), settings)
     result = submit_jobs(get_store(settings), get_doorbell(settings), submission, _now())
     for job in result.body.get("jobs", [result.body]):
@@ -168,7 +103,7 @@ def _post_jobs(request: flask.Request) -> Any:
             job_id=job["id"],
             batch_id=result.body.get("batch_id"),
         )
-    return _answer(result.status, result.body)
+    return answer(result.status, result.body)
 
 
 # ---------------------------------------------------------------- submit_upload
@@ -181,21 +116,21 @@ def submit_upload(request: flask.Request) -> Any:
     a malformed event (dead-lettered after retries); 503 on an outage (retried).
     """
     try:
-        _require_method(request, ("POST",))
-        settings = _load_settings()
-        body = _read_body(request, settings.max_body_bytes)
+        require_method(request, ("POST",))
+        settings = _settings.get()
+        body = read_body(request, settings.max_body_bytes)
         obj = upload_from_http(request.headers, body)
-    except _Refusal as exc:
-        return _refuse(exc.status, exc.error, exc.reason, exc.headers)
+    except Refusal as exc:
+        return exc.answer()
     except BadEvent as exc:
         log("WARNING", "malformed upload event", reason=exc.reason)
-        return _refuse(400, "bad event", exc.reason)
+        return refuse(400, "bad event", exc.reason)
     except IgnoredEvent as exc:
         log("INFO", "upload event ignored", reason=exc.reason)
-        return _answer(200, {"ignored": True, "reason": exc.reason})
+        return answer(200, {"ignored": True, "reason": exc.reason})
     if obj.bucket == settings.records_bucket:  # never digest our own records: a loop
         log("WARNING", "event from the records bucket ignored", bucket=obj.bucket)
-        return _answer(200, {"ignored": True, "reason": "object is in the records bucket"})
+        return answer(200, {"ignored": True, "reason": "object is in the records bucket"})
     try:
         outcome = create_upload_job(
             get_store(settings),
@@ -209,10 +144,10 @@ def submit_upload(request: flask.Request) -> Any:
         )
     except SubmitError as exc:
         log("ERROR", "upload job not created", reason=exc.reason)
-        return _answer(exc.status, exc.body())
+        return answer(exc.status, exc.body())
     except Exception as exc:  # outage: not acked, so Pub/Sub redelivers
         log("ERROR", "submit_upload failed", error=f"{type(exc).__name__}: {exc}")
-        return _refuse(503, "unavailable", "storage is unavailable right now; retry later")
+        return refuse(503, "unavailable", "storage is unavailable right now; retry later")
     log(
         "INFO",
         "upload job created" if outcome.created else "upload job already existed",
@@ -221,4 +156,4 @@ def submit_upload(request: flask.Request) -> Any:
         object=obj.name,
         generation=obj.generation,
     )
-    return _answer(202 if outcome.created else 200, outcome.view())
+    return answer(202 if outcome.created else 200, outcome.view())
