@@ -2,7 +2,8 @@
 
 It talks to Cloud Storage and Pub/Sub through the same seam, doorbell, submission
 code and policy transitions as the functions; this module only parses arguments,
-maps errors to exit codes and prints. The commands live in shared.cli_commands.
+maps errors to exit codes and prints. The commands live in shared.cli_commands
+and shared.cli_dlq; what they share (exit codes, settings, clients) in shared.cli_context.
 """
 
 from __future__ import annotations
@@ -13,19 +14,13 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-# Exit codes (also listed in --help).
-EXIT_OK = 0
-EXIT_FAILED = 1  # watch: at least one job of the batch failed
-EXIT_USAGE = 2  # bad arguments, unknown job/pipeline, illegal transition, unreadable record
-EXIT_UNAVAILABLE = 3  # missing credentials, bucket or subscription; unreachable service
-EXIT_TIMEOUT = 4  # watch: --timeout passed before every job finished
-EXIT_INTERRUPTED = 130
-
-# `make dev` listens here (local/cloud.py); --local points the official clients at it.
-LOCAL_STORAGE_EMULATOR_HOST = "http://127.0.0.1:4443"
-LOCAL_PUBSUB_EMULATOR_HOST = "127.0.0.1:8085"
-# The pull subscription on the dead-letter topic (same name in terraform and local/wiring.py).
-DEFAULT_DEAD_LETTER_SUBSCRIPTION = "reclaim-dead-letter-hold"
+from shared.cli_context import (
+    DEFAULT_DEAD_LETTER_SUBSCRIPTION,
+    EXIT_INTERRUPTED,
+    LOCAL_PUBSUB_EMULATOR_HOST,
+    LOCAL_STORAGE_EMULATOR_HOST,
+    CliError,
+)
 
 _DESCRIPTION = """\
 Operate a reclaim job queue from a terminal.
@@ -55,14 +50,6 @@ examples:
   reclaim --local watch catalog-0726
   reclaim --local retry JOB_ID
 """
-
-
-class CliError(Exception):
-    """A failure the user can act on: printed as is, with its exit code."""
-
-    def __init__(self, message: str, code: int = EXIT_USAGE):
-        super().__init__(message)
-        self.code = code
 
 
 def _positive_int(text: str) -> int:
@@ -133,6 +120,7 @@ def _common_options() -> argparse.ArgumentParser:
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line; each subcommand's handler is in `func`."""
     from shared import cli_commands as c
+    from shared import cli_dlq
 
     common = _common_options()
     parser = argparse.ArgumentParser(
@@ -272,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add(
         "dlq",
-        c.cmd_dlq,
+        cli_dlq.cmd_dlq,
         "show (and optionally re-ring) what the dead-letter subscription holds",
         "Pulls from the dead-letter pull subscription and shows each message's job id,\n"
         "delivery count and source. Without --requeue nothing is acknowledged: the\n"
@@ -313,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "local", False):
         _use_local_cloud()
     from shared import logs
-    from shared.cli_commands import explain
+    from shared.cli_context import explain
 
     logs.configure("WARNING", sys.stderr)  # library warnings must not mix into stdout/--json
 

@@ -1,187 +1,28 @@
 """The reclaim CLI's commands: each reads its arguments, calls the library, prints.
 
-Cloud clients are created lazily and only for the commands that need them, after
-a quick check that the configured emulator (if any) answers and the bucket
-exists, so a mistake is reported in a second with exit code 3, not after a
-minute of client retries.
+The dead-letter command lives in shared.cli_dlq; shared setup in shared.cli_context.
 """
 
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
-import os
-import socket
 import sys
 import time
-from collections.abc import Iterator
-from functools import cached_property
 from typing import Any
-from urllib.parse import urlsplit
 
 from shared import cli_ops, cli_render
-from shared.cli import (
-    DEFAULT_DEAD_LETTER_SUBSCRIPTION,
+from shared.cli_context import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_TIMEOUT,
-    EXIT_UNAVAILABLE,
     EXIT_USAGE,
     CliError,
+    Context,
 )
-from shared.config import Settings
 
 _REACH_TIMEOUT_S = 2.0
 _PULL_TIMEOUT_S = 5.0
-
-
-class Context:
-    """Settings and lazily created clients of one CLI run."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
-        self.as_json = bool(getattr(args, "json", False))
-        env = dict(os.environ)
-        for flag, var in (
-            ("project", "RECLAIM_PROJECT"),
-            ("bucket", "RECLAIM_RECORDS_BUCKET"),
-            ("topic", "RECLAIM_JOBS_TOPIC"),
-        ):
-            value = getattr(args, flag, None)
-            if value is not None:
-                env[var] = value
-        self.settings = Settings.from_env(env)  # ConfigError names the bad value
-        self.dead_letter_subscription = getattr(
-            args, "dead_letter_subscription", DEFAULT_DEAD_LETTER_SUBSCRIPTION
-        )
-
-    @cached_property
-    def store(self) -> Any:
-        from google.api_core import exceptions as gexc
-
-        from shared import storage
-
-        _check_reachable("STORAGE_EMULATOR_HOST", "storage emulator")
-        store = storage.get_store(self.settings)
-        try:
-            store.list_pending(limit=1)  # one cheap call: credentials and bucket exist
-        except (gexc.NotFound, storage.NotFound):  # a listing only 404s for a missing bucket
-            raise CliError(
-                f"records bucket {self.settings.records_bucket!r} does not exist "
-                "(set --bucket or RECLAIM_RECORDS_BUCKET; `make dev` creates reclaim-records)",
-                EXIT_UNAVAILABLE,
-            ) from None
-        return store
-
-    @cached_property
-    def doorbell(self) -> Any:
-        from shared.doorbell import get_doorbell
-
-        _check_reachable("PUBSUB_EMULATOR_HOST", "Pub/Sub emulator")
-        return get_doorbell(self.settings)
-
-    def watchdog_doorbell(self) -> Any:
-        """The doorbell for a read's watchdog: best effort, so not checked up front."""
-        from shared.doorbell import get_doorbell
-
-        return get_doorbell(self.settings)
-
-    def by(self) -> str:
-        """Who to name in a history entry."""
-        given = getattr(self.args, "by", None)
-        if given:
-            return str(given)
-        try:
-            return f"cli:{getpass.getuser()}"
-        except (OSError, KeyError):
-            return "cli"
-
-    def emit(self, data: Any, text: str) -> None:
-        """Print the JSON form with --json, else the text form."""
-        print(cli_render.to_json(data) if self.as_json else text, flush=True)
-
-    def warn(self, message: str) -> None:
-        print(f"reclaim: warning: {message}", file=sys.stderr, flush=True)
-
-
-def _check_reachable(var: str, what: str) -> None:
-    """With an emulator configured, fail fast (exit 3) if nothing listens there."""
-    value = os.environ.get(var)
-    if not value:
-        return
-    parts = urlsplit(value if "://" in value else f"//{value}")
-    host, port = parts.hostname or "127.0.0.1", parts.port
-    if port is None:
-        port = 443 if parts.scheme == "https" else 80
-    try:
-        with socket.create_connection((host, port), timeout=_REACH_TIMEOUT_S):
-            return
-    except OSError as exc:
-        raise CliError(
-            f"cannot reach the {what} at {value} ({var}): {exc.strerror or exc}; "
-            "is the local cloud running (`make dev`)?",
-            EXIT_UNAVAILABLE,
-        ) from None
-
-
-# ----------------------------------------------------------------------- errors
-
-
-def explain(exc: BaseException) -> tuple[str, int] | None:
-    """A clear message and exit code for an error the user can act on, else None."""
-    return _explain_queue(exc) or _explain_cloud(exc)
-
-
-def _explain_queue(exc: BaseException) -> tuple[str, int] | None:
-    from shared import job_queue, records, storage
-    from shared.config import ConfigError
-    from shared.pipelines import UnknownPipeline, pipeline_names
-
-    if isinstance(exc, job_queue.IllegalTransition):
-        return f"illegal transition: {exc}", EXIT_USAGE
-    if isinstance(exc, records.InvalidInput):
-        return exc.reason, EXIT_USAGE
-    if isinstance(exc, UnknownPipeline):
-        name = exc.args[0] if exc.args else ""
-        return f"unknown pipeline {name!r} (known: {', '.join(pipeline_names())})", EXIT_USAGE
-    if isinstance(exc, storage.CorruptRecord):
-        return f"{exc} (left untouched for a person to inspect)", EXIT_USAGE
-    if isinstance(exc, storage.NotFound):
-        return f"unknown job: {exc}", EXIT_USAGE
-    if isinstance(exc, storage.LostRace):
-        return str(exc), EXIT_UNAVAILABLE
-    if isinstance(exc, storage.Unavailable):
-        return f"Cloud Storage unavailable: {exc}", EXIT_UNAVAILABLE
-    if isinstance(exc, ConfigError):
-        return str(exc), EXIT_USAGE
-    return None
-
-
-def _explain_cloud(exc: BaseException) -> tuple[str, int] | None:
-    from google.api_core import exceptions as gexc
-    from google.auth import exceptions as auth_exc
-    from requests import exceptions as req_exc
-
-    from shared.doorbell import DoorbellError
-
-    if isinstance(exc, auth_exc.DefaultCredentialsError):
-        return (
-            "no Google credentials found: run `gcloud auth application-default login` "
-            "(or set GOOGLE_APPLICATION_CREDENTIALS), or use the local cloud with --local "
-            "or STORAGE_EMULATOR_HOST/PUBSUB_EMULATOR_HOST"
-        ), EXIT_UNAVAILABLE
-    if isinstance(exc, auth_exc.GoogleAuthError):
-        return f"Google credentials were refused: {exc}", EXIT_UNAVAILABLE
-    if isinstance(exc, DoorbellError):
-        return f"{exc} (is the topic there and Pub/Sub reachable?)", EXIT_UNAVAILABLE
-    if isinstance(exc, gexc.NotFound):
-        return f"not found: {exc.message}", EXIT_UNAVAILABLE
-    if isinstance(exc, gexc.Forbidden | gexc.PermissionDenied | gexc.Unauthorized):
-        return f"permission denied: {exc.message}", EXIT_UNAVAILABLE
-    if isinstance(exc, gexc.GoogleAPIError | req_exc.ConnectionError | req_exc.Timeout):
-        return f"service unavailable: {type(exc).__name__}: {exc}", EXIT_UNAVAILABLE
-    return None
 
 
 # ----------------------------------------------------------------------- submit
@@ -363,115 +204,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     shown = {**data, "corrupt": ", ".join(result.corrupt) or 0}
     ctx.emit(data, "one sweep pass:\n" + cli_render.counts_text(shown))
     return EXIT_OK
-
-
-# ----------------------------------------------------------------------- dlq
-
-
-def _pull(subscriber: Any, path: str, most: int) -> Iterator[Any]:
-    """Synchronous pulls until `most` messages, or an answer short of what was asked
-    (the backlog is drained, or Pub/Sub has no more to give right now)."""
-    from google.api_core import exceptions as gexc
-
-    got = 0
-    while got < most:
-        asked = min(most - got, 1000)
-        try:
-            response = subscriber.pull(
-                request={"subscription": path, "max_messages": asked}, timeout=_PULL_TIMEOUT_S
-            )
-        except gexc.DeadlineExceeded:
-            return  # nothing arrived within the timeout: the subscription is empty
-        for received in response.received_messages:
-            got += 1
-            yield received
-        if len(response.received_messages) < asked:
-            return
-
-
-def _dead_letter(received: Any) -> cli_ops.DeadLetter:
-    msg = received.message
-    published = msg.publish_time.isoformat() if msg.publish_time else None
-    return cli_ops.decode_dead_letter(
-        received.ack_id,
-        msg.message_id,
-        bytes(msg.data),
-        dict(msg.attributes),
-        int(received.delivery_attempt or 0),
-        published,
-    )
-
-
-def cmd_dlq(args: argparse.Namespace) -> int:
-    """Show the dead letters; with --requeue re-ring pending jobs and ack their messages."""
-    from google.cloud import pubsub_v1
-
-    ctx = Context(args)
-    _check_reachable("PUBSUB_EMULATOR_HOST", "Pub/Sub emulator")
-    store = ctx.store if args.requeue else None
-    doorbell = ctx.doorbell if args.requeue else None
-    subscriber = pubsub_v1.SubscriberClient()
-    path = subscriber.subscription_path(ctx.settings.project, ctx.dead_letter_subscription)
-    rows: list[dict[str, Any]] = []
-    try:
-        letters = [_dead_letter(r) for r in _pull(subscriber, path, args.max_messages)]
-        ack, back = _decide_letters(letters, store, doorbell, rows)
-        if ack:
-            subscriber.acknowledge(request={"subscription": path, "ack_ids": ack})
-        if back:  # deadline 0: redelivered at once, nothing lost
-            subscriber.modify_ack_deadline(
-                request={"subscription": path, "ack_ids": back, "ack_deadline_seconds": 0}
-            )
-    finally:
-        subscriber.close()
-    columns = ("job_id", "delivery_count", "source_subscription", "published", "action")
-    text = cli_render.table(rows, columns) if rows else f"no dead letters in {path}"
-    if rows and not args.requeue:
-        text += f"\n{len(rows)} message(s) left in place; --requeue re-rings pending jobs"
-    ctx.emit({"subscription": path, "messages": rows}, text)
-    return EXIT_OK
-
-
-def _decide_letters(
-    letters: list[cli_ops.DeadLetter], store: Any, doorbell: Any, rows: list[dict[str, Any]]
-) -> tuple[list[str], list[str]]:
-    """Which ack ids to ack and which to hand back; fills one display row per letter."""
-    from shared.doorbell import DoorbellError
-
-    ack: list[str] = []
-    back: list[str] = []
-    for letter in letters:
-        row = {
-            "job_id": letter.job_id,
-            "delivery_count": letter.delivery_count,
-            "source_subscription": letter.source_subscription,
-            "published": letter.published,
-            "message_id": letter.message_id,
-            "attributes": letter.attributes,
-        }
-        action = "left"
-        if store is not None:
-            decision, status = cli_ops.requeue_decision(store, letter.job_id)
-            row["status"] = status
-            if decision == "ring":
-                try:
-                    doorbell.ring(letter.job_id)
-                    action = "re-rung"
-                except DoorbellError:
-                    decision, action = "keep", "left (ring failed)"
-            elif decision == "drop":
-                action = f"acked ({status})"
-            else:
-                action = "left (no readable job)"
-            if decision in ("ring", "drop"):
-                ack.append(letter.ack_id)
-            else:
-                back.append(letter.ack_id)
-        else:
-            back.append(letter.ack_id)
-        row["action"] = action
-        rows.append(row)
-    return ack, back
 
 
 # ----------------------------------------------------------------------- watch

@@ -1,0 +1,194 @@
+"""What every reclaim CLI command shares: exit codes, settings and lazily made
+clients, the fail-fast checks, and the mapping of errors to messages and codes.
+
+Cloud clients are created only for the commands that need them, after a quick
+check that the configured emulator (if any) answers and the bucket exists, so a
+mistake is reported in a second with exit code 3, not after a minute of retries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+import socket
+import sys
+from functools import cached_property
+from typing import Any
+from urllib.parse import urlsplit
+
+from shared import cli_render
+from shared.config import Settings
+
+# Exit codes (also listed in --help).
+EXIT_OK = 0
+EXIT_FAILED = 1  # watch: at least one job of the batch failed
+EXIT_USAGE = 2  # bad arguments, unknown job/pipeline, illegal transition, unreadable record
+EXIT_UNAVAILABLE = 3  # missing credentials, bucket or subscription; unreachable service
+EXIT_TIMEOUT = 4  # watch: --timeout passed before every job finished
+EXIT_INTERRUPTED = 130
+
+# `make dev` listens here (local/cloud.py); --local points the official clients at it.
+LOCAL_STORAGE_EMULATOR_HOST = "http://127.0.0.1:4443"
+LOCAL_PUBSUB_EMULATOR_HOST = "127.0.0.1:8085"
+# The pull subscription on the dead-letter topic (same name in terraform and local/wiring.py).
+DEFAULT_DEAD_LETTER_SUBSCRIPTION = "reclaim-dead-letter-hold"
+
+
+class CliError(Exception):
+    """A failure the user can act on: printed as is, with its exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE):
+        super().__init__(message)
+        self.code = code
+
+
+_REACH_TIMEOUT_S = 2.0
+
+
+class Context:
+    """Settings and lazily created clients of one CLI run."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.as_json = bool(getattr(args, "json", False))
+        env = dict(os.environ)
+        for flag, var in (
+            ("project", "RECLAIM_PROJECT"),
+            ("bucket", "RECLAIM_RECORDS_BUCKET"),
+            ("topic", "RECLAIM_JOBS_TOPIC"),
+        ):
+            value = getattr(args, flag, None)
+            if value is not None:
+                env[var] = value
+        self.settings = Settings.from_env(env)  # ConfigError names the bad value
+        self.dead_letter_subscription = getattr(
+            args, "dead_letter_subscription", DEFAULT_DEAD_LETTER_SUBSCRIPTION
+        )
+
+    @cached_property
+    def store(self) -> Any:
+        from google.api_core import exceptions as gexc
+
+        from shared import storage
+
+        check_reachable("STORAGE_EMULATOR_HOST", "storage emulator")
+        store = storage.get_store(self.settings)
+        try:
+            store.list_pending(limit=1)  # one cheap call: credentials and bucket exist
+        except (gexc.NotFound, storage.NotFound):  # a listing only 404s for a missing bucket
+            raise CliError(
+                f"records bucket {self.settings.records_bucket!r} does not exist "
+                "(set --bucket or RECLAIM_RECORDS_BUCKET; `make dev` creates reclaim-records)",
+                EXIT_UNAVAILABLE,
+            ) from None
+        return store
+
+    @cached_property
+    def doorbell(self) -> Any:
+        from shared.doorbell import get_doorbell
+
+        check_reachable("PUBSUB_EMULATOR_HOST", "Pub/Sub emulator")
+        return get_doorbell(self.settings)
+
+    def watchdog_doorbell(self) -> Any:
+        """The doorbell for a read's watchdog: best effort, so not checked up front."""
+        from shared.doorbell import get_doorbell
+
+        return get_doorbell(self.settings)
+
+    def by(self) -> str:
+        """Who to name in a history entry."""
+        given = getattr(self.args, "by", None)
+        if given:
+            return str(given)
+        try:
+            return f"cli:{getpass.getuser()}"
+        except (OSError, KeyError):
+            return "cli"
+
+    def emit(self, data: Any, text: str) -> None:
+        """Print the JSON form with --json, else the text form."""
+        print(cli_render.to_json(data) if self.as_json else text, flush=True)
+
+    def warn(self, message: str) -> None:
+        print(f"reclaim: warning: {message}", file=sys.stderr, flush=True)
+
+
+def check_reachable(var: str, what: str) -> None:
+    """With an emulator configured, fail fast (exit 3) if nothing listens there."""
+    value = os.environ.get(var)
+    if not value:
+        return
+    parts = urlsplit(value if "://" in value else f"//{value}")
+    host, port = parts.hostname or "127.0.0.1", parts.port
+    if port is None:
+        port = 443 if parts.scheme == "https" else 80
+    try:
+        with socket.create_connection((host, port), timeout=_REACH_TIMEOUT_S):
+            return
+    except OSError as exc:
+        raise CliError(
+            f"cannot reach the {what} at {value} ({var}): {exc.strerror or exc}; "
+            "is the local cloud running (`make dev`)?",
+            EXIT_UNAVAILABLE,
+        ) from None
+
+
+# ----------------------------------------------------------------------- errors
+
+
+def explain(exc: BaseException) -> tuple[str, int] | None:
+    """A clear message and exit code for an error the user can act on, else None."""
+    return _explain_queue(exc) or _explain_cloud(exc)
+
+
+def _explain_queue(exc: BaseException) -> tuple[str, int] | None:
+    from shared import job_queue, records, storage
+    from shared.config import ConfigError
+    from shared.pipelines import UnknownPipeline, pipeline_names
+
+    if isinstance(exc, job_queue.IllegalTransition):
+        return f"illegal transition: {exc}", EXIT_USAGE
+    if isinstance(exc, records.InvalidInput):
+        return exc.reason, EXIT_USAGE
+    if isinstance(exc, UnknownPipeline):
+        name = exc.args[0] if exc.args else ""
+        return f"unknown pipeline {name!r} (known: {', '.join(pipeline_names())})", EXIT_USAGE
+    if isinstance(exc, storage.CorruptRecord):
+        return f"{exc} (left untouched for a person to inspect)", EXIT_USAGE
+    if isinstance(exc, storage.NotFound):
+        return f"unknown job: {exc}", EXIT_USAGE
+    if isinstance(exc, storage.LostRace):
+        return str(exc), EXIT_UNAVAILABLE
+    if isinstance(exc, storage.Unavailable):
+        return f"Cloud Storage unavailable: {exc}", EXIT_UNAVAILABLE
+    if isinstance(exc, ConfigError):
+        return str(exc), EXIT_USAGE
+    return None
+
+
+def _explain_cloud(exc: BaseException) -> tuple[str, int] | None:
+    from google.api_core import exceptions as gexc
+    from google.auth import exceptions as auth_exc
+    from requests import exceptions as req_exc
+
+    from shared.doorbell import DoorbellError
+
+    if isinstance(exc, auth_exc.DefaultCredentialsError):
+        return (
+            "no Google credentials found: run `gcloud auth application-default login` "
+            "(or set GOOGLE_APPLICATION_CREDENTIALS), or use the local cloud with --local "
+            "or STORAGE_EMULATOR_HOST/PUBSUB_EMULATOR_HOST"
+        ), EXIT_UNAVAILABLE
+    if isinstance(exc, auth_exc.GoogleAuthError):
+        return f"Google credentials were refused: {exc}", EXIT_UNAVAILABLE
+    if isinstance(exc, DoorbellError):
+        return f"{exc} (is the topic there and Pub/Sub reachable?)", EXIT_UNAVAILABLE
+    if isinstance(exc, gexc.NotFound):
+        return f"not found: {exc.message}", EXIT_UNAVAILABLE
+    if isinstance(exc, gexc.Forbidden | gexc.PermissionDenied | gexc.Unauthorized):
+        return f"permission denied: {exc.message}", EXIT_UNAVAILABLE
+    if isinstance(exc, gexc.GoogleAPIError | req_exc.ConnectionError | req_exc.Timeout):
+        return f"service unavailable: {type(exc).__name__}: {exc}", EXIT_UNAVAILABLE
+    return None
