@@ -21,10 +21,6 @@ from shared.cli_context import (
     Context,
 )
 
-_REACH_TIMEOUT_S = 2.0
-_PULL_TIMEOUT_S = 5.0
-
-
 # ----------------------------------------------------------------------- submit
 
 

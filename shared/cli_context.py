@@ -14,11 +14,15 @@ import os
 import socket
 import sys
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from shared import cli_render
 from shared.config import Settings
+
+if TYPE_CHECKING:
+    from shared.doorbell import Doorbell
+    from shared.storage import GcsStore
 
 # Exit codes (also listed in --help).
 EXIT_OK = 0
@@ -67,7 +71,7 @@ class Context:
         )
 
     @cached_property
-    def store(self) -> Any:
+    def store(self) -> GcsStore:
         from google.api_core import exceptions as gexc
 
         from shared import storage
@@ -85,13 +89,13 @@ class Context:
         return store
 
     @cached_property
-    def doorbell(self) -> Any:
+    def doorbell(self) -> Doorbell:
         from shared.doorbell import get_doorbell
 
         check_reachable("PUBSUB_EMULATOR_HOST", "Pub/Sub emulator")
         return get_doorbell(self.settings)
 
-    def watchdog_doorbell(self) -> Any:
+    def watchdog_doorbell(self) -> Doorbell:
         """The doorbell for a read's watchdog: best effort, so not checked up front."""
         from shared.doorbell import get_doorbell
 
