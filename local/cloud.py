@@ -37,6 +37,7 @@ from local.balancer import Balancer
 from local.gcs import start_fake_gcs
 from local.procs import (
     free_port,
+    function_args,
     signal_group,
     spawn,
     stop,
@@ -479,21 +480,7 @@ class LocalCloud:
         source = ROOT / spec.source
         if not source.exists():
             raise FileNotFoundError(f"{name}: {source} does not exist (yet?)")
-        args = [
-            sys.executable,
-            "-m",
-            "functions_framework",
-            "--source",
-            str(source),
-            "--target",
-            spec.target,
-            "--signature-type",
-            "http",
-            "--host",
-            c.host,
-            "--port",
-            str(port),
-        ]
+        args = function_args(source, spec.target, c.host, port)
         return spawn(
             args,
             env=self._function_env(name, instance),

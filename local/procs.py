@@ -8,6 +8,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -156,3 +157,22 @@ def _reap_group(pgid: int, timeout: float = 5.0) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
         time.sleep(0.02)
+
+
+def function_args(source: Path, target: str, host: str, port: int) -> list[str]:
+    """The command that serves one HTTP function under functions-framework."""
+    return [
+        sys.executable,
+        "-m",
+        "functions_framework",
+        "--source",
+        str(source),
+        "--target",
+        target,
+        "--signature-type",
+        "http",
+        "--host",
+        host,
+        "--port",
+        str(port),
+    ]

@@ -4,8 +4,6 @@ fake-gcs-server and the Pub/Sub emulator through the official clients."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,8 +13,9 @@ from typing import Any
 
 import pytest
 import requests
+from function_support import make_queue, start_function
 
-from local.procs import free_port, spawn, stop, wait_for_port
+from local.procs import stop
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_BODY = 65_536
@@ -29,55 +28,25 @@ class Submit:
     subscription: str
 
 
-def start_function(target: str, env: dict[str, str], log_dir: Path) -> tuple[Any, str]:
-    """functions-framework serving functions/submit/main.py:<target> on a free port."""
-    port = free_port()
-    args = [
-        sys.executable,
-        "-m",
-        "functions_framework",
-        "--source",
-        str(ROOT / "functions" / "submit" / "main.py"),
-        "--target",
-        target,
-        "--signature-type",
-        "http",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-    ]
-    proc = spawn(
-        args, env={**os.environ, **env}, cwd=ROOT, log_path=log_dir / f"{target}-{port}.log"
-    )
-    wait_for_port("127.0.0.1", port, proc=proc, timeout=30)
-    return proc, f"http://127.0.0.1:{port}"
-
-
 @pytest.fixture(scope="module")
 def submit_fn(
     emulator_env: dict[str, str], gcs_client: Any, publisher: Any, subscriber: Any, log_dir: Path
 ) -> Iterator[Submit]:
-    project = emulator_env["GOOGLE_CLOUD_PROJECT"]
-    suffix = uuid.uuid4().hex[:10]
-    bucket = gcs_client.create_bucket(f"records-{suffix}")
-    topic = publisher.topic_path(project, f"jobs-{suffix}")
-    sub = subscriber.subscription_path(project, f"doorbells-{suffix}")
-    publisher.create_topic(name=topic)
-    subscriber.create_subscription(name=sub, topic=topic, ack_deadline_seconds=10)
-    env = {
-        **emulator_env,
-        "PYTHONPATH": str(ROOT),
-        "RECLAIM_PROJECT": project,
-        "RECLAIM_RECORDS_BUCKET": bucket.name,
-        "RECLAIM_JOBS_TOPIC": f"jobs-{suffix}",
-        "RECLAIM_MAX_BODY_BYTES": str(MAX_BODY),
-        "RECLAIM_MAX_BATCH_JOBS": "20",
-        "RECLAIM_STALE_SECONDS": "60",
-        "WORKERS": "1",
-        "THREADS": "4",
-    }
-    proc, url = start_function("submit", env, log_dir)
+    queue = make_queue(
+        "records",
+        emulator_env,
+        gcs_client,
+        publisher,
+        subscriber,
+        {
+            "RECLAIM_MAX_BODY_BYTES": str(MAX_BODY),
+            "RECLAIM_MAX_BATCH_JOBS": "20",
+            "RECLAIM_STALE_SECONDS": "60",
+            "THREADS": "4",
+        },
+    )
+    bucket, sub, env = queue.bucket, queue.sub, queue.env
+    proc, url = start_function("submit", "submit", env, log_dir)
     try:
         yield Submit(url, bucket, sub)
     finally:
@@ -397,7 +366,7 @@ def test_missing_records_bucket_answers_503_not_a_crash(
         "RECLAIM_RECORDS_BUCKET": f"absent-{uuid.uuid4().hex[:8]}",
         "RECLAIM_JOBS_TOPIC": "absent-topic",
     }
-    proc, url = start_function("submit", env, log_dir)
+    proc, url = start_function("submit", "submit", env, log_dir)
     try:
         resp = requests.post(f"{url}/jobs", json={"pipeline": "demo"}, timeout=60)
         assert resp.status_code == 503, resp.text
@@ -411,7 +380,7 @@ def test_bad_settings_answer_500_with_the_variable(
     emulator_env: dict[str, str], log_dir: Path
 ) -> None:
     env = {**emulator_env, "PYTHONPATH": str(ROOT), "RECLAIM_MAX_BODY_BYTES": "lots"}
-    proc, url = start_function("submit", env, log_dir)
+    proc, url = start_function("submit", "submit", env, log_dir)
     try:
         resp = requests.post(f"{url}/jobs", json={"pipeline": "demo"}, timeout=30)
         assert resp.status_code == 500

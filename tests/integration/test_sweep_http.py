@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import signal
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,35 +18,14 @@ from typing import Any
 
 import pytest
 import requests
+from function_support import make_queue, start_function
 
-from local.procs import free_port, signal_group, spawn, stop, wait_for_port
+from local.procs import signal_group, stop
 from shared import job_queue, records
 from shared.storage import GcsStore
 
 ROOT = Path(__file__).resolve().parents[2]
 STALE_S = 3.0
-
-
-def start_function(name: str, env: dict[str, str], log_dir: Path) -> tuple[Any, str]:
-    port = free_port()
-    args = [
-        sys.executable,
-        "-m",
-        "functions_framework",
-        "--source",
-        str(ROOT / "functions" / name / "main.py"),
-        "--target",
-        name,
-        "--signature-type",
-        "http",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-    ]
-    proc = spawn(args, env={**os.environ, **env}, cwd=ROOT, log_path=log_dir / f"{name}-{port}.log")
-    wait_for_port("127.0.0.1", port, proc=proc, timeout=30)
-    return proc, f"http://127.0.0.1:{port}"
 
 
 @dataclass
@@ -66,27 +43,22 @@ class Env:
 def cloud(
     emulator_env: dict[str, str], gcs_client: Any, publisher: Any, subscriber: Any, log_dir: Path
 ) -> Iterator[Env]:
-    project = emulator_env["GOOGLE_CLOUD_PROJECT"]
-    suffix = uuid.uuid4().hex[:10]
-    bucket = gcs_client.create_bucket(f"sweep-{suffix}")
-    topic = publisher.topic_path(project, f"jobs-{suffix}")
-    sub = subscriber.subscription_path(project, f"bells-{suffix}")
-    publisher.create_topic(name=topic)
-    subscriber.create_subscription(name=sub, topic=topic, ack_deadline_seconds=10)
-    env = {
-        **emulator_env,
-        "PYTHONPATH": str(ROOT),
-        "RECLAIM_PROJECT": project,
-        "RECLAIM_RECORDS_BUCKET": bucket.name,
-        "RECLAIM_JOBS_TOPIC": f"jobs-{suffix}",
-        "RECLAIM_STALE_SECONDS": str(STALE_S),
-        "RECLAIM_MIN_WRITE_INTERVAL_SECONDS": "0.2",
-        "RECLAIM_DRAIN_MAX_JOBS": "0",
-        "WORKERS": "1",
-        "THREADS": "6",
-    }
-    sweep_proc, sweep = start_function("sweep", env, log_dir)
-    claim_proc, claim = start_function("claim", env, log_dir)
+    queue = make_queue(
+        "sweep",
+        emulator_env,
+        gcs_client,
+        publisher,
+        subscriber,
+        {
+            "RECLAIM_STALE_SECONDS": str(STALE_S),
+            "RECLAIM_MIN_WRITE_INTERVAL_SECONDS": "0.2",
+            "RECLAIM_DRAIN_MAX_JOBS": "0",
+            "THREADS": "6",
+        },
+    )
+    bucket, sub, env = queue.bucket, queue.sub, queue.env
+    sweep_proc, sweep = start_function("sweep", "sweep", env, log_dir)
+    claim_proc, claim = start_function("claim", "claim", env, log_dir)
     try:
         yield Env(GcsStore(bucket.name, client=gcs_client), bucket, sub, sweep, claim, env, log_dir)
     finally:
@@ -157,7 +129,7 @@ def _serial(cloud: Env) -> Iterator[None]:
 
 
 def test_a_killed_owners_job_is_rescued_and_finished_elsewhere(cloud: Env, subscriber: Any) -> None:
-    victim, url = start_function("claim", cloud.env, cloud.log_dir)
+    victim, url = start_function("claim", "claim", cloud.env, cloud.log_dir)
     job_id = submit(cloud, {"stages": 2, "sleep_s": [2.0, 0.0]}, at=datetime.now(UTC))
     try:
         with ThreadPoolExecutor(1) as pool:
