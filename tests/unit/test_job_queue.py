@@ -596,3 +596,17 @@ def test_builders_do_not_mutate_their_input() -> None:
     q.requeue_fields(record, NOW, rescued=True)
     q.done_fields(record, NOW, {})
     assert record == snapshot
+
+
+def test_terminal_builders_leave_a_stage_that_tells_the_truth() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    running = {
+        "status": "running",
+        "attempts": 1,
+        "stage": "stage-0",
+        "updated_at": now.isoformat(),
+    }
+    assert q.done_fields(running, now, {})["stage"] is None
+    failed = q.fail_fields(running, now, {"stage": "stage-1", "message": "boom"})
+    assert failed["stage"] == "stage-1"
+    assert q.fail_fields(running, now, {"message": "exhausted"})["stage"] == "stage-0"
