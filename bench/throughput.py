@@ -1,0 +1,185 @@
+"""End-to-end throughput of 500 no-op jobs against the raw floor.
+
+Framework: one POST /jobs of 500 one-stage `demo` jobs (no sleep) to the local
+cloud (sweep every 3 s), timed until the pending index is empty (every job
+terminal and unmarked). Two shapes: 2 claim instances x MAX_CONCURRENT 4 (the
+incident's), and 2 x 16 (as many slots as the emulator pushes at once, so no
+doorbell is refused for want of a slot).
+
+Raw floor: the same calls per job issued by a script with the official
+clients and no framework, on as many threads as the framework has slots:
+create pending marker, create batch marker, create record (ifGenerationMatch=0),
+publish the doorbell; read the record, claim write and done write (each
+generation-matched), delete the marker. No HTTP functions, no push delivery.
+Both talk to the same fake-gcs-server and Pub/Sub emulator, directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import urllib.request
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from bench.common import row, wait_pending_empty
+from local import wiring
+from local.cloud import LocalCloud
+from local.demo import Watch, emulator_stats
+
+JOBS = 500
+SHAPES = ((2, 4), (2, 16))
+"""(claim instances, MAX_CONCURRENT): the incident's shape, then slots >= push fan-out."""
+TARGET = 0.6
+
+
+def _raw_job(bucket: Any, publisher: Any, topic: str, batch: str) -> None:
+    job_id = uuid.uuid4().hex
+    record = {"id": job_id, "pipeline": "demo", "payload": {"stages": 1}, "status": "queued"}
+    bucket.blob(f"pending/{job_id}").upload_from_string(b"", if_generation_match=0)
+    bucket.blob(f"batches/{batch}/{job_id}").upload_from_string(b"", if_generation_match=0)
+    blob = bucket.blob(f"jobs/{job_id}.json")
+    blob.upload_from_string(json.dumps(record), if_generation_match=0)
+    publisher.publish(topic, json.dumps({"job_id": job_id}).encode(), job_id=job_id).result()
+    read = bucket.blob(f"jobs/{job_id}.json")
+    current = json.loads(read.download_as_bytes())
+    generation = read.generation
+    for status in ("running", "done"):
+        current["status"] = status
+        blob = bucket.blob(f"jobs/{job_id}.json")
+        blob.upload_from_string(json.dumps(current), if_generation_match=generation)
+        generation = blob.generation
+    bucket.blob(f"pending/{job_id}").delete()
+
+
+def _raw_floor(cloud: LocalCloud, threads: int) -> dict[str, Any]:
+    from google.cloud import pubsub_v1
+
+    client = wiring.storage_client(cloud.gcs_url, cloud.config.topology.project)
+    bucket = client.create_bucket(f"bench-raw-{uuid.uuid4().hex[:8]}")
+    publisher, _sub = wiring.pubsub_admin_clients(cloud.pubsub_host)
+    topic = publisher.topic_path(cloud.config.topology.project, "bench-raw")
+    publisher.create_topic(name=topic)
+    with contextlib.ExitStack() as stack:
+        stack.callback(publisher.transport.close)
+        stack.callback(_sub.transport.close)
+        with _env(cloud):
+            pub = pubsub_v1.PublisherClient(
+                batch_settings=pubsub_v1.types.BatchSettings(max_latency=0.01)
+            )
+        start = time.perf_counter()
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(lambda _: _raw_job(bucket, pub, topic, "b"), range(JOBS)))
+        wall = time.perf_counter() - start
+    return {"jobs": JOBS, "threads": threads, "wall_s": round(wall, 3)}
+
+
+@contextlib.contextmanager
+def _env(cloud: LocalCloud) -> Any:
+    import os
+
+    saved = os.environ.get("PUBSUB_EMULATOR_HOST")
+    os.environ["PUBSUB_EMULATOR_HOST"] = cloud.pubsub_host
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("PUBSUB_EMULATOR_HOST", None)
+        else:
+            os.environ["PUBSUB_EMULATOR_HOST"] = saved
+
+
+def _framework(cloud: LocalCloud, watch: Watch, slots: int) -> dict[str, Any]:
+    jobs = [{"pipeline": "demo", "payload": {"stages": 1}} for _ in range(JOBS)]
+    req = urllib.request.Request(
+        cloud.endpoints["jobs"],
+        data=json.dumps({"jobs": jobs}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    start = time.perf_counter()
+    with urllib.request.urlopen(req, timeout=300) as resp:
+        ids = [j["id"] for j in json.loads(resp.read())["jobs"]]
+    submitted = time.perf_counter() - start
+    wait_pending_empty(watch, timeout_s=600, poll_s=0.1)
+    wall = time.perf_counter() - start
+    records = watch.snapshot(ids)
+    done = sum(r.get("status") == "done" for r in records.values())
+    return {
+        "jobs": JOBS,
+        "done": done,
+        "submit_s": round(submitted, 3),
+        "wall_s": round(wall, 3),
+        "slots": slots,
+    }
+
+
+def _variant(instances: int, max_concurrent: int) -> dict[str, Any]:
+    cloud = LocalCloud.for_tests(
+        claim_instances=instances,
+        max_concurrent=max_concurrent,
+        sweep_interval_seconds=3.0,
+        stale_seconds=30.0,
+    )
+    slots = instances * max_concurrent
+    with cloud:
+        ep = cloud.endpoints
+        watch = Watch(cloud.gcs_url, ep["project"], ep["records_bucket"])
+        try:
+            raw = _raw_floor(cloud, slots)
+            framework = _framework(cloud, watch, slots)
+            stats = emulator_stats(ep["emulator_admin"])
+        finally:
+            watch.close()
+    subs = stats.get("subscriptions") or {}
+    claim: dict[str, int] = next(
+        (v for k, v in subs.items() if k.endswith(wiring.CLAIM_SUBSCRIPTION)), {}
+    )
+    framework["pushes"] = claim.get("push_attempts", 0)
+    framework["refused_429"] = claim.get("push_failures", 0)
+    ratio = (framework["done"] / framework["wall_s"]) / (JOBS / raw["wall_s"])
+    return {
+        "instances": instances,
+        "max_concurrent": max_concurrent,
+        "framework": framework,
+        "raw_floor": raw,
+        "ratio": round(ratio, 3),
+    }
+
+
+def run() -> dict[str, Any]:
+    variants = [_variant(*shape) for shape in SHAPES]
+    return {"raw": {"variants": variants}, "rows": [_row(v) for v in variants]}
+
+
+def _row(v: dict[str, Any]) -> dict[str, Any]:
+    f, raw, ratio = v["framework"], v["raw_floor"], v["ratio"]
+    return row(
+        f"throughput, {JOBS} no-op jobs, {v['instances']}x{v['max_concurrent']} slots",
+        f"{f['done'] / f['wall_s']:.1f} jobs/s ({f['wall_s']:.1f} s, submit "
+        f"{f['submit_s']:.1f} s; {f['pushes']} pushes, {f['refused_429']} refused 429)",
+        f"raw floor {JOBS / raw['wall_s']:.1f} jobs/s ({raw['wall_s']:.1f} s; same calls on "
+        f"{raw['threads']} threads)",
+        f"{ratio:.2f} of the floor",
+        f">= {TARGET}",
+        ratio >= TARGET,
+        "" if ratio >= TARGET else _note(f),
+    )
+
+
+def _note(f: dict[str, Any]) -> str:
+    if f["refused_429"] > f["jobs"]:
+        return (
+            "the push subscription delivers up to 32 doorbells at once to 8 slots: the rest "
+            "are refused with 429 and come back only after Pub/Sub's retry backoff (1-10 s "
+            "locally, 10-600 s in production), so slots idle while doorbells wait. Reaching "
+            "0.6: when a slot frees, take the next due queued job from the pending index "
+            "(the drain only takes jobs overdue by stale_s/2), or size MAX_CONCURRENT for "
+            "the push fan-out (see the 2x16 row)"
+        )
+    return (
+        "the remaining gap is per-job HTTP: submit creates 500 jobs in one request, each "
+        "doorbell crosses the emulator's push, the balancer and functions-framework, and "
+        "each claim process is one Python interpreter (GIL) for all of its slots"
+    )

@@ -1,0 +1,370 @@
+"""The chaos test: 120 jobs over 3 claim processes while everything goes wrong.
+
+At random (seeded; the seed is printed and in every failure message; set
+RECLAIM_CHAOS_SEED to replay one): claim processes are SIGKILLed and replaced;
+one is SIGSTOPped past stale_s and SIGCONTed only after its jobs were
+re-claimed (the zombie); the Pub/Sub emulator duplicates deliveries and drops
+doorbell publishes; the fault proxy in front of fake-gcs-server answers 503/429
+to a fraction of requests and loses the answer of a few it forwarded.
+
+Then, reading the bucket directly: every job terminal, no unreadable record,
+attempts <= max, every done job's result written by its final owner and
+attempt (history never goes back to an older attempt, so no zombie commit),
+every output the result names exists and was written by the attempt it names,
+no pending marker left over.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from local.cloud import LocalCloud
+from local.demo import (
+    Watch,
+    all_terminal,
+    counts_by_status,
+    emulator_stats,
+    instance_pids,
+    reclaimed_at,
+    running_on,
+    topic_count,
+)
+from local.faultproxy import FaultProxy
+from local.procs import free_port
+
+N_JOBS = 120
+BATCH = 30
+INSTANCES = 3
+MAX_CONCURRENT = 4
+STALE_S = 6.0
+SWEEP_S = 2.0
+MAX_ATTEMPTS = 6
+KILLS = 3
+DEADLINE_S = 150.0
+
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]
+
+
+@dataclass
+class Chaos:
+    """What the storm did, for the assertions and the failure messages."""
+
+    seed: int
+    kills: list[int] = field(default_factory=list)
+    zombie: int | None = None
+    zombie_jobs: dict[str, tuple[str, int]] = field(default_factory=dict)
+    paused_at: float | None = None
+    resumed_at: float | None = None
+    next_kill: float = 5.0
+
+    def say(self, what: str) -> str:
+        return f"[chaos seed {self.seed}] {what}"
+
+
+# ----------------------------------------------------------------- the workload
+
+
+def _jobs(rng: random.Random) -> list[dict[str, Any]]:
+    """Mostly healthy jobs with outputs, some that fail once, a few that fail for good."""
+    jobs = []
+    for _ in range(N_JOBS):
+        sleeps = [round(rng.uniform(0.2, 0.9), 2) for _ in range(3)]
+        payload: dict[str, Any] = {"stages": 3, "sleep_s": sleeps, "output": True}
+        roll = rng.random()
+        if roll < 0.12:
+            payload.update(fail_at=rng.randrange(3), fail_attempts=1)
+        elif roll < 0.18:
+            payload.update(fail_at=rng.randrange(3), permanent=True)
+        jobs.append(
+            {"id": f"chaos-{rng.getrandbits(64):016x}", "pipeline": "demo", "payload": payload}
+        )
+    return jobs
+
+
+def _submit(url: str, jobs: list[dict[str, Any]], chaos: Chaos) -> list[str]:
+    """POST one batch; a 503 (storage faults outlasted the retry) is replayed: ids make
+    it idempotent."""
+    body = json.dumps({"jobs": jobs}).encode()
+    for _ in range(10):
+        req = urllib.request.Request(
+            url, data=body, method="POST", headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return [str(j["id"]) for j in json.loads(resp.read())["jobs"]]
+        except urllib.error.HTTPError as exc:
+            if exc.code != 503:
+                raise AssertionError(
+                    chaos.say(f"submit answered {exc.code}: {exc.read()!r}")
+                ) from None
+            time.sleep(0.5)
+    raise AssertionError(chaos.say("submit kept answering 503"))
+
+
+# ----------------------------------------------------------------- the storm
+
+
+def _storm(
+    cloud: LocalCloud, watch: Watch, ids: list[str], rng: random.Random, chaos: Chaos
+) -> dict[str, dict[str, Any]]:
+    """Kill, pause and resume instances until every job is terminal (or the deadline)."""
+    t0 = time.monotonic()
+    records: dict[str, dict[str, Any]] = {}
+    while time.monotonic() - t0 < DEADLINE_S:
+        records = watch.snapshot(ids)
+        now = time.monotonic() - t0
+        _maybe_pause(cloud, watch, records, chaos, now)
+        _maybe_resume(cloud, records, chaos, now)
+        _maybe_kill(cloud, records, rng, chaos, now)
+        if all_terminal(records) and chaos.resumed_at is not None and len(chaos.kills) >= KILLS:
+            return records
+        time.sleep(0.3)
+    return records
+
+
+def _maybe_pause(
+    cloud: LocalCloud, watch: Watch, records: dict[str, Any], chaos: Chaos, now: float
+) -> None:
+    if chaos.zombie is not None or now < 2.0:
+        return
+    busy = {i: running_on(records, pids) for i, pids in instance_pids(cloud).items()}
+    index = max(busy, key=lambda i: len(busy[i]), default=None)
+    if index is None or len(busy[index]) < 2:
+        return
+    cloud.pause_claim(index, unroute=True)
+    time.sleep(0.5)  # a write already on the wire still lands; then the state is frozen
+    after = watch.snapshot(busy[index])
+    held = {
+        j: (owner, attempt)
+        for j, (owner, attempt) in busy[index].items()
+        if after[j].get("status") == "running" and after[j].get("owner") == owner
+    }
+    if not held:  # everything it held finished meanwhile: not a zombie yet, try again
+        cloud.resume_claim(index)
+        return
+    chaos.zombie, chaos.zombie_jobs, chaos.paused_at = index, held, now
+    print(chaos.say(f"t={now:.1f}s SIGSTOP claim-{index} holding {sorted(held)}"))
+
+
+def _maybe_resume(cloud: LocalCloud, records: dict[str, Any], chaos: Chaos, now: float) -> None:
+    if chaos.zombie is None or chaos.resumed_at is not None or chaos.paused_at is None:
+        return
+    taken = all(
+        reclaimed_at(records[j], attempt) is not None
+        or records[j].get("status") in ("done", "failed")
+        for j, (_owner, attempt) in chaos.zombie_jobs.items()
+    )
+    if now - chaos.paused_at > STALE_S and taken:
+        cloud.resume_claim(chaos.zombie)
+        chaos.resumed_at = now
+        print(chaos.say(f"t={now:.1f}s SIGCONT claim-{chaos.zombie}: its jobs were re-claimed"))
+    elif now - chaos.paused_at > 60:
+        raise AssertionError(chaos.say("the zombie's jobs were not re-claimed within 60 s"))
+
+
+def _maybe_kill(
+    cloud: LocalCloud, records: dict[str, Any], rng: random.Random, chaos: Chaos, now: float
+) -> None:
+    if len(chaos.kills) >= KILLS or now < chaos.next_kill:
+        return
+    live = {i: p for i, p in instance_pids(cloud).items() if i != chaos.zombie}
+    if not live:
+        return
+    busy = [i for i, pids in live.items() if running_on(records, pids)]
+    index = rng.choice(sorted(busy or live))
+    cloud.kill_claim(index)
+    fresh = cloud.start_claim()
+    chaos.kills.append(index)
+    chaos.next_kill = now + rng.uniform(4.0, 9.0)
+    print(chaos.say(f"t={now:.1f}s SIGKILL claim-{index}, started claim-{fresh}"))
+
+
+# ----------------------------------------------------------------- the checks
+
+
+def _history_attempts(record: dict[str, Any]) -> list[int]:
+    return [
+        e["attempt"]
+        for e in record.get("history") or []
+        if isinstance(e, dict) and isinstance(e.get("attempt"), int)
+    ]
+
+
+def _check_done(job_id: str, rec: dict[str, Any], watch: Watch, chaos: Chaos) -> None:
+    """The result was built by the final attempt; every output it names is real."""
+    attempts, result = rec["attempts"], rec.get("result") or {}
+    assert result.get("attempt") == attempts, chaos.say(f"{job_id}: result by another attempt")
+    done = [e for e in rec["history"] if e.get("event") == "done"]
+    assert len(done) == 1, chaos.say(f"{job_id}: {len(done)} done events")
+    assert done[0]["owner"] == rec["owner"] and done[0]["attempt"] == attempts, chaos.say(
+        f"{job_id}: done written by {done[0]} but the final owner is {rec['owner']}/{attempts}"
+    )
+    claims = [e for e in rec["history"] if e.get("event") == "claimed"]
+    assert claims and claims[-1]["owner"] == rec["owner"], chaos.say(f"{job_id}: owner mismatch")
+    completed = result.get("completed") or []
+    assert [c["stage"] for c in completed] == [0, 1, 2], chaos.say(f"{job_id}: {completed}")
+    assert completed[-1]["attempt"] == attempts, chaos.say(f"{job_id}: last stage by old attempt")
+    assert all(c["attempt"] <= attempts for c in completed)
+    outputs = result.get("outputs") or []
+    assert len(outputs) == 3, chaos.say(f"{job_id}: outputs {outputs}")
+    bucket = watch.store.bucket_name
+    for stage, (entry, name) in enumerate(zip(completed, outputs, strict=True)):
+        assert name == f"outputs/{job_id}/{entry['attempt']}/stage-{stage}.json", chaos.say(name)
+        body = json.loads(watch.store.read_object(bucket, name)[0])
+        assert body == {"job_id": job_id, "stage": stage, "attempt": entry["attempt"]}
+
+
+def _check_record(job_id: str, rec: dict[str, Any], watch: Watch, chaos: Chaos) -> None:
+    status = rec.get("status")
+    assert status in ("done", "failed", "cancelled"), chaos.say(f"{job_id} is {status}: {rec}")
+    attempts = rec.get("attempts")
+    assert isinstance(attempts, int) and 1 <= attempts <= MAX_ATTEMPTS, chaos.say(
+        f"{job_id}: attempts={attempts}"
+    )
+    seen = _history_attempts(rec)
+    assert seen == sorted(seen), chaos.say(
+        f"{job_id}: history went back to an older attempt {seen}"
+    )
+    if status == "done":
+        _check_done(job_id, rec, watch, chaos)
+
+
+def _expected_outcome(job: dict[str, Any], rec: dict[str, Any], chaos: Chaos) -> None:
+    """Permanent failures fail; everything else is done unless chaos burned every attempt."""
+    payload, job_id = job["payload"], job["id"]
+    if payload.get("permanent"):
+        assert rec["status"] == "failed", chaos.say(
+            f"{job_id}: permanent failure is {rec['status']}"
+        )
+        assert "injected failure" in rec["error"]["message"]
+    elif rec["status"] != "done":
+        assert rec["attempts"] == MAX_ATTEMPTS, chaos.say(
+            f"{job_id} failed early: {rec.get('error')}"
+        )
+
+
+def _pending_drained(watch: Watch) -> list[str]:
+    """The pending index, once the sweep had a few ticks to repair leftovers."""
+    left: list[str] = []
+    for _ in range(int(4 * SWEEP_S / 0.5)):
+        left = [e.job_id for e in watch.store.list_pending()]
+        if not left:
+            break
+        time.sleep(0.5)
+    return left
+
+
+def _zombie_noticed(log_dir: Path, chaos: Chaos, wait_s: float = 10.0) -> set[str]:
+    """Jobs the zombie, once woken, logged as lost (it stopped without committing)."""
+    owners = {owner for owner, _ in chaos.zombie_jobs.values()}
+    deadline = time.monotonic() + wait_s
+    while True:
+        lost = set()
+        for line in (
+            (log_dir / f"claim-{chaos.zombie}.log").read_text(errors="replace").splitlines()
+        ):
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if entry.get("owner") in owners and "lost" in str(entry.get("message")):
+                lost.add(str(entry.get("job_id")))
+        if lost == set(chaos.zombie_jobs) or time.monotonic() > deadline:
+            return lost
+        time.sleep(0.5)
+
+
+# ----------------------------------------------------------------- the test
+
+
+@pytest.fixture
+def seed() -> int:
+    value = int(os.environ.get("RECLAIM_CHAOS_SEED") or random.SystemRandom().randrange(2**31))
+    print(f"chaos seed: {value} (replay with RECLAIM_CHAOS_SEED={value})")
+    return value
+
+
+@pytest.fixture
+def storm_cloud(seed: int) -> Iterator[tuple[LocalCloud, FaultProxy]]:
+    gcs_port = free_port()
+    proxy = FaultProxy(
+        f"http://127.0.0.1:{gcs_port}", fault_fraction=0.05, lost_answer_fraction=0.02, seed=seed
+    )
+    cloud = LocalCloud.for_tests(
+        claim_instances=INSTANCES,
+        max_concurrent=MAX_CONCURRENT,
+        stale_seconds=STALE_S,
+        sweep_interval_seconds=SWEEP_S,
+        duplicate_fraction=0.2,
+        drop_publish_fraction=0.1,
+        seed=seed,
+        gcs_port=gcs_port,
+        functions_storage_host=proxy.url,
+        function_env={
+            "RECLAIM_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
+            "RECLAIM_BACKOFF_BASE_SECONDS": "0.5",
+            "RECLAIM_BACKOFF_MAX_SECONDS": "2",
+        },
+    )
+    with proxy, cloud:
+        yield cloud, proxy
+
+
+def test_every_job_survives_the_storm(
+    storm_cloud: tuple[LocalCloud, FaultProxy], seed: int
+) -> None:
+    cloud, proxy = storm_cloud
+    rng = random.Random(seed)
+    chaos = Chaos(seed)
+    jobs = _jobs(rng)
+    ids: list[str] = []
+    for start in range(0, N_JOBS, BATCH):
+        ids += _submit(cloud.endpoints["jobs"], jobs[start : start + BATCH], chaos)
+    assert ids == [j["id"] for j in jobs]
+    ep = cloud.endpoints
+    watch = Watch(cloud.gcs_url, ep["project"], ep["records_bucket"])
+    try:
+        records = _storm(cloud, watch, ids, rng, chaos)
+        counts = counts_by_status(records)
+        print(chaos.say(f"final counts {dict(counts)}; proxy faults {proxy.faults()}"))
+
+        # the storm really happened
+        assert len(chaos.kills) == KILLS and chaos.resumed_at is not None, chaos.say("no storm")
+        assert sum(proxy.faults().values()) > 0, chaos.say("the proxy injected no fault")
+        stats = emulator_stats(ep["emulator_admin"])
+        assert stats["totals"]["duplicated"] > 0, chaos.say("no duplicate delivery")
+        assert topic_count(stats, ep["jobs_topic"], "dropped") > 0, chaos.say("no dropped ring")
+
+        # the invariants
+        assert all_terminal(records), chaos.say(f"not every job is terminal: {dict(counts)}")
+        for job, job_id in zip(jobs, ids, strict=True):
+            _check_record(job_id, records[job_id], watch, chaos)
+            _expected_outcome(job, records[job_id], chaos)
+        stored = set(watch.store.list_jobs())
+        assert stored == set(ids), chaos.say(f"records beyond the jobs: {stored - set(ids)}")
+        assert _pending_drained(watch) == [], chaos.say("pending markers left over")
+
+        # the zombie woke up, learnt it had lost, and committed nothing
+        finished_by_zombie = {
+            j
+            for j, (owner, _a) in chaos.zombie_jobs.items()
+            if records[j].get("status") == "done" and records[j].get("owner") == owner
+        }
+        assert not finished_by_zombie, chaos.say(f"the zombie committed {finished_by_zombie}")
+        noticed = _zombie_noticed(cloud.config.log_dir, chaos)
+        assert noticed == set(chaos.zombie_jobs), chaos.say(
+            f"the zombie noticed the loss of {sorted(noticed)} of {sorted(chaos.zombie_jobs)}"
+        )
+    finally:
+        watch.close()
