@@ -101,7 +101,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"pubsub emulator listening on {args.host}:{port}{admin_note}", file=sys.stderr, flush=True
     )
     while not stop.wait(TICK_SECONDS):
-        broker.tick()
+        try:
+            broker.tick()
+        except Exception:  # keep serving; the next tick retries
+            logging.getLogger("pubsub_emulator").exception("tick failed")
 
     pusher.stop()
     broker.close()

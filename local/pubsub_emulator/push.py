@@ -89,12 +89,19 @@ class Pusher:
 
     def _dispatch(self) -> None:
         while not self._stopping.is_set():
-            batch = self.broker.next_push_batch(self._capacity, timeout=1.0)
-            for delivery, timeout in batch:
-                endpoint = self.broker.push_endpoint(delivery.subscription)
-                with self._lock:
-                    self._inflight[delivery.subscription] += 1
-                self._queue.put((delivery, timeout, endpoint))
+            try:
+                self._dispatch_once()
+            except Exception:  # a bug here must not silently stop all pushes
+                _LOG.exception("push dispatcher error")
+                self._stopping.wait(0.5)
+
+    def _dispatch_once(self) -> None:
+        batch = self.broker.next_push_batch(self._capacity, timeout=1.0)
+        for delivery, timeout in batch:
+            endpoint = self.broker.push_endpoint(delivery.subscription)
+            with self._lock:
+                self._inflight[delivery.subscription] += 1
+            self._queue.put((delivery, timeout, endpoint))
 
     def _session(self) -> requests.Session:
         session = getattr(self._local, "session", None)
@@ -110,6 +117,8 @@ class Pusher:
             delivery, timeout, endpoint = item
             try:
                 self._push(delivery, timeout, endpoint)
+            except Exception:  # keep the worker alive; the lease expires and redelivers
+                _LOG.exception("push worker error")
             finally:
                 with self._lock:
                     self._inflight[delivery.subscription] -= 1
