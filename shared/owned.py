@@ -58,7 +58,7 @@ class OwnedRecord:
         self._lock = threading.Lock()
         self._lost = threading.Event()
         self._closed = False
-        self._pending: tuple[str, int, dict[str, Any]] | None = None
+        self._pending: tuple[str, int, dict[str, Any], list[str]] | None = None
         self._last_write = self._seconds()
         self.writes = 0
 
@@ -80,7 +80,13 @@ class OwnedRecord:
 
     # --- writes
 
-    def checkpoint(self, stage: str, next_stage: int, state: dict[str, Any]) -> bool:
+    def checkpoint(
+        self,
+        stage: str,
+        next_stage: int,
+        state: dict[str, Any],
+        outputs: list[str] | None = None,
+    ) -> bool:
         """Record a stage boundary; True if written now, False if deferred (coalesced).
 
         Raises OwnerLost if the job is no longer ours. A transient storage error
@@ -88,7 +94,7 @@ class OwnedRecord:
         """
         with self._lock:
             self._check_open()
-            self._pending = (stage, next_stage, copy.deepcopy(state))
+            self._pending = (stage, next_stage, copy.deepcopy(state), list(outputs or []))
             if self._since_write() < self.min_interval_s:
                 return False
             return self._flush_pending(transient_ok=True)
@@ -129,10 +135,7 @@ class OwnedRecord:
             def merged(job: dict[str, Any]) -> dict[str, Any]:
                 fields: dict[str, Any] = {}
                 if pending is not None:
-                    stage, next_stage, state = pending
-                    fields = job_queue.checkpoint_fields(
-                        job, self._clock(), stage, next_stage, state
-                    )
+                    fields = job_queue.checkpoint_fields(job, self._clock(), *pending)
                 return {**fields, **build({**job, **fields})}
 
             self._write(merged, event)
@@ -154,10 +157,10 @@ class OwnedRecord:
 
     def _flush_pending(self, *, transient_ok: bool) -> bool:
         assert self._pending is not None
-        stage, next_stage, state = self._pending
+        pending = self._pending
 
         def build(job: dict[str, Any]) -> dict[str, Any]:
-            return job_queue.checkpoint_fields(job, self._clock(), stage, next_stage, state)
+            return job_queue.checkpoint_fields(job, self._clock(), *pending)
 
         try:
             self._write(build, "checkpoint")

@@ -361,6 +361,8 @@ class _Job:
         self.job = owned.stored.record
         self.job_id = str(self.job["id"])
         self.confirm_s = runner.settings.stale_seconds / 2
+        # outputs of committed stages, earlier attempts' included: the job's deliverables
+        self.outputs = job_queue.checkpoint_outputs(self.job)
 
     def run(self) -> Outcome:
         try:
@@ -416,10 +418,11 @@ class _Job:
         except Exception as exc:
             return self._retry_or_fail(exc, stage=name)
         self.log.info("stage finished", index=index, outputs=outputs.written or None)
+        self.outputs.extend(outputs.written)
         if index + 1 >= total:
             return None  # the final write follows at once
         try:
-            written = self.owned.checkpoint(name, index + 1, state)
+            written = self.owned.checkpoint(name, index + 1, state, self.outputs)
         except OwnerLost:
             return self._lost("checkpoint refused")
         self.log.info("checkpoint", next_stage=index + 1, written=written)
@@ -440,7 +443,9 @@ class _Job:
         now = self.r.clock()
         try:
             self.owned.finish(
-                lambda job: job_queue.done_fields(job, now, result), "done", fold=False
+                lambda job: job_queue.done_fields(job, now, result, self.outputs),
+                "done",
+                fold=False,
             )
         except OwnerLost:
             return self._lost("done refused")

@@ -291,7 +291,7 @@ def test_a_deferred_checkpoint_is_flushed_by_the_heartbeat() -> None:
 
     job_id = submit(store, pipeline([("first", first), ("second", second)]), now=clock())
     assert handle(job_id, store, settings(), clock).kind == runner.DONE
-    assert seen == {"next_stage": 1, "state": {"first": True}}
+    assert seen == {"next_stage": 1, "state": {"first": True}, "outputs": []}
 
 
 def test_resume_from_checkpoint_skips_finished_stages() -> None:
@@ -331,7 +331,7 @@ def test_stage_error_requeues_with_backoff_keeping_progress() -> None:
     assert job["status"] == "queued" and job["owner"] is None
     assert job["error"]["type"] == "RuntimeError" and job["error"]["retryable"] is True
     assert job["error"]["stage"] == "flaky" and job["error"]["attempt"] == 1
-    assert job["checkpoint"] == {"next_stage": 1, "state": {"ok": True}}  # folded in
+    assert job["checkpoint"] == {"next_stage": 1, "state": {"ok": True}, "outputs": []}  # folded
     assert job_queue.parse_time(job["not_before"]) is not None
     assert bell.rung == []  # backing off: the sweep or drain rings when due
     assert pending(store) == [job_id]
@@ -339,6 +339,27 @@ def test_stage_error_requeues_with_backoff_keeping_progress() -> None:
     assert handle(job_id, store, s, clock).kind == runner.DONE
     assert calls == ["ok", "flaky", "flaky"]
     assert store.read(job_id).record["result"]["state"] == {"ok": True}
+
+
+def test_done_record_lists_the_outputs_of_every_committed_stage() -> None:
+    store = MemoryStore()
+    clock = Clock()
+
+    def first(ctx: StageContext) -> None:
+        ctx.outputs.write("first.txt", "one")
+
+    def second(ctx: StageContext) -> None:
+        ctx.outputs.write("second.txt", f"attempt {ctx.attempt}")
+        if ctx.attempt == 1:
+            raise RuntimeError("transient")
+
+    job_id = submit(store, pipeline([("first", first), ("second", second)]), now=clock())
+    assert handle(job_id, store, settings(), clock).kind == runner.REQUEUED
+    assert handle(job_id, store, settings(), clock).kind == runner.DONE
+    job = store.read(job_id).record
+    # stage one committed in attempt 1; attempt 1's failed stage-two output is not a deliverable
+    assert job["outputs"] == [f"outputs/{job_id}/1/first.txt", f"outputs/{job_id}/2/second.txt"]
+    assert job["stage"] is None
 
 
 def test_requeue_without_backoff_rings_at_once() -> None:
