@@ -44,6 +44,7 @@ JOBS_PREFIX = "jobs/"
 PENDING_PREFIX = "pending/"
 BATCHES_PREFIX = "batches/"
 OUTPUTS_PREFIX = "outputs/"
+SWEEP_CURSOR = "sweep/cursor"  # where the next sweep resumes when the backlog exceeds one run
 RECORD_CONTENT_TYPE = "application/json"
 
 HTTP_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds per HTTP request
@@ -111,14 +112,20 @@ class Store(Protocol):
     def update(self, record: dict[str, Any], generation: int) -> Stored: ...
     def add_pending(self, job_id: str) -> None: ...
     def remove_pending(self, job_id: str) -> None: ...
-    def list_pending(self, limit: int | None = None) -> list[PendingEntry]: ...
+    def list_pending(
+        self, limit: int | None = None, start_at: str | None = None
+    ) -> list[PendingEntry]: ...
+    def read_sweep_cursor(self) -> str | None: ...
+    def write_sweep_cursor(self, start_at: str) -> None: ...
     def add_to_batch(self, batch_id: str, job_id: str) -> None: ...
     def list_batch(self, batch_id: str, limit: int | None = None) -> list[str]: ...
     def list_jobs(self, limit: int | None = None) -> list[str]: ...
     def write_output(
         self, job_id: str, attempt: int, name: str, data: bytes, content_type: str
     ) -> str: ...
-    def read_object(self, bucket: str, name: str) -> tuple[bytes, str | None]: ...
+    def read_object(
+        self, bucket: str, name: str, generation: int | None = None
+    ) -> tuple[bytes, str | None]: ...
 
 
 # --- object names and record coding, shared by both stores ---------------------------
@@ -296,8 +303,8 @@ class GcsStore(CallCounter):
         )
         return blob
 
-    def _download(self, bucket: str, name: str) -> tuple[bytes, Any]:
-        blob = self._client.bucket(bucket).blob(name)
+    def _download(self, bucket: str, name: str, generation: int | None = None) -> tuple[bytes, Any]:
+        blob = self._client.bucket(bucket).blob(name, generation=generation)
         return blob.download_as_bytes(retry=self._retry, timeout=self._timeout), blob
 
     # records
@@ -377,8 +384,11 @@ class GcsStore(CallCounter):
                 "delete", name, lambda: blob.delete(retry=self._retry, timeout=self._timeout)
             )
 
-    def list_pending(self, limit: int | None = None) -> list[PendingEntry]:
-        blobs = self._list(PENDING_PREFIX, limit)
+    def list_pending(
+        self, limit: int | None = None, start_at: str | None = None
+    ) -> list[PendingEntry]:
+        """Markers in name order, from the first id >= start_at when given."""
+        blobs = self._list(PENDING_PREFIX, limit, start_at)
         ids = names_to_ids([b.name for b in blobs], PENDING_PREFIX)
         created = {b.name: b.time_created for b in blobs}
         return [PendingEntry(i, created.get(PENDING_PREFIX + i)) for i in ids]
@@ -395,17 +405,42 @@ class GcsStore(CallCounter):
         names = [b.name for b in self._list(JOBS_PREFIX, limit)]
         return names_to_ids(names, JOBS_PREFIX, ".json")
 
+    def read_sweep_cursor(self) -> str | None:
+        """Where the next sweep starts in the pending index (a hint, not a record)."""
+        try:
+            data, _ = self._call(
+                "read", "sweep cursor", lambda: self._download(self.bucket_name, SWEEP_CURSOR)
+            )
+        except NotFound:
+            return None
+        return data.decode("utf-8", "replace").strip() or None
+
+    def write_sweep_cursor(self, start_at: str) -> None:
+        """Overwrites the hint: two sweeps racing at worst examine some jobs twice."""
+
+        def put() -> None:
+            blob = self._bucket.blob(SWEEP_CURSOR)
+            blob.upload_from_string(
+                start_at.encode("utf-8"),
+                content_type="text/plain",
+                retry=self._retry,
+                timeout=self._timeout,
+            )
+
+        self._call("write", "sweep cursor", put)
+
     def _create_marker(self, name: str) -> None:
         with contextlib.suppress(_Precondition):  # already there: adding is idempotent
             self._call(
                 "write", name, lambda: self._upload(name, b"", "application/octet-stream", 0)
             )
 
-    def _list(self, prefix: str, limit: int | None) -> list[Any]:
+    def _list(self, prefix: str, limit: int | None, start_at: str | None = None) -> list[Any]:
         """Blobs under prefix; one counted list call per page (pages are fetched lazily)."""
         it = self._client.list_blobs(
             self._bucket,
             prefix=prefix,
+            start_offset=prefix + start_at if start_at else None,
             max_results=check_limit(limit),
             fields="items(name,timeCreated),nextPageToken",
             retry=self._retry,
@@ -440,9 +475,14 @@ class GcsStore(CallCounter):
             raise AlreadyExists(f"output {obj} already exists with other content")
         return obj  # the same attempt wrote the same bytes before: a re-run, not a clash
 
-    def read_object(self, bucket: str, name: str) -> tuple[bytes, str | None]:
+    def read_object(
+        self, bucket: str, name: str, generation: int | None = None
+    ) -> tuple[bytes, str | None]:
+        """An object's bytes and type; with generation, exactly that version (uploads)."""
         data, blob = self._call(
-            "read", f"object gs://{bucket}/{name}", lambda: self._download(bucket, name)
+            "read",
+            f"object gs://{bucket}/{name}",
+            lambda: self._download(bucket, name, generation),
         )
         return data, blob.content_type
 

@@ -17,6 +17,7 @@ from shared.storage import (
     JOBS_PREFIX,
     PENDING_PREFIX,
     RECORD_CONTENT_TYPE,
+    SWEEP_CURSOR,
     AlreadyExists,
     CallCounter,
     LostRace,
@@ -171,8 +172,10 @@ class MemoryStore(CallCounter):
             self._objects.pop((self.bucket_name, name), None)
         self._fire("delete", after=True)
 
-    def list_pending(self, limit: int | None = None) -> list[PendingEntry]:
-        listed = self._list(PENDING_PREFIX, limit)
+    def list_pending(
+        self, limit: int | None = None, start_at: str | None = None
+    ) -> list[PendingEntry]:
+        listed = self._list(PENDING_PREFIX, limit, start_at)
         created = dict(listed)
         ids = names_to_ids([n for n, _ in listed], PENDING_PREFIX)
         return [PendingEntry(i, created[PENDING_PREFIX + i]) for i in ids]
@@ -188,6 +191,18 @@ class MemoryStore(CallCounter):
         names = [n for n, _ in self._list(JOBS_PREFIX, limit)]
         return names_to_ids(names, JOBS_PREFIX, ".json")
 
+    def read_sweep_cursor(self) -> str | None:
+        self._count("read")
+        with self._lock:
+            obj = self._objects.get((self.bucket_name, SWEEP_CURSOR))
+        return obj.data.decode("utf-8", "replace").strip() or None if obj else None
+
+    def write_sweep_cursor(self, start_at: str) -> None:
+        self._count("write")
+        with self._lock:
+            self._put(self.bucket_name, SWEEP_CURSOR, start_at.encode("utf-8"), "text/plain")
+        self._fire("write", after=True)
+
     def _create_marker(self, name: str) -> None:
         self._count("write")
         with self._lock:
@@ -195,14 +210,17 @@ class MemoryStore(CallCounter):
                 self._put(self.bucket_name, name, b"", "application/octet-stream")
         self._fire("write", after=True)
 
-    def _list(self, prefix: str, limit: int | None) -> list[tuple[str, datetime]]:
+    def _list(
+        self, prefix: str, limit: int | None, start_at: str | None = None
+    ) -> list[tuple[str, datetime]]:
         """Sorted like GCS; counted per page of _PAGE_SIZE like GcsStore."""
         limit = check_limit(limit)
+        start = prefix + start_at if start_at else ""
         with self._lock:
             found = sorted(
                 (n, o.created)
                 for (b, n), o in self._objects.items()
-                if b == self.bucket_name and n.startswith(prefix)
+                if b == self.bucket_name and n.startswith(prefix) and n >= start
             )
         found = found if limit is None else found[:limit]
         for _ in range(max(1, -(-len(found) // _PAGE_SIZE))):
@@ -225,11 +243,13 @@ class MemoryStore(CallCounter):
         self._fire("write", after=True)
         return obj
 
-    def read_object(self, bucket: str, name: str) -> tuple[bytes, str | None]:
+    def read_object(
+        self, bucket: str, name: str, generation: int | None = None
+    ) -> tuple[bytes, str | None]:
         self._count("read")
         with self._lock:
             obj = self._objects.get((bucket, name))
-        if obj is None:
+        if obj is None or (generation is not None and obj.generation != generation):
             raise NotFound(f"no object gs://{bucket}/{name}")
         return obj.data, obj.content_type
 

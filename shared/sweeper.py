@@ -69,12 +69,14 @@ def run_once(
     start = monotonic()
     now = now if now is not None else datetime.now(UTC)
     result = SweepResult()
-    entries = store.list_pending(limit=settings.sweep_max_jobs)
+    entries, backlog = pending_window(store, settings.sweep_max_jobs)
+    last: str | None = None
     for entry in entries:
         if monotonic() - start > settings.sweep_max_seconds:
             result.truncated = True
             break
         result.examined += 1
+        last = entry.job_id
         try:
             _sweep_entry(store, doorbell, settings, now, entry, result)
         except Exception as exc:
@@ -85,8 +87,10 @@ def run_once(
                 job_id=entry.job_id,
                 error=f"{type(exc).__name__}: {exc}",
             )
-    if len(entries) >= settings.sweep_max_jobs and not result.truncated:
+    if backlog:
         result.truncated = True
+        if last is not None:
+            _save_cursor(store, next_cursor(last))
     result.elapsed = monotonic() - start
     log(
         "INFO",
@@ -95,6 +99,30 @@ def run_once(
         corrupt=len(result.corrupt),
     )
     return result
+
+
+def pending_window(store: Store, limit: int) -> tuple[list[PendingEntry], bool]:
+    """Up to `limit` markers, and whether the backlog is larger than that.
+
+    A larger backlog is walked as a ring: the window starts at the cursor the
+    previous run left and wraps around, so no job waits behind a fixed first page.
+    """
+    first = store.list_pending(limit=limit)
+    if len(first) < limit:
+        return first, False  # everything pending, in one listing
+    cursor = store.read_sweep_cursor()
+    if not cursor:
+        return first, True
+    window = store.list_pending(limit=limit, start_at=cursor)
+    if len(window) < limit:
+        wrapped = store.list_pending(limit=limit - len(window))
+        window += [e for e in wrapped if e.job_id < cursor]
+    return window, True
+
+
+def next_cursor(last_examined: str) -> str:
+    """The smallest id after last_examined ('-' is the lowest character an id may hold)."""
+    return last_examined + "-"
 
 
 def _sweep_entry(
@@ -130,6 +158,13 @@ def _sweep_entry(
             result.requeued += 1
         if done.rang:
             result.rung += 1
+
+
+def _save_cursor(store: Store, cursor: str) -> None:
+    try:
+        store.write_sweep_cursor(cursor)
+    except Exception as exc:  # only a hint: the next run starts from the top instead
+        log("WARNING", "sweep cursor not saved", error=f"{type(exc).__name__}: {exc}")
 
 
 def _orphan_marker_expired(entry: PendingEntry, now: datetime, settings: Settings) -> bool:

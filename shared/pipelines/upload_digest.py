@@ -18,13 +18,19 @@ REPORT_NAME = "report.json"
 
 
 def validate(payload: Mapping[str, Any]) -> None:
-    """The payload names the object: non-empty string ``bucket`` and ``name``."""
+    """The payload names the object: non-empty string ``bucket`` and ``name``, and
+    optionally the ``generation`` that was uploaded (then exactly that version is read)."""
     if not isinstance(payload, Mapping):
         raise ValueError("payload must be an object")
     for key in ("bucket", "name"):
         value = payload.get(key)
         if not isinstance(value, str) or not value:
             raise ValueError(f"payload.{key} must be a non-empty string")
+    generation = payload.get("generation")
+    if generation is not None and (
+        isinstance(generation, bool) or not isinstance(generation, int) or generation < 1
+    ):
+        raise ValueError("payload.generation must be a positive integer when given")
 
 
 def digest_bytes(data: bytes) -> dict[str, Any]:
@@ -49,10 +55,12 @@ def digest(ctx: StageContext) -> None:
     except ValueError as exc:
         raise PermanentError(str(exc)) from None
     bucket, name = ctx.payload["bucket"], ctx.payload["name"]
+    generation = ctx.payload.get("generation")
     try:
-        data, content_type = ctx.store.read_object(bucket, name)
+        data, content_type = ctx.store.read_object(bucket, name, generation)
     except NotFound:
-        raise PermanentError(f"gs://{bucket}/{name} does not exist") from None
+        at = f" at generation {generation}" if generation else ""
+        raise PermanentError(f"gs://{bucket}/{name}{at} does not exist") from None
     ctx.check()
     ctx.state["digest"] = {
         "bucket": bucket,

@@ -53,8 +53,10 @@ def _gcs_harness(client: Any, endpoint: str) -> Harness:
         blob = records_bucket.get_blob(name)
         return None if blob is None else blob.download_as_bytes()
 
-    def put_object(bucket: str, name: str, data: bytes, ct: str | None) -> None:
-        client.bucket(bucket).blob(name).upload_from_string(data, content_type=ct)
+    def put_object(bucket: str, name: str, data: bytes, ct: str | None) -> int:
+        blob = client.bucket(bucket).blob(name)
+        blob.upload_from_string(data, content_type=ct)
+        return int(blob.generation)
 
     return Harness(
         store=store,

@@ -150,6 +150,22 @@ def test_an_invalid_record_is_never_written(harness: Harness):
 # --- pending index ---------------------------------------------------------------------
 
 
+def test_pending_listing_can_start_at_an_id(store):
+    for job_id in ("a-1", "b-1", "b-2", "c-1"):
+        store.add_pending(job_id)
+    assert [e.job_id for e in store.list_pending(start_at="b")] == ["b-1", "b-2", "c-1"]
+    assert [e.job_id for e in store.list_pending(limit=2, start_at="b-2")] == ["b-2", "c-1"]
+    assert store.list_pending(start_at="d") == []
+
+
+def test_sweep_cursor_round_trips_and_is_not_a_pending_entry(store):
+    assert store.read_sweep_cursor() is None
+    store.write_sweep_cursor("b-1-")
+    store.write_sweep_cursor("c-2-")
+    assert store.read_sweep_cursor() == "c-2-"
+    assert store.list_pending() == [] and store.list_jobs() == []
+
+
 def test_pending_markers_are_idempotent_and_listed_with_creation_time(store):
     store.add_pending("job-b")
     store.add_pending("job-a")
@@ -229,6 +245,15 @@ def test_read_object_reads_other_buckets(harness: Harness):
     assert (data, content_type) == (b"\xff\xd8jpeg", "image/jpeg")
     with pytest.raises(NotFound):
         harness.store.read_object(harness.other_bucket, "in/missing.jpg")
+
+
+def test_read_object_at_a_generation_reads_exactly_that_version(harness: Harness):
+    first = harness.put_object(harness.other_bucket, "in/a.txt", b"one", "text/plain")
+    second = harness.put_object(harness.other_bucket, "in/a.txt", b"two", "text/plain")
+    assert isinstance(first, int) and isinstance(second, int) and second != first
+    assert harness.store.read_object(harness.other_bucket, "in/a.txt", second)[0] == b"two"
+    with pytest.raises(NotFound):  # overwritten, and this bucket keeps no old versions
+        harness.store.read_object(harness.other_bucket, "in/a.txt", first)
 
 
 # --- call counting ---------------------------------------------------------------------

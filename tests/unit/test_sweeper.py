@@ -12,6 +12,7 @@ from shared.config import Settings
 from shared.doorbell import DoorbellError
 from shared.recovery import recover
 from shared.storage_memory import MemoryStore
+from shared.sweeper import pending_window
 
 
 class Bell:
@@ -219,3 +220,37 @@ def test_per_entry_errors_are_counted_not_raised() -> None:
     assert result.errors == 1 and result.requeued == 1
     assert store.read(other).record["status"] == "queued"
     assert json.dumps(result.to_json())
+
+
+class _ReadLog(MemoryStore):
+    """A MemoryStore that remembers which records were read, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read_ids: list[str] = []
+
+    def read(self, job_id: str) -> Any:
+        self.read_ids.append(job_id)
+        return super().read(job_id)
+
+
+def test_a_backlog_larger_than_one_run_is_walked_as_a_ring() -> None:
+    store = _ReadLog()
+    ids = [f"{c}{n}" for c in "0123456789abcdef" for n in range(3)]  # 48 young markers
+    for job_id in ids:
+        store.add_pending(job_id)
+    s = Settings.from_env({}, sweep_max_jobs=10)
+    for _ in range(5):  # 50 examinations: all 48 in order, then the ring wraps
+        result = sweeper.run_once(store, Bell(), s, datetime.now(UTC))
+        assert result.examined == 10 and result.truncated
+    assert store.read_ids == ids + ids[:2]
+
+
+def test_a_small_backlog_is_one_listing_and_no_cursor() -> None:
+    store = MemoryStore()
+    for job_id in ("a", "b", "c"):
+        store.add_pending(job_id)
+    store.calls.clear()
+    window, backlog = pending_window(store, 10)
+    assert [e.job_id for e in window] == ["a", "b", "c"] and not backlog
+    assert store.calls == {"list": 1}
