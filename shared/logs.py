@@ -48,8 +48,15 @@ class JobLogger:
         self.stage: str | None = None
 
     def _emit(self, severity: str, message: str, fields: dict[str, Any]) -> None:
-        log(severity, message, job_id=self.job_id, owner=self.owner,
-            attempt=self.attempt, stage=self.stage, **fields)
+        log(
+            severity,
+            message,
+            job_id=self.job_id,
+            owner=self.owner,
+            attempt=self.attempt,
+            stage=self.stage,
+            **fields,
+        )
 
     def debug(self, message: str, **fields: Any) -> None:
         self._emit("DEBUG", message, fields)
