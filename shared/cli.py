@@ -303,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from shared import logs
     from shared.cli_context import explain
 
-    logs.configure("WARNING", sys.stderr)  # library warnings must not mix into stdout/--json
+    logs.configure("WARNING", stderr=True)  # library warnings must not mix into stdout/--json
 
     try:
         return int(args.func(args))

@@ -9,18 +9,19 @@ from __future__ import annotations
 import json
 import sys
 from datetime import UTC, datetime
-from typing import Any, TextIO
+from typing import Any
 
 _LEVELS = {"DEBUG": 10, "INFO": 20, "NOTICE": 25, "WARNING": 30, "ERROR": 40, "CRITICAL": 50}
 _threshold = _LEVELS["INFO"]
-_stream: TextIO | None = None
+_to_stderr = False
 
 
-def configure(level: str = "INFO", stream: TextIO | None = None) -> None:
-    """Set the lowest severity written, and optionally another stream (tests)."""
-    global _threshold, _stream
+def configure(level: str = "INFO", *, stderr: bool = False) -> None:
+    """Set the lowest severity written, and whether lines go to stderr (the CLI keeps
+    stdout for its own output). The stream is looked up at each write, never kept."""
+    global _threshold, _to_stderr
     _threshold = _LEVELS.get(level.upper(), _LEVELS["INFO"])
-    _stream = stream
+    _to_stderr = stderr
 
 
 def log(severity: str, message: str, **fields: Any) -> None:
@@ -33,7 +34,7 @@ def log(severity: str, message: str, **fields: Any) -> None:
         "time": datetime.now(UTC).isoformat(),
     }
     entry.update({k: v for k, v in fields.items() if v is not None})
-    out = _stream or sys.stdout
+    out = sys.stderr if _to_stderr else sys.stdout
     out.write(json.dumps(entry, default=str, separators=(",", ":")) + "\n")
     out.flush()
 

@@ -22,6 +22,16 @@ LOG_DIR = ROOT / ".local-cloud" / "test-logs"
 PROJECT = "reclaim-test"
 
 
+@pytest.fixture(autouse=True)
+def _default_logging() -> Iterator[None]:
+    """Each test starts with the functions' logging (the CLI, run in process, changes it)."""
+    from shared import logs
+
+    logs.configure("INFO")
+    yield
+    logs.configure("INFO")
+
+
 @pytest.fixture(scope="session")
 def log_dir() -> Path:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
