@@ -42,8 +42,11 @@ def log_dir() -> Path:
 def pubsub_emulator(log_dir: Path) -> Iterator[str]:
     """host:port of a Pub/Sub emulator process (local.pubsub_emulator)."""
     port = free_port()
-    proc = spawn([sys.executable, "-m", "local.pubsub_emulator", "--host", "127.0.0.1",
-                  "--port", str(port)], log_path=log_dir / "pubsub-emulator.log", cwd=ROOT)
+    proc = spawn(
+        [sys.executable, "-m", "local.pubsub_emulator", "--host", "127.0.0.1", "--port", str(port)],
+        log_path=log_dir / "pubsub-emulator.log",
+        cwd=ROOT,
+    )
     try:
         wait_for_port("127.0.0.1", port, proc=proc)
         yield f"127.0.0.1:{port}"
@@ -65,8 +68,11 @@ def gcs_server(log_dir: Path) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def emulator_env(pubsub_emulator: str, gcs_server: str) -> Iterator[dict[str, str]]:
     """Point the official clients in this process at the emulators."""
-    env = {"PUBSUB_EMULATOR_HOST": pubsub_emulator, "STORAGE_EMULATOR_HOST": gcs_server,
-           "GOOGLE_CLOUD_PROJECT": PROJECT}
+    env = {
+        "PUBSUB_EMULATOR_HOST": pubsub_emulator,
+        "STORAGE_EMULATOR_HOST": gcs_server,
+        "GOOGLE_CLOUD_PROJECT": PROJECT,
+    }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
