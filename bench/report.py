@@ -27,8 +27,9 @@ def markdown(results: Mapping[str, Any]) -> str:
         for r in bench.get("rows", []):
             mark = ""
             if r.get("note"):
-                notes.append(r["note"])
-                mark = f" [{len(notes)}]"
+                if r["note"] not in notes:
+                    notes.append(r["note"])
+                mark = f" [{notes.index(r['note']) + 1}]"
             lines.append(
                 "| "
                 + " | ".join(
