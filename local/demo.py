@@ -218,10 +218,10 @@ class Rescue:
         return events
 
 
-def _span(prefix: str, values: Iterable[float]) -> str:
+def _span(prefix: str, values: Iterable[float], empty: str = "") -> str:
     got = sorted(values)
     if not got:
-        return ""
+        return empty
     if got[-1] - got[0] < 0.05:
         return f"{prefix}{got[0]:.1f} s"
     return f"{prefix}{got[0]:.1f}-{got[-1]:.1f} s"
@@ -249,12 +249,17 @@ def summary_lines(
     ]
     if rescue.reclaimed:
         times = sorted(rescue.reclaimed.values())
+        bound = config.stale_seconds + config.sweep_interval_seconds
         lines.append(
-            f"rescue took      {times[-1]:.1f} s from the SIGKILL to the last re-claim "
-            f"(first {times[0]:.1f} s, median {statistics.median(times):.1f} s"
-            + _span(", requeued by the watchdog after ", rescue.requeued.values())
-            + f"); stale_s {config.stale_seconds:g} + sweep every "
-            f"{config.sweep_interval_seconds:g} s"
+            "rescue took      "
+            + _span("", rescue.requeued.values(), "-")
+            + " from the SIGKILL to the watchdog's requeue; re-claimed by a live instance "
+            + _span("after ", times)
+            + f" (median {statistics.median(times):.1f} s; a re-claim waits for a free slot)"
+        )
+        lines.append(
+            f"                 bound: stale_s {config.stale_seconds:g} + sweep every "
+            f"{config.sweep_interval_seconds:g} s = {bound:g} s"
         )
     else:
         lines.append("rescue took      - (no job was running on the killed instance)")

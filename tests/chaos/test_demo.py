@@ -92,7 +92,9 @@ def test_summary_lines_say_what_happened() -> None:
     text = "\n".join(lines)
     assert "jobs done        21 / 22" in text
     assert "jobs rescued     21" in text
-    assert "rescue took      10.0 s" in text and "requeued by the watchdog after 9.0 s" in text
+    assert "rescue took      9.0 s from the SIGKILL to the watchdog's requeue" in text
+    assert "re-claimed by a live instance after 10.0 s" in text
+    assert "bound: stale_s 8 + sweep every 2 s = 10 s" in text
     assert "GCS calls        112" in text and "list 2" in text
     assert "25 doorbell publishes" in text and "15 refused" in text
     assert "NOT TERMINAL     1 job(s)" in text
