@@ -41,7 +41,7 @@ from shared.pipelines import (
 )
 from shared.recovery import Ringer, recover
 from shared.slots import Slots, get_slots
-from shared.storage import CorruptRecord, LostRace, NotFound, Store, Stored
+from shared.storage import CorruptRecord, LostRace, NotFound, PendingEntry, Store, Stored
 
 Clock = Callable[[], datetime]
 
@@ -295,10 +295,11 @@ class _Runner:
             log("WARNING", "drain could not list pending jobs", error=repr(exc))
             return []
         outcomes: list[Outcome] = []
+        now = self.clock()
         for entry in entries:
             if len(outcomes) >= s.drain_max_jobs:
                 break
-            if entry.job_id == skip:
+            if entry.job_id == skip or _too_young(entry, now, s):
                 continue
             try:
                 outcome = self._drain_one(entry.job_id)
@@ -313,6 +314,14 @@ class _Runner:
             if outcome is not None:
                 outcomes.append(outcome)
         return outcomes
+
+
+def _too_young(entry: PendingEntry, now: datetime, settings: Settings) -> bool:
+    """A marker younger than half a stale period cannot be overdue (its record was
+    written after it), so the drain skips it without paying for a read."""
+    if entry.created is None:
+        return False
+    return (now - entry.created).total_seconds() < settings.stale_seconds / 2
 
 
 class _Outputs:

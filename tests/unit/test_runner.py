@@ -525,8 +525,9 @@ def test_outputs_are_refused_once_lost() -> None:
 def test_drain_runs_overdue_jobs_in_the_same_slot_and_is_rate_limited() -> None:
     store = MemoryStore()
     clock = Clock()
+    lost_doorbell = submit(store, now=clock())
+    clock.advance(60)  # its marker and record are a minute old now
     old = clock() - timedelta(seconds=60)
-    lost_doorbell = submit(store, now=old)
     fresh = submit(store, now=clock())
     trigger = submit(store, now=clock())
     s = settings(drain_max_jobs=3)
@@ -543,13 +544,26 @@ def test_drain_runs_overdue_jobs_in_the_same_slot_and_is_rate_limited() -> None:
 def test_drain_takes_at_most_its_budget() -> None:
     store = MemoryStore()
     clock = Clock()
-    old = clock() - timedelta(seconds=60)
     for _ in range(4):
-        submit(store, now=old)
+        submit(store, now=clock())
+    clock.advance(60)
     trigger = submit(store, now=clock())
     outcome = handle(trigger, store, settings(drain_max_jobs=2), clock)
     assert len(outcome.drained) == 2
     assert all(d.kind == runner.DONE for d in outcome.drained)
+
+
+def test_drain_reads_no_record_whose_marker_is_too_young_to_be_overdue() -> None:
+    store = MemoryStore()
+    clock = Clock()
+    for _ in range(3):
+        submit(store, now=clock())
+    trigger = submit(store, now=clock())
+    store.calls.clear()
+    outcome = handle(trigger, store, settings(drain_max_jobs=3), clock)
+    assert outcome.kind == runner.DONE and outcome.drained == []
+    assert store.calls["read"] == 1  # the trigger's own record only
+    assert store.calls["list"] == 1
 
 
 def test_overdue_policy() -> None:
