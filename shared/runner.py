@@ -116,11 +116,25 @@ class Outcome:
 
 
 class DrainGate:
-    """Rate-limits drain listings per process (the pending list is not read after every job)."""
+    """Per-process drain state: rate-limits listings (the pending list is not read after
+    every job), and remembers the last refused doorbell, the sign of a backlog."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._last: float | None = None
+        self._refused: float | None = None
+
+    def note_refusal(self, now_s: float | None = None) -> None:
+        """A doorbell was refused for want of a slot: Pub/Sub holds it back for a while."""
+        with self._lock:
+            self._refused = time.monotonic() if now_s is None else now_s
+
+    def backlogged(self, window_s: float, now_s: float | None = None) -> bool:
+        """True while a refusal is recent: queued jobs wait on Pub/Sub's backoff, so a
+        freed slot should fetch one itself instead of idling."""
+        now_s = time.monotonic() if now_s is None else now_s
+        with self._lock:
+            return self._refused is not None and now_s - self._refused < window_s
 
     def try_enter(self, interval_s: float, now_s: float | None = None) -> bool:
         now_s = time.monotonic() if now_s is None else now_s
@@ -132,17 +146,21 @@ class DrainGate:
 
 
 _GATE = DrainGate()
+BACKLOG_LISTING = 30  # markers listed per drained job while doorbells are being refused
 
 
-def overdue(job: dict[str, Any], now: datetime, settings: Settings) -> bool:
+def overdue(
+    job: dict[str, Any], now: datetime, settings: Settings, *, backlogged: bool = False
+) -> bool:
     """Worth taking from the pending index: claimable, and either a running job whose
     owner went silent or a queued job that has been due for half a stale period
-    (a fresh doorbell is probably on its way for anything younger)."""
+    (a fresh doorbell is probably on its way for anything younger). In a backlog
+    every due queued job qualifies: its doorbell is being held back by Pub/Sub."""
     max_attempts = job_queue.max_attempts_of(job, settings.max_attempts)
     skew = settings.clock_skew_seconds
     if not job_queue.claimable(job, now, settings.stale_seconds, max_attempts, skew_s=skew):
         return False
-    if job.get("status") == "running":
+    if job.get("status") == "running" or backlogged:
         return True
     grace = settings.stale_seconds / 2
     return job_queue.stale_action(job, now, grace, max_attempts, skew_s=skew) == "requeue"
@@ -171,14 +189,16 @@ def handle_delivery(
     """
     records.validate_job_id(job_id)
     pool = slots if slots is not None else get_slots(settings.max_concurrent)
+    gate = gate if gate is not None else _GATE
     slot = pool.try_acquire()
     if slot is None:
+        gate.note_refusal()
         retry = max(1.0, min(settings.stale_seconds / 4, 30.0))
         return Outcome(job_id, BUSY, "no free slot", retry_after_s=retry)
     runner = _Runner(store, doorbell, settings, owner or instance_id(), now)
     with slot:
         outcome = runner.attempt(job_id)
-        outcome.drained = runner.drain(gate if gate is not None else _GATE, skip=job_id)
+        outcome.drained = runner.drain(gate, skip=job_id)
     return outcome
 
 
@@ -273,24 +293,31 @@ class _Runner:
         finally:
             owned.close()
 
-    def _drain_one(self, job_id: str) -> Outcome | None:
+    def _drain_one(self, job_id: str, backlogged: bool) -> Outcome | None:
         """Run job_id if it is overdue; None if it is not (or is the sweep's business)."""
         try:
             stored = self.store.read(job_id)
         except (NotFound, CorruptRecord):
             return None  # the sweep repairs and reports these
-        if not overdue(stored.record, self.clock(), self.settings):
+        if not overdue(stored.record, self.clock(), self.settings, backlogged=backlogged):
             return None
         log("INFO", "draining an overdue job", job_id=job_id)
         return self.attempt(job_id, stored)
 
     def drain(self, gate: DrainGate, *, skip: str | None = None) -> list[Outcome]:
-        """Run up to drain_max_jobs overdue jobs from the pending index in this slot."""
+        """Run up to drain_max_jobs overdue jobs from the pending index in this slot.
+
+        Normally rate-limited per process; while doorbells are being refused (a
+        backlog), every freed slot drains at once, so no slot idles on Pub/Sub's backoff.
+        """
         s = self.settings
-        if s.drain_max_jobs < 1 or not gate.try_enter(s.stale_seconds / 4):
+        backlogged = gate.backlogged(s.stale_seconds)
+        if s.drain_max_jobs < 1 or not (backlogged or gate.try_enter(s.stale_seconds / 4)):
             return []
         try:
-            entries = self.store.list_pending(limit=s.drain_max_jobs * 5)
+            # in a backlog one wider page finds due jobs past those already running
+            limit = s.drain_max_jobs * (BACKLOG_LISTING if backlogged else 5)
+            entries = self.store.list_pending(limit=limit)
         except Exception as exc:  # the drain is a bonus; the sweep covers the rest
             log("WARNING", "drain could not list pending jobs", error=repr(exc))
             return []
@@ -299,10 +326,10 @@ class _Runner:
         for entry in entries:
             if len(outcomes) >= s.drain_max_jobs:
                 break
-            if entry.job_id == skip or _too_young(entry, now, s):
+            if entry.job_id == skip or (not backlogged and _too_young(entry, now, s)):
                 continue
             try:
-                outcome = self._drain_one(entry.job_id)
+                outcome = self._drain_one(entry.job_id, backlogged)
             except Exception as exc:  # the request's own job is settled; don't fail it
                 log(
                     "WARNING",

@@ -541,6 +541,24 @@ def test_drain_runs_overdue_jobs_in_the_same_slot_and_is_rate_limited() -> None:
     assert store.read(another).record["status"] == "queued"
 
 
+def test_in_a_backlog_a_freed_slot_takes_due_jobs_at_once() -> None:
+    store = MemoryStore()
+    clock = Clock()
+    waiting = [submit(store, now=clock()) for _ in range(3)]  # fresh: doorbells held back
+    trigger = submit(store, now=clock())
+    gate = DrainGate()
+    s = settings(drain_max_jobs=3, max_concurrent=1)
+    slots = Slots(1)
+    with slots.try_acquire():  # this instance is full: the next doorbell is refused
+        assert handle(waiting[0], store, s, clock, gate=gate, slots=slots).kind == runner.BUSY
+    assert gate.backlogged(s.stale_seconds)
+    outcome = handle(trigger, store, s, clock, gate=gate, slots=slots)
+    assert outcome.kind == runner.DONE
+    assert sorted(d.job_id for d in outcome.drained) == sorted(waiting)
+    assert all(store.read(j).record["status"] == "done" for j in waiting)
+    assert not gate.backlogged(s.stale_seconds, now_s=time.monotonic() + s.stale_seconds)
+
+
 def test_drain_takes_at_most_its_budget() -> None:
     store = MemoryStore()
     clock = Clock()
