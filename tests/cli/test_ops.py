@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from shared import cli_ops, job_queue, records
+from shared import job_queue, records
+from shared.cli import ops as cli_ops
 from shared.storage import CorruptRecord, LostRace, NotFound, Stored
 from shared.storage_memory import MemoryStore
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from local import dev, wiring
-from shared import cli, cli_context
+from shared import cli
+from shared.cli import context as cli_context
 
 
 def test_common_options_work_before_or_after_the_command() -> None:

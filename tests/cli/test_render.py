@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from shared import cli_render as r
+from shared.cli import render as r
 
 
 def test_duration_formats() -> None:
