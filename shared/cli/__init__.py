@@ -2,8 +2,8 @@
 
 It talks to Cloud Storage and Pub/Sub through the same seam, doorbell, submission
 code and policy transitions as the functions; this module only parses arguments,
-maps errors to exit codes and prints. The commands live in shared.cli_commands
-and shared.cli_dlq; what they share (exit codes, settings, clients) in shared.cli_context.
+maps errors to exit codes and prints. The commands live in shared.cli.commands
+and shared.cli.dlq; what they share (exit codes, settings, clients) in shared.cli.context.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from shared.cli_context import (
+from shared.cli.context import (
     DEFAULT_DEAD_LETTER_SUBSCRIPTION,
     EXIT_INTERRUPTED,
     LOCAL_PUBSUB_EMULATOR_HOST,
@@ -119,8 +119,8 @@ def _common_options() -> argparse.ArgumentParser:
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line; each subcommand's handler is in `func`."""
-    from shared import cli_commands as c
-    from shared import cli_dlq
+    from shared.cli import commands as c
+    from shared.cli import dlq as cli_dlq
 
     common = _common_options()
     parser = argparse.ArgumentParser(
@@ -286,7 +286,7 @@ def _use_local_cloud() -> None:
 
 
 def _report(message: str, code: int, as_json: bool) -> int:
-    from shared.cli_render import to_json
+    from shared.cli.render import to_json
 
     text = to_json({"error": message, "exit_code": code}) if as_json else f"reclaim: {message}"
     print(text, file=sys.stderr)
@@ -301,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if getattr(args, "local", False):
         _use_local_cloud()
     from shared import logs
-    from shared.cli_context import explain
+    from shared.cli.context import explain
 
     logs.configure("WARNING", stderr=True)  # library warnings must not mix into stdout/--json
 
@@ -316,10 +316,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         if known is None:
             raise
         return _report(known[0], known[1], as_json)
-
-
-if __name__ == "__main__":
-    # Run the imported module's main, so its error classes are the ones the commands raise.
-    from shared.cli import main as _main
-
-    sys.exit(_main())

@@ -1,6 +1,6 @@
 """The reclaim CLI's commands: each reads its arguments, calls the library, prints.
 
-The dead-letter command lives in shared.cli_dlq; shared setup in shared.cli_context.
+The dead-letter command lives in shared.cli.dlq; shared setup in shared.cli.context.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import sys
 import time
 from typing import Any
 
-from shared import cli_ops, cli_render
-from shared.cli_context import (
+from shared.cli import ops as cli_ops
+from shared.cli import render as cli_render
+from shared.cli.context import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_TIMEOUT,

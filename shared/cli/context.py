@@ -17,7 +17,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from shared import cli_render
+from shared.cli import render as cli_render
 from shared.config import Settings
 
 if TYPE_CHECKING:

@@ -11,8 +11,9 @@ import argparse
 from collections.abc import Iterator
 from typing import Any
 
-from shared import cli_ops, cli_render
-from shared.cli_context import EXIT_OK, Context, check_reachable
+from shared.cli import ops as cli_ops
+from shared.cli import render as cli_render
+from shared.cli.context import EXIT_OK, Context, check_reachable
 
 _PULL_TIMEOUT_S = 5.0
 
