@@ -1,0 +1,29 @@
+"""The functions deploy with exactly the pins the repo is tested with."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _pins(path: Path) -> list[str]:
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+    return sorted(line for line in lines if line)
+
+
+@pytest.mark.parametrize("function", ["submit", "claim", "sweep"])
+def test_each_function_folder_pins_what_the_repo_pins(function: str) -> None:
+    assert _pins(ROOT / "functions" / function / "requirements.txt") == _pins(
+        ROOT / "requirements.txt"
+    )
+
+
+def test_runtime_pins_are_exact_and_match_pyproject() -> None:
+    pins = _pins(ROOT / "requirements.txt")
+    assert pins and all("==" in pin for pin in pins)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert sorted(project["dependencies"]) == pins
