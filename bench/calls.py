@@ -1,10 +1,12 @@
 """GCS calls per job by kind, and publishes per job, on the happy path.
 
 A 3-stage `demo` pipeline, jobs submitted one POST each (no batch marker),
-2 claim instances, no scheduler tick (the sweep is measured on its own).
-Calls are counted on the wire by local.faultproxy (client retries included).
-Two workloads: stages of 1.2 s (every stage boundary is checkpointed: the
-worst case) and no-op stages (boundaries within 1 s are coalesced).
+2 claim instances x 4 slots, no scheduler tick (the sweep is measured on its
+own). Calls are counted on the wire by local.faultproxy (client retries and
+412s included). Workloads: stages of 1.2 s (every stage boundary is
+checkpointed: the worst case) with as many jobs as slots, then with twice as
+many (doorbells refused with 429, the drain at work), and no-op stages
+(boundaries within 1 s are coalesced).
 """
 
 from __future__ import annotations
@@ -17,7 +19,17 @@ from typing import Any
 from bench.common import bench_cloud, row, wait_terminal
 
 STAGES = 3
-JOBS = 16
+INSTANCES = 2
+MAX_CONCURRENT = 4
+SLOTS = INSTANCES * MAX_CONCURRENT
+WORKLOADS = (
+    ("within_slots", f"{STAGES} stages of 1.2 s, {SLOTS} jobs on {SLOTS} slots", 1.2, SLOTS),
+    ("backlog", f"{STAGES} stages of 1.2 s, {2 * SLOTS} jobs on {SLOTS} slots", 1.2, 2 * SLOTS),
+    ("no_op", f"{STAGES} no-op stages, {2 * SLOTS} jobs on {SLOTS} slots", 0.0, 2 * SLOTS),
+)
+"""(key, label, seconds per stage, jobs): fewer jobs than slots is the plain claim path;
+more jobs than slots adds 429s and the drain; no-op stages coalesce their checkpoints."""
+DRAIN_GATE_S = 30 / 4
 TARGET_MUTATIONS = STAGES + 4
 TARGET_READS = 2.0
 TARGET_PUBLISHES = 1.0
@@ -31,38 +43,48 @@ def _post(url: str, job: dict[str, Any]) -> str:
         return str(json.loads(resp.read())["id"])
 
 
-def _measure(b: Any, sleep_s: float) -> dict[str, Any]:
+def _measure(b: Any, sleep_s: float, jobs: int) -> dict[str, Any]:
     b.proxy.reset()
     pub0 = b.publishes()
     job = {"pipeline": "demo", "payload": {"stages": STAGES, "sleep_s": sleep_s}}
     start = time.monotonic()
-    ids = [_post(b.cloud.endpoints["jobs"], job) for _ in range(JOBS)]
+    ids = [_post(b.cloud.endpoints["jobs"], job) for _ in range(jobs)]
     records = wait_terminal(b.watch, ids, timeout_s=120)
     time.sleep(0.5)  # the final marker delete follows the terminal write
     counts = b.proxy.counts()
+    answers = b.proxy.answers()
     done = sum(r.get("status") == "done" for r in records.values())
-    per = {k: round(v / JOBS, 2) for k, v in counts.items()}
+    per = {k: round(v / jobs, 2) for k, v in counts.items()}
     return {
-        "jobs": JOBS,
+        "jobs": jobs,
         "done": done,
         "sleep_s_per_stage": sleep_s,
         "wall_s": round(time.monotonic() - start, 2),
         "calls": counts,
+        "answers": answers,
+        "lost_cas_per_job": round(answers.get("write:412", 0) / jobs, 2),
         "per_job": per,
-        "mutations_per_job": round((counts["write"] + counts["delete"]) / JOBS, 2),
+        "mutations_per_job": round((counts["write"] + counts["delete"]) / jobs, 2),
         "reads_per_job": per["read"],
         "lists_per_job": per["list"],
-        "publishes_per_job": round((b.publishes() - pub0) / JOBS, 2),
+        "publishes_per_job": round((b.publishes() - pub0) / jobs, 2),
     }
 
 
 def run() -> dict[str, Any]:
-    with bench_cloud(claim_instances=2, sweep_interval_seconds=0, stale_seconds=30) as b:
-        slow = _measure(b, 1.2)
-        fast = _measure(b, 0.0)
-    rows = [_row(f"GCS calls/job, {STAGES} stages of 1.2 s", slow)]
-    rows.append(_row(f"GCS calls/job, {STAGES} no-op stages", fast))
-    return {"raw": {"checkpointed": slow, "coalesced": fast}, "rows": rows}
+    raw: dict[str, Any] = {}
+    rows = []
+    with bench_cloud(
+        claim_instances=INSTANCES,
+        max_concurrent=MAX_CONCURRENT,
+        sweep_interval_seconds=0,
+        stale_seconds=30,
+    ) as b:
+        for key, label, sleep_s, jobs in WORKLOADS:
+            raw[key] = _measure(b, sleep_s, jobs)
+            rows.append(_row(f"GCS calls/job, {label}", raw[key]))
+            time.sleep(DRAIN_GATE_S)  # the next workload starts with the drain gates open
+    return {"raw": raw, "rows": rows}
 
 
 def _row(name: str, m: dict[str, Any]) -> dict[str, Any]:
@@ -73,18 +95,21 @@ def _row(name: str, m: dict[str, Any]) -> dict[str, Any]:
         and m["publishes_per_job"] <= TARGET_PUBLISHES
     )
     figure = (
-        f"{m['mutations_per_job']:g} mutations (write {per['write']:g}, delete "
-        f"{per['delete']:g}), {per['read']:g} reads, {per['list']:g} lists, "
-        f"{m['publishes_per_job']:g} publish(es)"
+        f"{m['mutations_per_job']:g} mutations (write {per['write']:g} incl. "
+        f"{m['lost_cas_per_job']:g} lost CAS, delete {per['delete']:g}), {per['read']:g} reads, "
+        f"{per['list']:g} lists, {m['publishes_per_job']:g} publish(es)"
     )
     note = ""
-    if m["reads_per_job"] > TARGET_READS or per["list"] > 0.5:
+    if m["reads_per_job"] > TARGET_READS or m["mutations_per_job"] > TARGET_MUTATIONS:
         note = (
-            "the reads above 1 per job come from the drain that runs when a slot frees: it "
-            "lists pending/ and reads every listed record to find an overdue one. A marker "
-            "younger than stale_s/2 cannot be overdue (the record is written after it), and "
-            "the listing already carries timeCreated: skipping those entries before the read "
-            "brings the happy path to 1 read per job"
+            f"the claim path itself costs 1 read per job; the rest ({m['reads_per_job'] - 1:.2f} "
+            f"reads, {per['list']:g} lists and {m['lost_cas_per_job']:g} writes answered 412 "
+            "per job) is the drain that runs when a slot frees. While doorbells are refused "
+            "(429: more jobs than slots, as here) every freed slot lists up to 90 pending "
+            "markers and reads records until it finds a due one, and a job it claims may be "
+            "claimed by its doorbell at the same moment (one CAS loses). Every slot starts at "
+            "the same first page of the index. Reaching the target: start each drain listing "
+            "at a random point (list's startOffset) and stop reading at the first claimable job"
         )
     return row(
         name,

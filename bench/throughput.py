@@ -202,9 +202,10 @@ def _note(f: dict[str, Any], raw: dict[str, Any]) -> str:
             f"{f['refused_429']} of {f['pushes']} pushes were refused (429, no free slot): "
             "the emulator pushes up to 32 doorbells at once and a refused one returns only "
             "after Pub/Sub's retry backoff (1-10 s locally, 10-600 s in production), so slots "
-            f"idle (CPUs {_pct(f['cpu_busy'])} busy). To reach the target: when a slot frees, "
-            "claim the next due queued job from the pending index (today the drain only takes "
-            "jobs overdue by stale_s/2), or size MAX_CONCURRENT for the push fan-out (2x16 row)"
+            f"idle (CPUs {_pct(f['cpu_busy'])} busy). What reaches the target: slots for "
+            "the push fan-out (the 2x16 row), or freed slots that take due queued jobs from "
+            "the pending index without waiting for their doorbell (the backlog drain; its "
+            "reads show in the calls row)"
         )
         return "; ".join(parts)
     parts.append(

@@ -84,8 +84,13 @@ class _State:
     statuses: tuple[int, ...]
     rng: random.Random
     calls: Counter[str] = field(default_factory=Counter)
+    answers: Counter[str] = field(default_factory=Counter)
     faults: Counter[str] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def answered(self, kind: str, status: int) -> None:
+        with self.lock:
+            self.answers[f"{kind}:{status}"] += 1
 
     def decide(self, kind: str) -> tuple[int | None, bool]:
         """(status to inject or None, forward first?) for one request; counts it."""
@@ -172,11 +177,17 @@ class FaultProxy:
         with self._state.lock:
             return dict(self._state.faults)
 
+    def answers(self) -> dict[str, int]:
+        """Upstream answers by "kind:status" (e.g. "write:412", a lost CAS race), faults apart."""
+        with self._state.lock:
+            return dict(self._state.answers)
+
     def reset(self) -> None:
         """Zero the counters (a benchmark measures one phase at a time)."""
         with self._state.lock:
             self._state.calls.clear()
             self._state.faults.clear()
+            self._state.answers.clear()
 
     def start(self) -> FaultProxy:
         if self._thread is None:
@@ -245,12 +256,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _handle(self) -> None:
         body = self._body()
-        injected, forward = self.server.state.decide(request_kind(self.command, self.path))
+        kind = request_kind(self.command, self.path)
+        injected, forward = self.server.state.decide(kind)
         status, data = 502, b""
         headers: list[tuple[str, str]] = []
         if forward:
             try:
                 status, headers, data = self._forward(body)
+                self.server.state.answered(kind, status)
             except OSError as exc:
                 status, headers, data = 502, [], _error_body(502, f"upstream unreachable: {exc}")
         if injected is not None:
