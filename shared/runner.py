@@ -17,6 +17,7 @@ import copy
 import itertools
 import json
 import os
+import random
 import secrets
 import socket
 import threading
@@ -129,6 +130,11 @@ class DrainGate:
         with self._lock:
             self._refused = time.monotonic() if now_s is None else now_s
 
+    def clear_backlog(self) -> None:
+        """A drain found nothing due: the backlog is over until the next refusal."""
+        with self._lock:
+            self._refused = None
+
     def backlogged(self, window_s: float, now_s: float | None = None) -> bool:
         """True while a refusal is recent: queued jobs wait on Pub/Sub's backoff, so a
         freed slot should fetch one itself instead of idling."""
@@ -146,7 +152,9 @@ class DrainGate:
 
 
 _GATE = DrainGate()
-BACKLOG_LISTING = 30  # markers listed per drained job while doorbells are being refused
+BACKLOG_LISTING = 50  # markers one backlog drain lists (one page)
+BACKLOG_READS = 4  # records one backlog pass may read to find a due job
+_SHUFFLE = random.Random()
 
 
 def overdue(
@@ -307,27 +315,53 @@ class _Runner:
     def drain(self, gate: DrainGate, *, skip: str | None = None) -> list[Outcome]:
         """Run up to drain_max_jobs overdue jobs from the pending index in this slot.
 
-        Normally rate-limited per process; while doorbells are being refused (a
-        backlog), every freed slot drains at once, so no slot idles on Pub/Sub's backoff.
+        Normally rate-limited per process, one listing for all. While doorbells are
+        being refused (a backlog) every freed slot drains at once, one job per fresh
+        listing (a listing is stale once a job has run), so no slot idles on
+        Pub/Sub's backoff.
         """
         s = self.settings
-        backlogged = gate.backlogged(s.stale_seconds)
-        if s.drain_max_jobs < 1 or not (backlogged or gate.try_enter(s.stale_seconds / 4)):
-            return []
+        outcomes: list[Outcome] = []
+        while len(outcomes) < s.drain_max_jobs:
+            backlogged = gate.backlogged(s.stale_seconds)
+            if not (backlogged or gate.try_enter(s.stale_seconds / 4)):
+                break
+            want = 1 if backlogged else s.drain_max_jobs - len(outcomes)
+            found, whole_index = self._drain_pass(backlogged, want, skip)
+            outcomes += found
+            if backlogged and not found and whole_index:
+                gate.clear_backlog()  # the whole index holds nothing due: stop looking
+            if not (found and backlogged):
+                break
+        return outcomes
+
+    def _drain_pass(
+        self, backlogged: bool, want: int, skip: str | None
+    ) -> tuple[list[Outcome], bool]:
+        """One listing; up to `want` overdue jobs from it, with bounded reads. Also
+        says whether the listing was the whole pending index."""
+        s = self.settings
         try:
-            # in a backlog one wider page finds due jobs past those already running
-            limit = s.drain_max_jobs * (BACKLOG_LISTING if backlogged else 5)
+            limit = BACKLOG_LISTING if backlogged else s.drain_max_jobs * 5
             entries = self.store.list_pending(limit=limit)
         except Exception as exc:  # the drain is a bonus; the sweep covers the rest
             log("WARNING", "drain could not list pending jobs", error=repr(exc))
-            return []
+            return [], False
+        whole_index = len(entries) < limit
+        reads = len(entries)
+        if backlogged:
+            # every freed slot lists the same first page: reading it in its own random
+            # order keeps slots from racing for the same job, and reads stay bounded
+            _SHUFFLE.shuffle(entries)
+            reads = BACKLOG_READS
         outcomes: list[Outcome] = []
         now = self.clock()
         for entry in entries:
-            if len(outcomes) >= s.drain_max_jobs:
+            if len(outcomes) >= want or reads <= 0:
                 break
             if entry.job_id == skip or (not backlogged and _too_young(entry, now, s)):
                 continue
+            reads -= 1
             try:
                 outcome = self._drain_one(entry.job_id, backlogged)
             except Exception as exc:  # the request's own job is settled; don't fail it
@@ -338,9 +372,9 @@ class _Runner:
                     error=f"{type(exc).__name__}: {exc}",
                 )
                 break
-            if outcome is not None:
+            if outcome is not None and outcome.kind != RACED:
                 outcomes.append(outcome)
-        return outcomes
+        return outcomes, whole_index
 
 
 def _too_young(entry: PendingEntry, now: datetime, settings: Settings) -> bool:

@@ -559,6 +559,18 @@ def test_in_a_backlog_a_freed_slot_takes_due_jobs_at_once() -> None:
     assert not gate.backlogged(s.stale_seconds, now_s=time.monotonic() + s.stale_seconds)
 
 
+def test_a_backlog_drain_that_sees_the_whole_index_with_nothing_due_ends_the_backlog() -> None:
+    store = MemoryStore()
+    clock = Clock()
+    trigger = submit(store, now=clock())
+    gate = DrainGate()
+    gate.note_refusal()
+    s = settings(drain_max_jobs=3)
+    outcome = handle(trigger, store, s, clock, gate=gate)
+    assert outcome.kind == runner.DONE and outcome.drained == []
+    assert not gate.backlogged(s.stale_seconds)  # later slots skip the listing
+
+
 def test_drain_takes_at_most_its_budget() -> None:
     store = MemoryStore()
     clock = Clock()
