@@ -610,3 +610,13 @@ def test_terminal_builders_leave_a_stage_that_tells_the_truth() -> None:
     failed = q.fail_fields(running, now, {"stage": "stage-1", "message": "boom"})
     assert failed["stage"] == "stage-1"
     assert q.fail_fields(running, now, {"message": "exhausted"})["stage"] == "stage-0"
+
+
+def test_claiming_a_stale_running_job_counts_as_a_rescue() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    running = {"status": "running", "attempts": 1, "owner": "gone", "rescues": 2}
+    fields = q.claim_fields(running, "me", now)
+    assert fields["rescues"] == 3
+    assert fields["history"][-1]["took_over_from"] == "gone"
+    queued = q.claim_fields({"status": "queued", "attempts": 0}, "me", now)
+    assert "rescues" not in queued and "took_over_from" not in queued["history"][-1]
