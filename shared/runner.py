@@ -351,9 +351,10 @@ class _Runner:
         reads = len(entries)
         if backlogged:
             # every freed slot lists the same first page: reading it in its own random
-            # order keeps slots from racing for the same job, and reads stay bounded
+            # order keeps slots from racing for the same job, and reads stay bounded;
+            # a small index is read whole, so "nothing due" is known, not guessed
             _SHUFFLE.shuffle(entries)
-            reads = BACKLOG_READS
+            reads = len(entries) if whole_index else BACKLOG_READS
         outcomes: list[Outcome] = []
         now = self.clock()
         for entry in entries:
