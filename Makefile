@@ -68,13 +68,13 @@ tf-schema: venv $(TF_WHEEL) ## Regenerate the vendored provider schema extract f
 tf-check: venv $(TF_STAMP) $(TF_WHEEL) ## Offline terraform checks: provider schema, checkov, hcl2, packaging
 	$(PY) -m pytest tests/terraform -q
 
-deploy: ## terraform init + apply with terraform/terraform.tfvars (see terraform/README.md)
-	@command -v terraform >/dev/null || { echo "terraform is not installed (see terraform/README.md)"; exit 1; }
+deploy: ## terraform init + apply with terraform/terraform.tfvars (see README.md, "Deploy to GCP")
+	@command -v terraform >/dev/null || { echo "terraform is not installed (see README.md, "Deploy to GCP")"; exit 1; }
 	@test -f terraform/$(TF_VARS) || { echo "terraform/$(TF_VARS) missing: cp terraform/terraform.tfvars.example terraform/$(TF_VARS) and edit it"; exit 1; }
 	cd terraform && terraform init -input=false && terraform apply -var-file=$(TF_VARS)
 
 destroy: ## terraform destroy of what deploy created
-	@command -v terraform >/dev/null || { echo "terraform is not installed (see terraform/README.md)"; exit 1; }
+	@command -v terraform >/dev/null || { echo "terraform is not installed (see README.md, "Deploy to GCP")"; exit 1; }
 	cd terraform && terraform destroy -var-file=$(TF_VARS)
 
 clean: ## Remove the venv and caches

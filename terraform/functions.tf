@@ -1,4 +1,4 @@
-# The four gen2 functions of docs/CONTRACTS.md, built from archives that hold the
+# The four gen2 functions (README "Repository layout"), built from archives that hold the
 # function's folder at the root plus the repo's shared/ package beside main.py.
 # tests/terraform/test_packaging.py builds the same archives and imports each
 # entry point from them alone.

@@ -15,7 +15,7 @@ locals {
     "storage.googleapis.com",
   ])
 
-  # Names agreed in docs/CONTRACTS.md (the local launcher uses the same ones).
+  # Names shared with the local launcher (local/wiring.py; a test compares them).
   topics = {
     jobs        = "${var.name_prefix}-jobs"
     uploads     = "${var.name_prefix}-uploads"
@@ -57,7 +57,7 @@ locals {
     RECLAIM_LOG_LEVEL                  = var.queue.log_level
   }
 
-  # The entry points of docs/CONTRACTS.md: source folder, target, sizing.
+  # The entry points (README "Repository layout"): source folder, target, sizing.
   functions = {
     submit        = merge(var.submit_function, { source = "submit", entry_point = "submit" })
     submit_upload = merge(var.submit_upload_function, { source = "submit", entry_point = "submit_upload" })

@@ -64,7 +64,7 @@ variable "labels" {
 }
 
 variable "name_prefix" {
-  description = "Prefix of every resource name; the default gives the names in docs/CONTRACTS.md."
+  description = "Prefix of every resource name; the default gives the names the README and local/wiring.py use."
   type        = string
   default     = "reclaim"
   validation {

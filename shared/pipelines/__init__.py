@@ -1,7 +1,7 @@
 """The pipeline registry: submit checks names against it, claim runs from it.
 
 Built-in pipelines register themselves on import (``demo``, ``upload-digest``);
-see docs/pipelines.md for how to write one.
+see the README section "Writing a pipeline" for how to write one.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from tfhcl import (
 
 from shared.config import ENV_VARS
 
-FUNCTIONS = {  # docs/CONTRACTS.md: function -> (source folder, target)
+FUNCTIONS = {  # function -> (source folder, target), as the README lays out
     "submit": ("submit", "submit"),
     "submit_upload": ("submit", "submit_upload"),
     "claim": ("claim", "claim"),
