@@ -17,20 +17,7 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-_HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailers",
-        "transfer-encoding",
-        "upgrade",
-        "content-length",
-        "host",
-    }
-)
+from local.forwarding import end_to_end
 
 
 class Balancer:
@@ -122,7 +109,7 @@ class Balancer:
                 conn.close()
             with self._lock:
                 self.counts[index] += 1
-            kept = [(k, v) for k, v in resp.getheaders() if k.lower() not in _HOP_BY_HOP]
+            kept = end_to_end(resp.getheaders())
             return resp.status, kept, data
         return _error(503, "no live backend")
 
@@ -144,7 +131,7 @@ def _handler_class(balancer: Balancer) -> type[BaseHTTPRequestHandler]:
 
         def _proxy(self) -> None:
             body = self._read_body()
-            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+            headers = dict(end_to_end(self.headers.items()))
             headers["X-Forwarded-For"] = self.client_address[0]
             status, out_headers, data = balancer.forward(self.command, self.path, headers, body)
             self.send_response(status)

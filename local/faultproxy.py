@@ -29,22 +29,10 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
+from local.forwarding import end_to_end
+
 KINDS = ("read", "write", "delete", "list", "other")
 FAULT_STATUSES = (503, 429)
-_HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailers",
-        "transfer-encoding",
-        "upgrade",
-        "content-length",
-        "host",
-    }
-)
 _UPSTREAM_TIMEOUT_S = 60.0
 
 
@@ -291,7 +279,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
         up = urlsplit(self.server.state.upstream)
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+        headers = dict(end_to_end(self.headers.items()))
         headers["Host"] = up.netloc
         for fresh in (False, True):
             conn = self._upstream
@@ -312,7 +300,7 @@ class _Handler(BaseHTTPRequestHandler):
                 if fresh:
                     raise
                 continue  # a kept-alive upstream connection went stale: one fresh try
-            kept = [(k, v) for k, v in resp.getheaders() if k.lower() not in _HOP_BY_HOP]
+            kept = end_to_end(resp.getheaders())
             return resp.status, kept, data
         raise AssertionError("unreachable")
 

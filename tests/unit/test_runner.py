@@ -11,10 +11,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from unit_support import Bell
 
 from shared import job_queue, records, runner
 from shared.config import Settings
-from shared.doorbell import DoorbellError
 from shared.pipelines import PermanentError, Pipeline, StageContext, Stopped, register
 from shared.runner import DrainGate, Outcome, handle_delivery
 from shared.slots import Slots
@@ -35,17 +35,6 @@ class Clock:
     def advance(self, seconds: float) -> None:
         with self._lock:
             self.t += timedelta(seconds=seconds)
-
-
-class Bell:
-    def __init__(self, fail: bool = False) -> None:
-        self.rung: list[str] = []
-        self.fail = fail
-
-    def ring(self, job_id: str) -> None:
-        if self.fail:
-            raise DoorbellError(job_id, "down")
-        self.rung.append(job_id)
 
 
 def wall() -> datetime:

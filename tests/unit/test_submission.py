@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from unit_support import Bell
 
 from shared import records
 from shared.config import Settings
-from shared.doorbell import DoorbellError
 from shared.status import batch_view, job_view, render_job
 from shared.storage_memory import MemoryStore
 from shared.submission import (
@@ -26,26 +25,6 @@ from shared.submission import (
 
 NOW = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 SETTINGS = Settings.from_env({}, max_batch_jobs=5)
-
-
-class Bell:
-    """Records rings; can be told to fail."""
-
-    def __init__(self, fail: bool = False) -> None:
-        self.rung: list[str] = []
-        self.fail = fail
-
-    def ring(self, job_id: str) -> None:
-        if self.fail:
-            raise DoorbellError(job_id, "topic gone")
-        self.rung.append(job_id)
-
-    def ring_many(self, job_ids: Iterable[str]) -> list[str]:
-        ids = list(job_ids)
-        if self.fail:
-            return ids
-        self.rung.extend(ids)
-        return []
 
 
 class OrderedStore(MemoryStore):

@@ -7,23 +7,13 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from unit_support import Bell
+
 from shared import job_queue, records, sweeper
 from shared.config import Settings
-from shared.doorbell import DoorbellError
 from shared.recovery import recover
 from shared.storage_memory import MemoryStore
 from shared.sweeper import pending_window
-
-
-class Bell:
-    def __init__(self, fail: bool = False) -> None:
-        self.rung: list[str] = []
-        self.fail = fail
-
-    def ring(self, job_id: str) -> None:
-        if self.fail:
-            raise DoorbellError(job_id, "down")
-        self.rung.append(job_id)
 
 
 def settings(**kw: Any) -> Settings:
