@@ -27,7 +27,8 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 
 venv: $(STAMP) ## Create .venv with the pinned packages
 
-test: venv $(TF_STAMP) $(TF_WHEEL) ## Run the whole test suite (starts its own emulators)
+test: venv $(TF_STAMP) $(TF_WHEEL) ## Lint, then the whole test suite (starts its own emulators)
+	$(MAKE) --no-print-directory lint
 	$(PY) -m pytest
 
 lint: venv ## ruff and mypy
