@@ -34,6 +34,14 @@ def _name(value: str) -> str:
     return value
 
 
+def _modules(value: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in value.split(",") if part.strip())
+    for name in names:
+        if not all(piece.isidentifier() for piece in name.split(".")):
+            raise ValueError(f"{name!r} is not a dotted module name")
+    return names
+
+
 ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar(
         "RECLAIM_PROJECT",
@@ -178,6 +186,14 @@ ENV_VARS: tuple[EnvVar, ...] = (
         1,
     ),
     EnvVar(
+        "RECLAIM_PIPELINE_MODULES",
+        "pipeline_modules",
+        "",
+        _modules,
+        "Comma-separated modules imported at start so that their pipelines register "
+        "(the built-ins need none).",
+    ),
+    EnvVar(
         "RECLAIM_LOG_LEVEL",
         "log_level",
         "INFO",
@@ -209,6 +225,7 @@ class Settings:
     retention_days_done: int
     retention_days_failed: int
     retention_days_cancelled: int
+    pipeline_modules: tuple[str, ...]
     log_level: str
 
     @property

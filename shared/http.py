@@ -15,6 +15,7 @@ import flask
 from shared import logs
 from shared.config import ConfigError, Settings
 from shared.logs import log
+from shared.pipelines import PipelineModuleError, load_modules
 
 
 class Refusal(Exception):
@@ -45,9 +46,11 @@ class SettingsOnce:
         with self._lock:
             if self._settings is None and self._error is None:
                 try:
-                    self._settings = Settings.from_env()
-                    logs.configure(self._settings.log_level)
-                except ConfigError as exc:
+                    settings = Settings.from_env()
+                    load_modules(settings.pipeline_modules)
+                    self._settings = settings
+                    logs.configure(settings.log_level)
+                except (ConfigError, PipelineModuleError) as exc:
                     self._error = str(exc)
                     log("ERROR", f"{self._function} is misconfigured", reason=self._error)
             if self._settings is None:

@@ -54,6 +54,7 @@ locals {
     RECLAIM_RETENTION_DAYS_DONE        = tostring(var.retention_days.done)
     RECLAIM_RETENTION_DAYS_FAILED      = tostring(var.retention_days.failed)
     RECLAIM_RETENTION_DAYS_CANCELLED   = tostring(var.retention_days.cancelled)
+    RECLAIM_PIPELINE_MODULES           = join(",", var.pipeline_modules)
     RECLAIM_LOG_LEVEL                  = var.queue.log_level
   }
 

@@ -83,6 +83,16 @@ variable "noncurrent_retention_days" {
   }
 }
 
+variable "pipeline_modules" {
+  description = "Python modules (in the deployed source, e.g. shared.pipelines.mine) imported at start so their pipelines register; sets RECLAIM_PIPELINE_MODULES."
+  type        = list(string)
+  default     = []
+  validation {
+    condition     = alltrue([for m in var.pipeline_modules : can(regex("^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*$", m))])
+    error_message = "pipeline_modules entries must be dotted Python module names."
+  }
+}
+
 variable "project_id" {
   description = "The GCP project to deploy into."
   type        = string

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from shared.cli import render as cli_render
 from shared.config import Settings
+from shared.pipelines import load_modules
 
 if TYPE_CHECKING:
     from shared.doorbell import Doorbell
@@ -66,6 +67,7 @@ class Context:
             if value is not None:
                 env[var] = value
         self.settings = Settings.from_env(env)  # ConfigError names the bad value
+        load_modules(self.settings.pipeline_modules)  # so submit knows the deployment's
         self.dead_letter_subscription = getattr(
             args, "dead_letter_subscription", DEFAULT_DEAD_LETTER_SUBSCRIPTION
         )
@@ -150,7 +152,7 @@ def explain(exc: BaseException) -> tuple[str, int] | None:
 def _explain_queue(exc: BaseException) -> tuple[str, int] | None:
     from shared import job_queue, records, storage
     from shared.config import ConfigError
-    from shared.pipelines import UnknownPipeline, pipeline_names
+    from shared.pipelines import PipelineModuleError, UnknownPipeline, pipeline_names
 
     if isinstance(exc, job_queue.IllegalTransition):
         return f"illegal transition: {exc}", EXIT_USAGE
@@ -167,7 +169,7 @@ def _explain_queue(exc: BaseException) -> tuple[str, int] | None:
         return str(exc), EXIT_UNAVAILABLE
     if isinstance(exc, storage.Unavailable):
         return f"Cloud Storage unavailable: {exc}", EXIT_UNAVAILABLE
-    if isinstance(exc, ConfigError):
+    if isinstance(exc, ConfigError | PipelineModuleError):
         return str(exc), EXIT_USAGE
     return None
 

@@ -1,10 +1,14 @@
 """The pipeline registry: submit checks names against it, claim runs from it.
 
 Built-in pipelines register themselves on import (``demo``, ``upload-digest``);
-see the README section "Writing a pipeline" for how to write one.
+yours register when the modules named in RECLAIM_PIPELINE_MODULES are imported
+at start (see the README section "Writing a pipeline").
 """
 
 from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
 
 from shared.pipelines.base import (
     OutputWriter,
@@ -20,11 +24,13 @@ __all__ = [
     "OutputWriter",
     "PermanentError",
     "Pipeline",
+    "PipelineModuleError",
     "Stage",
     "StageContext",
     "Stopped",
     "UnknownPipeline",
     "get_pipeline",
+    "load_modules",
     "pipeline_names",
     "register",
 ]
@@ -51,6 +57,22 @@ def get_pipeline(name: str) -> Pipeline:
 def pipeline_names() -> list[str]:
     """Registered names, sorted (for error messages and the CLI)."""
     return sorted(_REGISTRY)
+
+
+class PipelineModuleError(ImportError):
+    """A module named in RECLAIM_PIPELINE_MODULES cannot be imported."""
+
+
+def load_modules(names: Iterable[str]) -> None:
+    """Import the modules that register the deployment's own pipelines (idempotent)."""
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # any failure while importing is the module's fault
+            raise PipelineModuleError(
+                f"RECLAIM_PIPELINE_MODULES names {name!r}, which cannot be imported: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
 
 
 def _register_builtins() -> None:

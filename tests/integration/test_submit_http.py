@@ -388,3 +388,41 @@ def test_bad_settings_answer_500_with_the_variable(
         assert "RECLAIM_MAX_BODY_BYTES" in resp.json()["reason"]
     finally:
         stop(proc)
+
+
+def test_a_deployments_own_pipeline_module_is_accepted(
+    submit_fn: Submit, emulator_env: dict[str, str], log_dir: Path
+) -> None:
+    bucket = submit_fn.bucket
+    env = {
+        **emulator_env,
+        "PYTHONPATH": f"{ROOT}:{ROOT / 'tests' / 'integration'}",
+        "RECLAIM_RECORDS_BUCKET": bucket.name,
+        "RECLAIM_PIPELINE_MODULES": "sample_pipelines",
+    }
+    proc, url = start_function("submit", "submit", env, log_dir)
+    try:
+        job_id = f"shout-{uuid.uuid4().hex[:8]}"
+        body = {"pipeline": "shout", "id": job_id, "payload": {"text": "hi"}}
+        resp = requests.post(f"{url}/jobs", json=body, timeout=30)
+        assert resp.status_code == 202, resp.text
+        assert bucket.get_blob(f"jobs/{job_id}.json") is not None
+    finally:
+        stop(proc)
+    # the default deployment does not know it: a 400 that names the known pipelines
+    resp = post(submit_fn, {"pipeline": "shout"})
+    assert resp.status_code == 400 and "demo" in resp.json()["reason"]
+
+
+def test_a_pipeline_module_that_fails_to_import_answers_500_naming_it(
+    emulator_env: dict[str, str], log_dir: Path
+) -> None:
+    env = {**emulator_env, "PYTHONPATH": str(ROOT), "RECLAIM_PIPELINE_MODULES": "no_such_pipes"}
+    proc, url = start_function("submit", "submit", env, log_dir)
+    try:
+        resp = requests.post(f"{url}/jobs", json={"pipeline": "demo"}, timeout=30)
+        assert resp.status_code == 500
+        assert resp.json()["error"] == "misconfigured"
+        assert "no_such_pipes" in resp.json()["reason"]
+    finally:
+        stop(proc)

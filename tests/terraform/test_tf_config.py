@@ -137,6 +137,7 @@ def test_queue_defaults_equal_the_code_defaults() -> None:
         "records_bucket",
         "jobs_topic",
         "max_concurrent",
+        "pipeline_modules",
         *(f"retention_days_{state}" for state in retention),
     }
     assert optional_defaults("claim_function")["concurrency"] == float(

@@ -206,3 +206,38 @@ def test_upload_digest_report_needs_the_digest_state() -> None:
     _, report = upload_digest.PIPELINE.stages_for({"bucket": "b", "name": "n"})[1]
     with pytest.raises(RuntimeError):
         report(ctx_for({"bucket": "b", "name": "n"}))
+
+
+def test_pipeline_modules_register_their_pipelines(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from shared.pipelines import get_pipeline, load_modules
+
+    (tmp_path / "mine_pipelines.py").write_text(
+        "from shared.pipelines import Pipeline, register\n"
+        "register(Pipeline('mine-x', stages=[('s', lambda ctx: None)]), replace=True)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    load_modules(["mine_pipelines"])
+    assert get_pipeline("mine-x").name == "mine-x"
+
+
+def test_a_pipeline_module_that_cannot_be_imported_is_named(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from shared.pipelines import PipelineModuleError, load_modules
+
+    (tmp_path / "broken_pipelines.py").write_text("raise RuntimeError('boom')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(PipelineModuleError, match=r"broken_pipelines.*RuntimeError: boom"):
+        load_modules(["broken_pipelines"])
+    with pytest.raises(PipelineModuleError, match="no_such_module"):
+        load_modules(["no_such_module"])
+
+
+def test_pipeline_modules_setting_is_validated() -> None:
+    from shared.config import ConfigError, Settings
+
+    assert Settings.from_env({"RECLAIM_PIPELINE_MODULES": " a.b , c "}).pipeline_modules == (
+        "a.b",
+        "c",
+    )
+    assert Settings.from_env({}).pipeline_modules == ()
+    with pytest.raises(ConfigError, match="RECLAIM_PIPELINE_MODULES"):
+        Settings.from_env({"RECLAIM_PIPELINE_MODULES": "a/b"})
