@@ -17,20 +17,30 @@ import copy
 import itertools
 import json
 import os
-import random
 import secrets
 import socket
-import threading
-import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from shared import job_queue, records
 from shared.config import Settings
 from shared.doorbell import DoorbellError
+from shared.drain import GATE, DrainGate, drain
 from shared.logs import JobLogger, log
+from shared.outcome import (
+    BUSY,
+    CORRUPT,
+    DONE,
+    FAILED,
+    LOST,
+    MISSING,
+    RACED,
+    RECOVERED,
+    REQUEUED,
+    SKIPPED,
+    Outcome,
+)
 from shared.owned import Heartbeat, OwnedRecord, OwnerLost
 from shared.pipelines import (
     PermanentError,
@@ -42,21 +52,9 @@ from shared.pipelines import (
 )
 from shared.recovery import Ringer, recover
 from shared.slots import Slots, get_slots
-from shared.storage import CorruptRecord, LostRace, NotFound, PendingEntry, Store, Stored
+from shared.storage import CorruptRecord, LostRace, NotFound, Store, Stored
 
 Clock = Callable[[], datetime]
-
-# Outcome kinds. Only "busy" asks for a redelivery; everything else is decided (ack).
-BUSY = "busy"  # no free slot: answer 429
-MISSING = "missing"  # no record (yet, or any more): ack
-CORRUPT = "corrupt"  # unreadable record: ack, left for a person
-SKIPPED = "skipped"  # not claimable: duplicate doorbell, running-and-fresh, finished, backing off
-RECOVERED = "recovered"  # not claimable but stale: the watchdog acted (e.g. failed, exhausted)
-RACED = "raced"  # another owner won the claim CAS
-DONE = "done"
-FAILED = "failed"
-REQUEUED = "requeued"
-LOST = "lost"  # we lost the job mid-run (re-claimed, rescued or cancelled): wrote nothing more
 
 
 def utcnow() -> datetime:
@@ -83,97 +81,6 @@ def new_owner(instance: str | None = None) -> str:
     return f"{instance or instance_id()}.{next(_CLAIMS)}"
 
 
-# --------------------------------------------------------------------------- outcome
-
-
-@dataclass
-class Outcome:
-    """What handle_delivery decided for one job (and the jobs it drained after it)."""
-
-    job_id: str
-    kind: str
-    detail: str = ""
-    owner: str | None = None
-    attempt: int | None = None
-    retry_after_s: float | None = None
-    drained: list[Outcome] = field(default_factory=list)
-
-    @property
-    def busy(self) -> bool:
-        return self.kind == BUSY
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"job_id": self.job_id, "outcome": self.kind}
-        for key in ("detail", "owner", "attempt", "retry_after_s"):
-            value = getattr(self, key)
-            if value not in (None, ""):
-                out[key] = value
-        if self.drained:
-            out["drained"] = [d.to_json() for d in self.drained]
-        return out
-
-
-# --------------------------------------------------------------------------- drain gate
-
-
-class DrainGate:
-    """Per-process drain state: rate-limits listings (the pending list is not read after
-    every job), and remembers the last refused doorbell, the sign of a backlog."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._last: float | None = None
-        self._refused: float | None = None
-
-    def note_refusal(self, now_s: float | None = None) -> None:
-        """A doorbell was refused for want of a slot: Pub/Sub holds it back for a while."""
-        with self._lock:
-            self._refused = time.monotonic() if now_s is None else now_s
-
-    def clear_backlog(self) -> None:
-        """A drain found nothing due: the backlog is over until the next refusal."""
-        with self._lock:
-            self._refused = None
-
-    def backlogged(self, window_s: float, now_s: float | None = None) -> bool:
-        """True while a refusal is recent: queued jobs wait on Pub/Sub's backoff, so a
-        freed slot should fetch one itself instead of idling."""
-        now_s = time.monotonic() if now_s is None else now_s
-        with self._lock:
-            return self._refused is not None and now_s - self._refused < window_s
-
-    def try_enter(self, interval_s: float, now_s: float | None = None) -> bool:
-        now_s = time.monotonic() if now_s is None else now_s
-        with self._lock:
-            if self._last is not None and now_s - self._last < interval_s:
-                return False
-            self._last = now_s
-            return True
-
-
-_GATE = DrainGate()
-BACKLOG_LISTING = 50  # markers one backlog drain lists (one page)
-BACKLOG_READS = 4  # records one backlog pass may read to find a due job
-_SHUFFLE = random.Random()
-
-
-def overdue(
-    job: dict[str, Any], now: datetime, settings: Settings, *, backlogged: bool = False
-) -> bool:
-    """Worth taking from the pending index: claimable, and either a running job whose
-    owner went silent or a queued job that has been due for half a stale period
-    (a fresh doorbell is probably on its way for anything younger). In a backlog
-    every due queued job qualifies: its doorbell is being held back by Pub/Sub."""
-    max_attempts = job_queue.max_attempts_of(job, settings.max_attempts)
-    skew = settings.clock_skew_seconds
-    if not job_queue.claimable(job, now, settings.stale_seconds, max_attempts, skew_s=skew):
-        return False
-    if job.get("status") == "running" or backlogged:
-        return True
-    grace = settings.stale_seconds / 2
-    return job_queue.stale_action(job, now, grace, max_attempts, skew_s=skew) == "requeue"
-
-
 # --------------------------------------------------------------------------- entry point
 
 
@@ -197,7 +104,7 @@ def handle_delivery(
     """
     records.validate_job_id(job_id)
     pool = slots if slots is not None else get_slots(settings.max_concurrent)
-    gate = gate if gate is not None else _GATE
+    gate = gate if gate is not None else GATE
     slot = pool.try_acquire()
     if slot is None:
         gate.note_refusal()
@@ -206,7 +113,7 @@ def handle_delivery(
     runner = _Runner(store, doorbell, settings, owner or instance_id(), now)
     with slot:
         outcome = runner.attempt(job_id)
-        outcome.drained = runner.drain(gate, skip=job_id)
+        outcome.drained = drain(store, settings, now, runner.attempt, gate, skip=job_id)
     return outcome
 
 
@@ -300,90 +207,6 @@ class _Runner:
             return _Job(self, owned, jlog).run()
         finally:
             owned.close()
-
-    def _drain_one(self, job_id: str, backlogged: bool) -> Outcome | None:
-        """Run job_id if it is overdue; None if it is not (or is the sweep's business)."""
-        try:
-            stored = self.store.read(job_id)
-        except (NotFound, CorruptRecord):
-            return None  # the sweep repairs and reports these
-        if not overdue(stored.record, self.clock(), self.settings, backlogged=backlogged):
-            return None
-        log("INFO", "draining an overdue job", job_id=job_id)
-        return self.attempt(job_id, stored)
-
-    def drain(self, gate: DrainGate, *, skip: str | None = None) -> list[Outcome]:
-        """Run up to drain_max_jobs overdue jobs from the pending index in this slot.
-
-        Normally rate-limited per process, one listing for all. While doorbells are
-        being refused (a backlog) every freed slot drains at once, one job per fresh
-        listing (a listing is stale once a job has run), so no slot idles on
-        Pub/Sub's backoff.
-        """
-        s = self.settings
-        outcomes: list[Outcome] = []
-        while len(outcomes) < s.drain_max_jobs:
-            backlogged = gate.backlogged(s.stale_seconds)
-            if not (backlogged or gate.try_enter(s.stale_seconds / 4)):
-                break
-            want = 1 if backlogged else s.drain_max_jobs - len(outcomes)
-            found, whole_index = self._drain_pass(backlogged, want, skip)
-            outcomes += found
-            if backlogged and not found and whole_index:
-                gate.clear_backlog()  # the whole index holds nothing due: stop looking
-            if not (found and backlogged):
-                break
-        return outcomes
-
-    def _drain_pass(
-        self, backlogged: bool, want: int, skip: str | None
-    ) -> tuple[list[Outcome], bool]:
-        """One listing; up to `want` overdue jobs from it, with bounded reads. Also
-        says whether the listing was the whole pending index."""
-        s = self.settings
-        try:
-            limit = BACKLOG_LISTING if backlogged else s.drain_max_jobs * 5
-            entries = self.store.list_pending(limit=limit)
-        except Exception as exc:  # the drain is a bonus; the sweep covers the rest
-            log("WARNING", "drain could not list pending jobs", error=repr(exc))
-            return [], False
-        whole_index = len(entries) < limit
-        reads = len(entries)
-        if backlogged:
-            # every freed slot lists the same first page: reading it in its own random
-            # order keeps slots from racing for the same job, and reads stay bounded;
-            # a small index is read whole, so "nothing due" is known, not guessed
-            _SHUFFLE.shuffle(entries)
-            reads = len(entries) if whole_index else BACKLOG_READS
-        outcomes: list[Outcome] = []
-        now = self.clock()
-        for entry in entries:
-            if len(outcomes) >= want or reads <= 0:
-                break
-            if entry.job_id == skip or (not backlogged and _too_young(entry, now, s)):
-                continue
-            reads -= 1
-            try:
-                outcome = self._drain_one(entry.job_id, backlogged)
-            except Exception as exc:  # the request's own job is settled; don't fail it
-                log(
-                    "WARNING",
-                    "drain stopped on an error",
-                    job_id=entry.job_id,
-                    error=f"{type(exc).__name__}: {exc}",
-                )
-                break
-            if outcome is not None and outcome.kind != RACED:
-                outcomes.append(outcome)
-        return outcomes, whole_index
-
-
-def _too_young(entry: PendingEntry, now: datetime, settings: Settings) -> bool:
-    """A marker younger than half a stale period cannot be overdue (its record was
-    written after it), so the drain skips it without paying for a read."""
-    if entry.created is None:
-        return False
-    return (now - entry.created).total_seconds() < settings.stale_seconds / 2
 
 
 class _Outputs:

@@ -15,8 +15,10 @@ from unit_support import Bell
 
 from shared import job_queue, records, runner
 from shared.config import Settings
+from shared.drain import DrainGate, overdue
+from shared.outcome import Outcome
 from shared.pipelines import PermanentError, Pipeline, StageContext, Stopped, register
-from shared.runner import DrainGate, Outcome, handle_delivery
+from shared.runner import handle_delivery
 from shared.slots import Slots
 from shared.storage_memory import MemoryStore
 
@@ -589,12 +591,12 @@ def test_overdue_policy() -> None:
     s = settings()
     now = datetime.now(UTC)
     rec = records.new_record("a", "demo", {}, now - timedelta(seconds=20))
-    assert runner.overdue(rec, now, s)  # queued and due for more than stale_s / 2
-    assert not runner.overdue({**rec, "updated_at": job_queue.format_time(now)}, now, s)
+    assert overdue(rec, now, s)  # queued and due for more than stale_s / 2
+    assert not overdue({**rec, "updated_at": job_queue.format_time(now)}, now, s)
     running = {**rec, **job_queue.claim_fields(rec, "o", now - timedelta(seconds=20))}
-    assert not runner.overdue(running, now, s)  # running and fresh
-    assert runner.overdue(running, now + timedelta(seconds=15), s)
-    assert not runner.overdue({**rec, "status": "done"}, now, s)
+    assert not overdue(running, now, s)  # running and fresh
+    assert overdue(running, now + timedelta(seconds=15), s)
+    assert not overdue({**rec, "status": "done"}, now, s)
 
 
 def test_a_drain_error_does_not_fail_the_request() -> None:
