@@ -1,4 +1,7 @@
-"""Counters for the admin /stats endpoint (totals, per topic, per subscription)."""
+"""Counters for the admin /stats endpoint (totals, per topic, per subscription).
+
+Per subscription there are also gauges (current values, e.g. the push window).
+"""
 
 from __future__ import annotations
 
@@ -39,6 +42,11 @@ class Stats:
             with self._lock:
                 self._totals[counter] += n
                 self._subs[name][counter] += n
+
+    def gauge(self, name: str, key: str, value: int) -> None:
+        """Set a current value of one subscription (not summed into the totals)."""
+        with self._lock:
+            self._subs[name][key] = value
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
