@@ -27,7 +27,10 @@ DEFAULT_RETENTION = dt.timedelta(days=7)
 PUSH_BACKOFF_MIN = 0.1
 PUSH_BACKOFF_MAX = 60.0
 # The service starts a push subscription with a small push window (slow start).
-INITIAL_PUSH_WINDOW = 1
+# A subscription's first window is the whole maximum: the claim function holds a push
+# open for its whole job, so a slow start that grows only on acks would serialise a
+# fresh subscription's first jobs (the service's own start value is not documented).
+INITIAL_PUSH_WINDOW = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -44,10 +47,11 @@ class SubPolicy:
 class PushWindow:
     """How many pushes of one subscription may be in flight at once (pure, not thread-safe).
 
-    The service's slow start: the window starts small and each acked push widens it
-    by one (so a fully used window doubles every round trip), up to `maximum`. Each
-    failed push (a non-ack status, a refused connection, no answer in time) halves
-    it, but never below one: one push always stays in flight to probe the endpoint.
+    Like the service, the rate follows the successes: each failed push (a non-ack
+    status, a refused connection, no answer in time) halves the window, never below
+    one (one push always probes the endpoint), and each acked push widens it by one
+    (a fully used window doubles every round trip), up to `maximum`. It starts at
+    `initial`, by default the maximum (see INITIAL_PUSH_WINDOW).
     """
 
     def __init__(self, maximum: int, initial: int = INITIAL_PUSH_WINDOW) -> None:

@@ -18,9 +18,14 @@ TOPIC = f"{P}/topics/topic-w"
 SUB = f"{P}/subscriptions/push-w"
 
 
-def test_window_starts_small_and_grows_by_one_per_ack_up_to_the_maximum() -> None:
-    w = PushWindow(maximum=5)
-    assert w.size == INITIAL_PUSH_WINDOW == 1
+def test_window_starts_at_the_maximum_by_default() -> None:
+    assert PushWindow(maximum=5).size == 5
+    assert INITIAL_PUSH_WINDOW >= 32
+
+
+def test_window_grows_by_one_per_ack_up_to_the_maximum() -> None:
+    w = PushWindow(maximum=5, initial=1)
+    assert w.size == 1
     assert [w.acked() for _ in range(6)] == [2, 3, 4, 5, 5, 5]
 
 
@@ -42,8 +47,8 @@ def test_window_room_and_bounds() -> None:
 class ScriptedPusher(Pusher):
     """POSTs nothing: each push takes the next scripted outcome."""
 
-    def __init__(self, broker: Broker, concurrency: int) -> None:
-        super().__init__(broker, concurrency)
+    def __init__(self, broker: Broker, concurrency: int, initial_window: int) -> None:
+        super().__init__(broker, concurrency, initial_window)
         self.ok = True
         self.posted = 0
 
@@ -73,7 +78,7 @@ def pusher() -> ScriptedPusher:
         )
     )
     broker.publish(TOPIC, [pubsub.PubsubMessage(data=b"%d" % i) for i in range(200)])
-    return ScriptedPusher(broker, concurrency=8)
+    return ScriptedPusher(broker, concurrency=8, initial_window=1)  # a slow start, to watch
 
 
 def _sub_stats(pusher: Pusher) -> dict[str, Any]:
