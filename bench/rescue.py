@@ -83,16 +83,7 @@ def run() -> dict[str, Any]:
     worst = max(reclaim)
     note = ""
     if worst > bound + SLACK_S:
-        note = (
-            f"the watchdog's requeue met the bound (max {max(requeue, default=-1):.1f} s); the "
-            "re-claim after it waits for its doorbell, and the kill's failed pushes (502 from "
-            "the dead instance) halved the push window, which grows back one step per acked "
-            "push, i.e. per finished job, and those pushes are held for whole jobs. "
-            "A freed slot's drain cannot help: the fresh instance has free slots but no "
-            "request to wake it. Reaching the target takes a push window that recovers "
-            "faster after a burst of failures (the service's recovery is undocumented; the "
-            "emulator halves per failed push), or spare claim capacity"
-        )
+        note = "re-claims waited for a slot or a doorbell backoff after the requeue"
     elif len(requeue) < len(reclaim):
         note = (
             f"{len(reclaim) - len(requeue)} job(s) were re-claimed straight from the stale "

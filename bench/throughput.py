@@ -200,13 +200,13 @@ def _note(f: dict[str, Any], raw: dict[str, Any]) -> str:
     if f["refused_429"] > f["jobs"] / 2:
         parts.append(
             f"{f['refused_429']} of {f['pushes']} pushes were refused (429, no free slot): "
-            "a refused doorbell returns only after Pub/Sub's retry backoff (1-10 s locally, "
-            "10-600 s in production), so slots idle "
-            f"(CPUs {_pct(f['cpu_busy'])} busy) except for the backlog drain, in which a "
+            "the emulator pushes up to 32 doorbells at once and a refused one returns only "
+            "after Pub/Sub's retry backoff (1-10 s locally, 10-600 s in production), so slots "
+            f"idle (CPUs {_pct(f['cpu_busy'])} busy) except for the backlog drain, in which a "
             "freed slot takes a due job from the pending index itself (one listing and a few "
             "reads per job, serialised behind each slot). What reaches the target: slots for "
-            "the push fan-out, or a push window that shrinks on 429 as the service's does "
-            "(the emulator's adapts: see its /stats push_window)"
+            "the push fan-out (the 2x16 row), or a push endpoint that slows down on 429 as "
+            "real Pub/Sub does (the emulator keeps 32 pushes in flight)"
         )
         return "; ".join(parts)
     parts.append(

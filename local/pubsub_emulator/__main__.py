@@ -41,7 +41,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--push-concurrency",
         type=int,
         default=32,
-        help="largest push window (pushes in flight) per subscription (default 32)",
+        help="pushes in flight per subscription (default 32)",
     )
     p.add_argument(
         "--pull-wait",

@@ -26,11 +26,6 @@ DEFAULT_RETENTION = dt.timedelta(days=7)
 # even without a retry policy; without it a dead endpoint would be hammered.
 PUSH_BACKOFF_MIN = 0.1
 PUSH_BACKOFF_MAX = 60.0
-# The service starts a push subscription with a small push window (slow start).
-# A subscription's first window is the whole maximum: the claim function holds a push
-# open for its whole job, so a slow start that grows only on acks would serialise a
-# fresh subscription's first jobs (the service's own start value is not documented).
-INITIAL_PUSH_WINDOW = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -42,33 +37,6 @@ class SubPolicy:
     dead_letter_topic: str | None = None
     max_delivery_attempts: int = DEFAULT_MAX_DELIVERY_ATTEMPTS
     push_endpoint: str = ""
-
-
-class PushWindow:
-    """How many pushes of one subscription may be in flight at once (pure, not thread-safe).
-
-    Like the service, the rate follows the successes: each failed push (a non-ack
-    status, a refused connection, no answer in time) halves the window, never below
-    one (one push always probes the endpoint), and each acked push widens it by one
-    (a fully used window doubles every round trip), up to `maximum`. It starts at
-    `initial`, by default the maximum (see INITIAL_PUSH_WINDOW).
-    """
-
-    def __init__(self, maximum: int, initial: int = INITIAL_PUSH_WINDOW) -> None:
-        self.maximum = max(maximum, 1)
-        self.size = min(max(initial, 1), self.maximum)
-
-    def acked(self) -> int:
-        self.size = min(self.size + 1, self.maximum)
-        return self.size
-
-    def failed(self) -> int:
-        self.size = max(self.size // 2, 1)
-        return self.size
-
-    def room(self, in_flight: int) -> int:
-        """How many more pushes may start now."""
-        return max(self.size - in_flight, 0)
 
 
 def check_ack_deadline(seconds: int, *, allow_zero: bool = False) -> int:

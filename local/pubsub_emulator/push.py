@@ -2,11 +2,9 @@
 
 102/200/201/202/204 ack; any other status, a refused connection or no answer
 within the ack deadline is a nack (redelivered after the retry policy's
-backoff, and counted toward dead-lettering). How many pushes of a subscription
-are in flight at once is its push window (policy.PushWindow): it starts at one,
-grows by one per acked push up to the concurrency bound and halves on every
-failed push. Workers are daemon threads so a shutdown never waits for a slow
-endpoint.
+backoff, and counted toward dead-lettering). A bounded number of pushes per
+subscription are in flight at once. Workers are daemon threads so a shutdown
+never waits for a slow endpoint.
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ import requests
 
 from local.pubsub_emulator.broker import Broker
 from local.pubsub_emulator.errors import ApiError
-from local.pubsub_emulator.policy import INITIAL_PUSH_WINDOW, PushWindow, rfc3339_z
+from local.pubsub_emulator.policy import rfc3339_z
 from local.pubsub_emulator.subscription import Delivery
 
 _LOG = logging.getLogger("pubsub_emulator.push")
@@ -54,21 +52,13 @@ def envelope(delivery: Delivery) -> dict[str, Any]:
 
 
 class Pusher:
-    """A dispatcher thread leasing push messages + a fixed pool of POSTing workers.
+    """A dispatcher thread leasing push messages + a fixed pool of POSTing workers."""
 
-    `concurrency` is the largest push window of a subscription; the window itself
-    adapts to the endpoint's answers (see PushWindow).
-    """
-
-    def __init__(
-        self, broker: Broker, concurrency: int = 32, initial_window: int = INITIAL_PUSH_WINDOW
-    ) -> None:
+    def __init__(self, broker: Broker, concurrency: int = 32) -> None:
         self.broker = broker
         self.per_subscription = max(concurrency, 1)
-        self.initial_window = initial_window
         self.workers = max(self.per_subscription * 4, 64)
         self._inflight: Counter[str] = Counter()
-        self._windows: dict[str, PushWindow] = {}
         self._lock = threading.Lock()
         self._queue: queue.Queue[tuple[Delivery, float, str] | None] = queue.Queue()
         self._stopping = threading.Event()
@@ -92,35 +82,10 @@ class Pusher:
         for _ in range(self.workers):
             self._queue.put(_STOP)
 
-    def _window(self, name: str) -> PushWindow:
-        """The subscription's push window (call with self._lock held)."""
-        window = self._windows.get(name)
-        if window is None:
-            window = self._windows[name] = PushWindow(self.per_subscription, self.initial_window)
-            self.broker.stats.gauge(name, "push_window", window.size)
-        return window
-
-    def window(self, name: str) -> int:
-        """Current push window of a subscription (the initial one if it never pushed)."""
-        with self._lock:
-            return self._window(name).size
-
     def _capacity(self, name: str) -> int:
         with self._lock:
             total = sum(self._inflight.values())
-            room = self._window(name).room(self._inflight[name])
-            return max(0, min(room, self.workers - total))
-
-    def _count(self, name: str, delta: int) -> None:
-        with self._lock:
-            self._inflight[name] += delta
-            self.broker.stats.gauge(name, "push_in_flight", self._inflight[name])
-
-    def _outcome(self, name: str, ok: bool) -> None:
-        with self._lock:
-            window = self._window(name)
-            size = window.acked() if ok else window.failed()
-            self.broker.stats.gauge(name, "push_window", size)
+            return max(0, min(self.per_subscription - self._inflight[name], self.workers - total))
 
     def _dispatch(self) -> None:
         while not self._stopping.is_set():
@@ -134,7 +99,8 @@ class Pusher:
         batch = self.broker.next_push_batch(self._capacity, timeout=1.0)
         for delivery, timeout in batch:
             endpoint = self.broker.push_endpoint(delivery.subscription)
-            self._count(delivery.subscription, 1)
+            with self._lock:
+                self._inflight[delivery.subscription] += 1
             self._queue.put((delivery, timeout, endpoint))
 
     def _session(self) -> requests.Session:
@@ -154,7 +120,8 @@ class Pusher:
             except Exception:  # keep the worker alive; the lease expires and redelivers
                 _LOG.exception("push worker error")
             finally:
-                self._count(delivery.subscription, -1)
+                with self._lock:
+                    self._inflight[delivery.subscription] -= 1
                 self.broker.wake()
 
     def _push(self, delivery: Delivery, timeout: float, endpoint: str) -> None:
@@ -163,7 +130,6 @@ class Pusher:
         ok, why = False, "no endpoint (switched to pull)"
         if endpoint:
             ok, why = self._post(endpoint, delivery, timeout)
-            self._outcome(name, ok)
         if self._stopping.is_set():
             return
         try:

@@ -1,7 +1,4 @@
-"""Counters for the admin /stats endpoint (totals, per topic, per subscription).
-
-Per subscription there are also gauges (current values, e.g. the push window).
-"""
+"""Counters for the admin /stats endpoint (totals, per topic, per subscription)."""
 
 from __future__ import annotations
 
@@ -42,11 +39,6 @@ class Stats:
             with self._lock:
                 self._totals[counter] += n
                 self._subs[name][counter] += n
-
-    def gauge(self, name: str, key: str, value: int) -> None:
-        """Set a current value of one subscription (not summed into the totals)."""
-        with self._lock:
-            self._subs[name][key] = value
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
