@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
-from local.forwarding import end_to_end
+from local.forwarding import ProxyHandler, end_to_end
 
 
 class Balancer:
@@ -120,17 +118,9 @@ def _error(status: int, reason: str) -> tuple[int, list[tuple[str, str]], bytes]
 
 
 def _handler_class(balancer: Balancer) -> type[BaseHTTPRequestHandler]:
-    class _Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def setup(self) -> None:
-            super().setup()
-            # headers and body leave in two writes: without NODELAY, Nagle and the
-            # pusher's delayed ACK add ~40 ms to every kept-alive push
-            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
+    class _Handler(ProxyHandler):
         def _proxy(self) -> None:
-            body = self._read_body()
+            body = self.read_body()
             headers = dict(end_to_end(self.headers.items()))
             headers["X-Forwarded-For"] = self.client_address[0]
             status, out_headers, data = balancer.forward(self.command, self.path, headers, body)
@@ -142,22 +132,6 @@ def _handler_class(balancer: Balancer) -> type[BaseHTTPRequestHandler]:
             if self.command != "HEAD":
                 self.wfile.write(data)
 
-        def _read_body(self) -> bytes:
-            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                chunks: list[bytes] = []
-                while True:
-                    size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
-                    if size == 0:
-                        self.rfile.readline()
-                        return b"".join(chunks)
-                    chunks.append(self.rfile.read(size))
-                    self.rfile.readline()
-            length = int(self.headers.get("Content-Length") or 0)
-            return self.rfile.read(length) if length else b""
-
         do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _proxy
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
 
     return _Handler

@@ -24,12 +24,12 @@ import sys
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
-from local.forwarding import end_to_end
+from local.forwarding import ProxyHandler, end_to_end
 
 KINDS = ("read", "write", "delete", "list", "other")
 FAULT_STATUSES = (503, 429)
@@ -215,35 +215,12 @@ class _Server(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(ProxyHandler):
     server: _Server
     _upstream: http.client.HTTPConnection | None = None
 
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def setup(self) -> None:
-        super().setup()
-        # headers and body leave in separate writes: without NODELAY, Nagle and the
-        # client's delayed ACK add ~40 ms to every kept-alive request
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-
-    def _body(self) -> bytes:
-        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            chunks: list[bytes] = []
-            while True:
-                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
-                if size == 0:
-                    self.rfile.readline()
-                    return b"".join(chunks)
-                chunks.append(self.rfile.read(size))
-                self.rfile.readline()
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length else b""
-
     def _handle(self) -> None:
-        body = self._body()
+        body = self.read_body()
         kind = request_kind(self.command, self.path)
         injected, forward = self.server.state.decide(kind)
         status, data = 502, b""
