@@ -7,10 +7,15 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 # terraform checks: checkov pins packaging<24 and its own hcl2 fork, so it gets its own
-# venv; the provider wheel carries the schema the offline check reads.
+# venv; the provider wheels carry the schemas the offline check reads (pinned here and
+# in tests/terraform/schema_extract.py WHEELS; a test keeps the two lists equal).
 TF_VENV := .venv-tf
 TF_STAMP := $(TF_VENV)/.installed
-TF_WHEEL := .cache/tf/cdktf_cdktf_provider_google-16.12.1-py3-none-any.whl
+TF_CACHE := .cache/tf
+TF_WHEELS := \
+	$(TF_CACHE)/cdktf_cdktf_provider_google-16.12.1-py3-none-any.whl \
+	$(TF_CACHE)/cdktf_cdktf_provider_google_beta-16.12.1-py3-none-any.whl \
+	$(TF_CACHE)/cdktf_cdktf_provider_time-11.0.1-py3-none-any.whl
 TF_VARS ?= terraform.tfvars
 
 .PHONY: help venv test lint fmt dev demo bench tf-venv tf-schema tf-check deploy destroy clean
@@ -27,7 +32,7 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 
 venv: $(STAMP) ## Create .venv with the pinned packages
 
-test: venv $(TF_STAMP) $(TF_WHEEL) ## Lint, then the whole test suite (starts its own emulators)
+test: venv $(TF_STAMP) $(TF_WHEELS) ## Lint, then the whole test suite (starts its own emulators)
 	$(MAKE) --no-print-directory lint
 	$(PY) -m pytest
 
@@ -57,25 +62,27 @@ $(TF_STAMP): requirements-tf.txt
 	$(TF_VENV)/bin/python -m pip install --quiet -r requirements-tf.txt
 	touch $(TF_STAMP)
 
-$(TF_WHEEL): | $(STAMP)
-	mkdir -p $(dir $(TF_WHEEL))
-	$(PY) -m pip download --quiet --no-deps --dest $(dir $(TF_WHEEL)) cdktf-cdktf-provider-google==16.12.1
+# cdktf_cdktf_provider_<name>-<version>-py3-none-any.whl -> cdktf-cdktf-provider-<name>==<version>
+$(TF_CACHE)/cdktf_cdktf_provider_%-py3-none-any.whl: | $(STAMP)
+	mkdir -p $(TF_CACHE)
+	$(PY) -m pip download --quiet --no-deps --dest $(TF_CACHE) \
+		"cdktf-cdktf-provider-$(subst _,-,$(firstword $(subst -, ,$*)))==$(lastword $(subst -, ,$*))"
 
 tf-venv: $(TF_STAMP) ## Create .venv-tf with checkov (requirements-tf.txt)
 
-tf-schema: venv $(TF_WHEEL) ## Regenerate the vendored provider schema extract from the wheel
-	$(PY) tests/terraform/schema_extract.py --wheel $(TF_WHEEL)
+tf-schema: venv $(TF_WHEELS) ## Regenerate the vendored provider schema extracts from the wheels
+	$(PY) tests/terraform/schema_extract.py $(addprefix --wheel ,$(TF_WHEELS))
 
-tf-check: venv $(TF_STAMP) $(TF_WHEEL) ## Offline terraform checks: provider schema, checkov, hcl2, packaging
+tf-check: venv $(TF_STAMP) $(TF_WHEELS) ## Offline terraform checks: provider schema, checkov, hcl2, packaging
 	$(PY) -m pytest tests/terraform -q
 
-deploy: ## terraform init + apply with terraform/terraform.tfvars (see README.md, "Deploy to GCP")
-	@command -v terraform >/dev/null || { echo "terraform is not installed (see README.md, "Deploy to GCP")"; exit 1; }
+deploy: ## terraform init + apply with terraform/terraform.tfvars (see terraform/README.md)
+	@command -v terraform >/dev/null || { echo "terraform is not installed (see terraform/README.md)"; exit 1; }
 	@test -f terraform/$(TF_VARS) || { echo "terraform/$(TF_VARS) missing: cp terraform/terraform.tfvars.example terraform/$(TF_VARS) and edit it"; exit 1; }
 	cd terraform && terraform init -input=false && terraform apply -var-file=$(TF_VARS)
 
 destroy: ## terraform destroy of what deploy created
-	@command -v terraform >/dev/null || { echo "terraform is not installed (see README.md, "Deploy to GCP")"; exit 1; }
+	@command -v terraform >/dev/null || { echo "terraform is not installed (see terraform/README.md)"; exit 1; }
 	cd terraform && terraform destroy -var-file=$(TF_VARS)
 
 clean: ## Remove the venv and caches

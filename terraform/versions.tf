@@ -1,5 +1,6 @@
-# Bounded provider versions: the offline schema check reads hashicorp/google 6.50.0
-# (tests/terraform/google_provider_schema.json), so 6.x from 6.50 on is what is checked.
+# Bounded provider versions. The offline schema check reads hashicorp/google and
+# hashicorp/google-beta 6.50.0 and hashicorp/time 0.13.1 (tests/terraform/*_schema.json),
+# so each range starts at the checked version and stops before the next major.
 terraform {
   required_version = ">= 1.5.0, < 2.0.0"
 
@@ -8,14 +9,30 @@ terraform {
       source  = "hashicorp/google"
       version = ">= 6.50.0, < 7.0.0"
     }
+    # Only for google_project_service_identity, which 6.x ships in google-beta alone
+    # (registry.terraform.io/providers/hashicorp/google/6.50.0/docs/resources/project_service_identity).
+    google-beta = {
+      source  = "hashicorp/google-beta"
+      version = ">= 6.50.0, < 7.0.0"
+    }
+    # time_sleep: the propagation waits (main.tf, iam.tf).
+    time = {
+      source  = "hashicorp/time"
+      version = ">= 0.13.1, < 1.0.0"
+    }
     archive = {
       source  = "hashicorp/archive"
-      version = ">= 2.4.0, < 3.0.0"
+      version = ">= 2.4.2, < 3.0.0"
     }
   }
 }
 
 provider "google" {
+  project = var.project_id
+  region  = var.region
+}
+
+provider "google-beta" {
   project = var.project_id
   region  = var.region
 }

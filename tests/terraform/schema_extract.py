@@ -1,14 +1,16 @@
-"""Extract a compact hashicorp/google provider schema from the cdktf provider wheel.
+"""Extract compact provider schemas from the cdktf provider wheels.
 
 No terraform binary can run here, so ``terraform validate`` is stood in for by the
-provider's own schema: the PyPI wheel ``cdktf-cdktf-provider-google`` carries it as a
-jsii assembly (JSON inside ``_jsii/*.jsii.tgz``). Every property there documents its
-terraform attribute name as the anchor of its registry link (``...#<attr>``), so the
-schema is read from the JSON alone: no import of the package, no Node.
+providers' own schemas: each PyPI wheel ``cdktf-cdktf-provider-<name>`` carries its
+provider's schema as a jsii assembly (JSON inside ``_jsii/*.jsii.tgz``). Every
+property there documents its terraform attribute name as the anchor of its registry
+link (``...#<attr>``), so the schema is read from the JSON alone: no import of the
+package, no Node.
 
-The extract keeps every resource and data-source type name, and the full argument /
-block / required tree only of the types the configuration uses (``--tf-dir``), so the
-vendored file stays small. Run ``make tf-schema`` to refresh it.
+One extract per provider (``<provider>_provider_schema.json`` beside this file) keeps
+every resource and data-source type name, and the full argument / block / required
+tree only of the types the configuration uses with that provider (``--tf-dir``), so
+the vendored files stay small. Run ``make tf-schema`` to refresh them.
 """
 
 from __future__ import annotations
@@ -25,16 +27,42 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-WHEEL_NAME = "cdktf-cdktf-provider-google"
-WHEEL_VERSION = "16.12.1"
-DEFAULT_OUT = HERE / "google_provider_schema.json"
 DEFAULT_TF_DIR = ROOT / "terraform"
 
+# provider local name -> the pinned PyPI wheel that carries its schema (the Makefile
+# downloads exactly these; the extracts record which one they were made from).
+WHEELS: dict[str, tuple[str, str]] = {
+    "google": ("cdktf-cdktf-provider-google", "16.12.1"),  # hashicorp/google 6.50.0
+    "google-beta": ("cdktf-cdktf-provider-google-beta", "16.12.1"),  # google-beta 6.50.0
+    "time": ("cdktf-cdktf-provider-time", "11.0.1"),  # hashicorp/time 0.13.1
+}
+
 _LINK = re.compile(
-    r"registry\.terraform\.io/providers/hashicorp/google/([\d.]+)/docs/"
+    r"registry\.terraform\.io/providers/hashicorp/([\w-]+)/([\d.]+)/docs/"
     r"(resources|data-sources)/(\w+)(?:#(\w+))?"
 )
 _MAX_DEPTH = 12
+
+
+def extract_path(provider: str) -> Path:
+    """Where the vendored extract of a provider lives."""
+    return HERE / f"{provider.replace('-', '_')}_provider_schema.json"
+
+
+DEFAULT_OUT = extract_path("google")
+
+
+def type_prefix(provider: str) -> str:
+    """Terraform's implied provider is the first word of a type: google-beta -> google_."""
+    return provider.split("-")[0] + "_"
+
+
+def provider_of(tf_type: str, block: dict[str, Any]) -> str:
+    """The provider a resource / data block uses: its `provider` argument, else implied."""
+    explicit = block.get("provider")
+    if isinstance(explicit, str) and explicit:
+        return explicit.strip('"${}').split(".")[0]  # "google-beta.alias" -> google-beta
+    return tf_type.split("_")[0]
 
 
 def read_assembly(wheel: Path) -> dict[str, Any]:
@@ -60,8 +88,8 @@ def _doc_text(entity: dict[str, Any]) -> str:
 def _attr_name(prop: dict[str, Any]) -> str:
     """The terraform name of a property: the anchor of its registry link."""
     for match in _LINK.finditer(_doc_text(prop)):
-        if match.group(4):
-            return match.group(4)
+        if match.group(5):
+            return match.group(5)
     return re.sub(r"(?<!^)(?=[A-Z])", "_", prop["name"]).lower()
 
 
@@ -109,6 +137,23 @@ def _config_fqn(cls: dict[str, Any]) -> str:
     raise SystemExit(f"{cls['fqn']}: no config parameter")
 
 
+def provider_name(assembly: dict[str, Any]) -> str:
+    """The provider a wheel describes: its registry links name it (google, time, ...)."""
+    return _first_link(assembly).group(1)
+
+
+def provider_version(assembly: dict[str, Any]) -> str:
+    return _first_link(assembly).group(2)
+
+
+def _first_link(assembly: dict[str, Any]) -> re.Match[str]:
+    for cls in assembly["types"].values():
+        match = _LINK.search(_doc_text(cls))
+        if match:
+            return match
+    raise SystemExit("no registry link found in the assembly")
+
+
 def all_types(assembly: dict[str, Any]) -> dict[str, dict[str, str]]:
     """{"resource"|"data": {terraform type name: class fqn}} for every provider type."""
     out: dict[str, dict[str, str]] = {"resource": {}, "data": {}}
@@ -119,21 +164,15 @@ def all_types(assembly: dict[str, Any]) -> dict[str, dict[str, str]]:
         match = _LINK.search(_doc_text(cls))
         if match is None:
             raise SystemExit(f"{fqn}: no registry link in its docs")
-        kind = "resource" if match.group(2) == "resources" else "data"
-        out[kind][f"google_{match.group(3)}"] = fqn
+        kind = "resource" if match.group(3) == "resources" else "data"
+        prefix = type_prefix(match.group(1))
+        name = match.group(4)  # google links say "project_service", google-beta's the full name
+        out[kind][name if name.startswith(prefix) else prefix + name] = fqn
     return out
 
 
-def provider_version(assembly: dict[str, Any]) -> str:
-    for cls in assembly["types"].values():
-        match = _LINK.search(_doc_text(cls))
-        if match:
-            return match.group(1)
-    raise SystemExit("no provider version found in the assembly")
-
-
-def used_types(tf_dir: Path) -> dict[str, set[str]]:
-    """google_* resource and data-source types the configuration declares."""
+def used_types(tf_dir: Path, provider: str = "google") -> dict[str, set[str]]:
+    """Resource and data-source types the configuration declares with this provider."""
     import hcl2  # python-hcl2, in the dev venv
 
     out: dict[str, set[str]] = {"resource": set(), "data": set()}
@@ -142,7 +181,10 @@ def used_types(tf_dir: Path) -> dict[str, set[str]]:
             doc = hcl2.load(fh)
         for kind in ("resource", "data"):
             for entry in doc.get(kind, []):
-                out[kind].update(t.strip('"') for t in entry if t.strip('"').startswith("google_"))
+                for raw_type, named in entry.items():
+                    tf_type = raw_type.strip('"')
+                    if any(provider_of(tf_type, blk) == provider for blk in named.values()):
+                        out[kind].add(tf_type)
     return out
 
 
@@ -158,10 +200,11 @@ def build_extract(assembly: dict[str, Any], wanted: dict[str, set[str]]) -> dict
             detail[kind][tf_type] = _schema_of(
                 _config_fqn(assembly["types"][fqn]), assembly["types"]
             )
+    provider = provider_name(assembly)
     return {
         "generated_by": "tests/terraform/schema_extract.py",
-        "source": f"{WHEEL_NAME}=={assembly['version']}",
-        "provider": f"hashicorp/google {provider_version(assembly)}",
+        "source": f"{WHEELS[provider][0]}=={assembly['version']}",
+        "provider": f"hashicorp/{provider} {provider_version(assembly)}",
         "resource_types": sorted(names["resource"]),
         "data_source_types": sorted(names["data"]),
         "resources": detail["resource"],
@@ -174,19 +217,30 @@ def dumps(extract: dict[str, Any]) -> str:
     return json.dumps(extract, indent=1, sort_keys=True) + "\n"
 
 
+def extract_for(assembly: dict[str, Any], tf_dir: Path = DEFAULT_TF_DIR) -> dict[str, Any]:
+    """The extract of the assembly's provider for the types tf_dir uses with it."""
+    return build_extract(assembly, used_types(tf_dir, provider_name(assembly)))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--wheel", type=Path, required=True, help="the downloaded wheel")
+    parser.add_argument(
+        "--wheel", type=Path, required=True, action="append", help="a downloaded wheel"
+    )
     parser.add_argument("--tf-dir", type=Path, default=DEFAULT_TF_DIR)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--out", type=Path, help="output file (one wheel only)")
     parser.add_argument("--docs", metavar="TYPE", nargs="*", help="print a type's docs instead")
     args = parser.parse_args(argv)
-    assembly = read_assembly(args.wheel)
-    if args.docs:
-        _print_docs(assembly, args.docs)
-        return 0
-    args.out.write_text(dumps(build_extract(assembly, used_types(args.tf_dir))))
-    print(f"wrote {args.out}")
+    if args.out is not None and len(args.wheel) != 1:
+        parser.error("--out takes exactly one --wheel")
+    for wheel in args.wheel:
+        assembly = read_assembly(wheel)
+        if args.docs:
+            _print_docs(assembly, args.docs)
+            continue
+        out = args.out or extract_path(provider_name(assembly))
+        out.write_text(dumps(extract_for(assembly, args.tf_dir)))
+        print(f"wrote {out}")
     return 0
 
 
@@ -207,8 +261,9 @@ def _print_docs(assembly: dict[str, Any], wanted: list[str]) -> None:
                 walk(nested, name + ".")
 
     for tf_type in wanted:
-        print(f"== {tf_type}")
-        walk(_config_fqn(types[names[tf_type]]), "")
+        if tf_type in names:
+            print(f"== {tf_type}")
+            walk(_config_fqn(types[names[tf_type]]), "")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """The provider-schema check, standing in for `terraform validate` (no binary here).
 
 Every resource / data-source type, argument and nested block in terraform/ must
-exist in hashicorp/google 6.50.0, and every required argument must be set; the
-schema comes from the jsii assembly of cdktf-cdktf-provider-google (see
-schema_extract.py), vendored as google_provider_schema.json.
+exist in the provider it uses (hashicorp/google or google-beta 6.50.0, hashicorp/time
+0.13.1), and every required argument must be set; the schemas come from the jsii
+assemblies of the cdktf provider wheels (see schema_extract.py), vendored as
+<provider>_provider_schema.json. versions.tf must declare and bound each of them.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tfhcl import META_ARGS, TF_DIR, body, config, is_block, parse_file, unquote
 
 SCHEMA_PATH = Path(schema_extract.DEFAULT_OUT)
 WHEEL_CACHE = schema_extract.ROOT / ".cache" / "tf"
+ARCHIVE_VERSION = "2.4.2"  # the docs page ARCHIVE_SCHEMA below was read from
 
 # hashicorp/archive is not in the google wheel: its one data source, from the provider's
 # docs page registry.terraform.io/providers/hashicorp/archive/2.4.2/docs/data-sources/file.
@@ -47,8 +49,25 @@ ARCHIVE_SCHEMA: dict[str, Any] = {
 }
 
 
-def _schema() -> dict[str, Any]:
-    return dict(json.loads(SCHEMA_PATH.read_text()))
+def _schema(provider: str = "google") -> dict[str, Any]:
+    return dict(json.loads(schema_extract.extract_path(provider).read_text()))
+
+
+def _checked_version(provider: str) -> str:
+    if provider == "archive":
+        return ARCHIVE_VERSION
+    found = re.search(r"[\d.]+$", _schema(provider)["provider"])
+    assert found is not None
+    return found.group(0)
+
+
+def _used_providers() -> set[str]:
+    return {
+        schema_extract.provider_of(rtype, blk)
+        for kind in ("resource", "data")
+        for rtype, named in config()[kind].items()
+        for blk in named.values()
+    }
 
 
 def _errors(where: str, blk: dict[str, Any], schema: dict[str, Any]) -> list[str]:
@@ -84,31 +103,54 @@ def _errors(where: str, blk: dict[str, Any], schema: dict[str, Any]) -> list[str
     return errs
 
 
-def _check_all(kind: str, known: list[str], detail: dict[str, Any]) -> list[str]:
+def _check_all(kind: str) -> list[str]:
     errs: list[str] = []
     for rtype, named in config()[kind].items():
-        schema = ARCHIVE_SCHEMA.get(rtype) if not rtype.startswith("google_") else None
-        if schema is None:
-            if rtype not in known:
-                errs.append(f"{kind} type {rtype!r} does not exist in the provider")
-                continue
-            if rtype not in detail:
-                errs.append(f"{rtype}: not in the vendored extract; run `make tf-schema`")
-                continue
-            schema = detail[rtype]
         for name, blk in named.items():
-            errs += _errors(f"{kind}.{rtype}.{name}", blk, schema)
+            provider = schema_extract.provider_of(rtype, blk)
+            where = f"{kind}.{rtype}.{name}"
+            if provider == "archive":
+                schema = ARCHIVE_SCHEMA.get(rtype)
+                if schema is None:
+                    errs.append(f"{where}: archive has no {kind} type {rtype!r}")
+                    continue
+            else:
+                if provider not in schema_extract.WHEELS:
+                    errs.append(f"{where}: no vendored schema for provider {provider!r}")
+                    continue
+                extract = _schema(provider)
+                known = extract["resource_types" if kind == "resource" else "data_source_types"]
+                detail = extract["resources" if kind == "resource" else "data_sources"]
+                if rtype not in known:
+                    errs.append(f"{where}: {kind} type {rtype!r} does not exist in {provider}")
+                    continue
+                if rtype not in detail:
+                    errs.append(
+                        f"{where}: not in the vendored {provider} extract; `make tf-schema`"
+                    )
+                    continue
+                schema = detail[rtype]
+            errs += _errors(where, blk, schema)
     return errs
 
 
 def test_every_resource_argument_and_block_exists_in_the_provider() -> None:
-    schema = _schema()
-    assert _check_all("resource", schema["resource_types"], schema["resources"]) == []
+    assert _check_all("resource") == []
 
 
 def test_every_data_source_argument_and_block_exists_in_the_provider() -> None:
-    schema = _schema()
-    assert _check_all("data", schema["data_source_types"], schema["data_sources"]) == []
+    assert _check_all("data") == []
+
+
+def test_a_type_from_the_wrong_provider_is_caught() -> None:
+    """google_project_service_identity is google-beta only in 6.x: without `provider`
+    it would be checked against (and missing from) hashicorp/google."""
+    assert "google_project_service_identity" not in _schema("google")["resource_types"]
+    assert "google_project_service_identity" in _schema("google-beta")["resource_types"]
+    assert schema_extract.provider_of("google_project_service_identity", {}) == "google"
+    assert schema_extract.provider_of("x", {"provider": "google-beta"}) == "google-beta"
+    assert schema_extract.provider_of("x", {"provider": "${google-beta.eu}"}) == "google-beta"
+    assert schema_extract.provider_of("time_sleep", {}) == "time"
 
 
 def test_the_check_catches_typos_and_missing_required_arguments() -> None:
@@ -132,32 +174,58 @@ def test_the_check_catches_typos_and_missing_required_arguments() -> None:
     assert _errors("s", missing, schema) == ["s: required 'topic' is missing"]
 
 
-def test_versions_tf_allows_the_checked_provider_version() -> None:
+def test_versions_tf_declares_and_bounds_every_provider_used() -> None:
     doc = parse_file(TF_DIR / "versions.tf")
-    google = doc["terraform"][0]["required_providers"][0]["google"]
-    constraint = unquote(google["version"])
-    assert "<" in constraint, "the provider version must be bounded above"
-    spec = SpecifierSet(constraint.replace(" ", "").replace("~>", "~="))
-    checked = re.search(r"[\d.]+$", _schema()["provider"])
-    assert checked is not None and checked.group(0) == "6.50.0"
-    assert spec.contains(checked.group(0)), f"{constraint} excludes the checked 6.50.0"
+    required = body(doc["terraform"][0]["required_providers"][0])
+    declared = {
+        name: {k: unquote(v) for k, v in body(spec).items()} for name, spec in required.items()
+    }
+    used = _used_providers()
+    assert set(declared) == used, f"declared {sorted(declared)}, used {sorted(used)}"
+    for name, spec in declared.items():
+        assert spec["source"] == f"hashicorp/{name}", name
+        constraint = spec["version"]
+        assert "<" in constraint and ">=" in constraint, f"{name}: bound it both ways"
+        spec_set = SpecifierSet(constraint.replace(" ", "").replace("~>", "~="))
+        checked = _checked_version(name)
+        assert spec_set.contains(checked), f"{name}: {constraint} excludes the checked {checked}"
+        assert f">={checked}" in constraint.replace(" ", ""), f"{name}: start at {checked}"
+    assert _checked_version("google") == _checked_version("google-beta") == "6.50.0"
+    providers = {unquote(k) for p in doc["provider"] for k in body(p)}
+    assert {"google", "google-beta"} <= providers
 
 
-def _wheel() -> Path | None:
+def test_the_makefile_downloads_exactly_the_pinned_wheels() -> None:
+    makefile = (schema_extract.ROOT / "Makefile").read_text()
+    listed = set(re.findall(r"cdktf_cdktf_provider_(\w+)-([\d.]+)-py3-none-any\.whl", makefile))
+    pinned = {
+        (name.replace("-", "_"), version)
+        for name, (_wheel, version) in schema_extract.WHEELS.items()
+    }
+    assert listed == pinned
+    for provider, (wheel, version) in schema_extract.WHEELS.items():
+        extract = _schema(provider)
+        assert extract["source"] == f"{wheel}=={version}", provider
+
+
+def _wheels() -> list[Path]:
     env = os.environ.get("RECLAIM_TF_SCHEMA_WHEEL")
     if env:
-        return Path(env)
-    found = sorted(WHEEL_CACHE.glob("cdktf_cdktf_provider_google-*.whl"))
-    return found[-1] if found else None
+        return [Path(w) for w in env.split(os.pathsep)]
+    return sorted(WHEEL_CACHE.glob("cdktf_cdktf_provider_*.whl"))
 
 
-def test_vendored_extract_matches_the_wheel() -> None:
-    """Regenerates the extract when the wheel is at hand (`make tf-schema` fetches it)."""
-    wheel = _wheel()
-    if wheel is None:
-        pytest.skip("provider wheel not downloaded; `make tf-check` fetches it into .cache/tf")
-    assembly = schema_extract.read_assembly(wheel)
-    fresh = schema_extract.dumps(
-        schema_extract.build_extract(assembly, schema_extract.used_types(TF_DIR))
-    )
-    assert fresh == SCHEMA_PATH.read_text(), "vendored schema is stale: run `make tf-schema`"
+def test_vendored_extracts_match_the_wheels() -> None:
+    """Regenerates each extract when its wheel is at hand (`make tf-check` fetches them)."""
+    wheels = _wheels()
+    if not wheels:
+        pytest.skip("provider wheels not downloaded; `make tf-check` fetches them into .cache/tf")
+    seen = set()
+    for wheel in wheels:
+        assembly = schema_extract.read_assembly(wheel)
+        provider = schema_extract.provider_name(assembly)
+        seen.add(provider)
+        fresh = schema_extract.dumps(schema_extract.extract_for(assembly, TF_DIR))
+        path = schema_extract.extract_path(provider)
+        assert fresh == path.read_text(), f"{path.name} is stale: run `make tf-schema`"
+    assert seen == set(schema_extract.WHEELS), f"wheels for {sorted(seen)} only"
