@@ -1,7 +1,8 @@
 # The four gen2 functions (README "Repository layout"), built from archives that hold the
-# function's folder at the root plus the repo's shared/ package beside main.py.
-# tests/terraform/test_packaging.py builds the same archives and imports each
-# entry point from them alone.
+# function's folder at the root, the repo's shared/ package beside main.py, and the
+# deployment's own pipelines package (var.pipelines_dir, default the repo's pipelines/).
+# tests/terraform/test_tf_packaging.py builds the same archives, imports each entry
+# point from them alone and runs the example pipeline from one.
 
 locals {
   repo_root = abspath("${path.module}/..")
@@ -14,12 +15,33 @@ locals {
     if !anytrue([for s in local._skip : strcontains(f, s)])
   ]
 
+  # Your pipelines: a package folder outside the library, shipped under its own name
+  # (pipelines/ -> pipelines.*; a folder named acme_jobs -> acme_jobs.*) and imported
+  # through RECLAIM_PIPELINE_MODULES (var.pipeline_modules).
+  pipelines_dir = (var.pipelines_dir == "" ? "${local.repo_root}/pipelines"
+  : startswith(var.pipelines_dir, "/") ? var.pipelines_dir : abspath("${path.root}/${var.pipelines_dir}"))
+  pipelines_package = basename(local.pipelines_dir)
+  pipeline_files = [
+    for f in fileset(local.pipelines_dir, "**") : f
+    if !anytrue([for s in local._skip : strcontains(f, s)])
+  ]
+  # Every .py an archive carries outside the function folder, by archive path.
+  archive_python_files = toset(concat(
+    [for f in local.shared_files : "shared/${f}" if endswith(f, ".py")],
+    [for f in local.pipeline_files : "${local.pipelines_package}/${f}" if endswith(f, ".py")],
+  ))
+
   # archive path => file on disk, per source folder. The root requirements.txt comes
-  # first so a function folder's own copy wins.
+  # first so a function folder's own copy wins; the function folder comes last so
+  # nothing can shadow its main.py.
   archives = {
     for src in distinct([for f in values(local.functions) : f.source]) : src => merge(
       { "requirements.txt" = "${local.repo_root}/requirements.txt" },
       { for f in local.shared_files : "shared/${f}" => "${local.repo_root}/shared/${f}" },
+      {
+        for f in local.pipeline_files :
+        "${local.pipelines_package}/${f}" => "${local.pipelines_dir}/${f}"
+      },
       {
         for f in fileset("${local.repo_root}/functions/${src}", "**") :
         f => "${local.repo_root}/functions/${src}/${f}"
@@ -72,7 +94,7 @@ resource "google_artifact_registry_repository" "functions" {
   description   = "Images Cloud Build makes from the reclaim function archives."
   labels        = var.labels
 
-  depends_on = [google_project_service.enabled]
+  depends_on = [time_sleep.apis_propagate]
 }
 
 resource "google_cloudfunctions2_function" "fn" {
@@ -133,12 +155,18 @@ resource "google_cloudfunctions2_function" "fn" {
       condition     = each.value.timeout_seconds >= try(local.pushes[each.key].settings.ack_deadline_seconds, 0)
       error_message = "${each.key}: timeout_seconds must be >= the ack deadline of the subscription that pushes to it."
     }
+    # A module the archive does not carry would make every function answer 500
+    # "misconfigured": refuse it at plan time instead.
+    precondition {
+      condition = alltrue([
+        for m in var.pipeline_modules : length(setintersection(
+          local.archive_python_files, ["${replace(m, ".", "/")}.py", "${replace(m, ".", "/")}/__init__.py"]
+        )) > 0
+      ])
+      error_message = "every pipeline_modules entry must be a module the archives carry: in shared/ or in ${local.pipelines_dir} (shipped as ${local.pipelines_package}/)."
+    }
   }
 
-  depends_on = [
-    google_project_service.enabled,
-    google_artifact_registry_repository_iam_member.builder_writes_images,
-    google_storage_bucket_iam_member.builder_reads_sources,
-    google_project_iam_member.builder_writes_logs,
-  ]
+  # The build uses the builder's fresh grants (iam.tf): wait for them to propagate.
+  depends_on = [time_sleep.grants_propagate]
 }

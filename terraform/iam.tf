@@ -1,7 +1,9 @@
 # Identities and grants. One runtime SA per function, one invoker SA for pushes and
 # the scheduler, one build SA. Every grant sits on the resource it is about (bucket,
-# topic, subscription, service, SA); the only project-level grant is the build's
-# log writer, which has no narrower resource. No public members anywhere.
+# topic, subscription, service, SA), except the build SA's two project-level grants:
+# its log writer (logs have no narrower grant point) and its read of the
+# gcf-v2-sources bucket, conditioned on that bucket's name because Cloud Functions
+# creates the bucket on the first deploy. No public members anywhere.
 
 resource "google_service_account" "fn" {
   for_each = local.functions
@@ -10,7 +12,7 @@ resource "google_service_account" "fn" {
   project      = var.project_id
   display_name = "reclaim ${each.key} function (runtime)"
 
-  depends_on = [google_project_service.enabled]
+  depends_on = [time_sleep.apis_propagate]
 }
 
 resource "google_service_account" "invoker" {
@@ -18,7 +20,7 @@ resource "google_service_account" "invoker" {
   project      = var.project_id
   display_name = "reclaim invoker: Pub/Sub pushes and the sweep scheduler"
 
-  depends_on = [google_project_service.enabled]
+  depends_on = [time_sleep.apis_propagate]
 }
 
 resource "google_service_account" "builder" {
@@ -26,7 +28,7 @@ resource "google_service_account" "builder" {
   project      = var.project_id
   display_name = "reclaim Cloud Build of the function archives"
 
-  depends_on = [google_project_service.enabled]
+  depends_on = [time_sleep.apis_propagate]
 }
 
 # --- runtime: what each function's code touches ------------------------------------
@@ -118,10 +120,24 @@ resource "google_pubsub_topic_iam_member" "gcs_agent_publishes_uploads" {
 
 # --- build -------------------------------------------------------------------------
 
-resource "google_storage_bucket_iam_member" "builder_reads_sources" {
-  bucket = google_storage_bucket.sources.name
-  role   = "roles/storage.objectViewer"
-  member = "serviceAccount:${google_service_account.builder.email}"
+# Cloud Build fetches the archive from gcf-v2-sources-<project number>-<region>, the
+# copy Cloud Functions makes of storage_source, not from our sources bucket: the
+# provider's own "basic builder" acceptance test fails exactly there without this read
+# (github.com/hashicorp/terraform-provider-google/issues/20571: "Access to bucket
+# gcf-v2-sources-...-us-central1 denied. You must grant Storage Object Viewer
+# permission to <build SA>"). That bucket does not exist before the first deploy, so
+# the grant is project-level with an IAM condition naming the bucket and its objects
+# (resource name formats: cloud.google.com/iam/docs/conditions-resource-attributes).
+resource "google_project_iam_member" "builder_reads_gcf_sources" {
+  project = var.project_id
+  role    = "roles/storage.objectViewer"
+  member  = "serviceAccount:${google_service_account.builder.email}"
+
+  condition {
+    title       = "only ${local.gcf_sources_bucket}"
+    description = "The build SA reads the function sources Cloud Functions copies there, nothing else."
+    expression  = "resource.name == \"projects/_/buckets/${local.gcf_sources_bucket}\" || resource.name.startsWith(\"projects/_/buckets/${local.gcf_sources_bucket}/objects/\")"
+  }
 }
 
 resource "google_artifact_registry_repository_iam_member" "builder_writes_images" {
@@ -137,4 +153,33 @@ resource "google_project_iam_member" "builder_writes_logs" {
   project = var.project_id
   role    = "roles/logging.logWriter"
   member  = "serviceAccount:${google_service_account.builder.email}"
+}
+
+# --- propagation --------------------------------------------------------------------
+
+# IAM grants are eventually consistent: "typically 2 minutes, potentially 7 minutes or
+# longer" (cloud.google.com/iam/docs/access-change-propagation). The provider's own
+# examples wait with time_sleep before a build uses fresh grants (magic-modules
+# mmv1/templates/terraform/examples/cloudfunctions2_basic_builder.tf.tmpl, 60 s); we
+# wait var.iam_propagation_seconds (default 120 s, the documented typical time) once,
+# after every grant whose first use happens inside this apply: the builds (functions),
+# the GCS agent's publish check (storage notification), and the Pub/Sub agent's
+# grants (push subscriptions), plus the runtime grants the new functions use at once.
+# Grants made on the functions and subscriptions themselves (run.invoker, the agent's
+# subscriber role) cannot precede them; their first users (Pub/Sub push, Cloud
+# Scheduler) retry a refused call, so they need no wait (terraform/README.md).
+resource "time_sleep" "grants_propagate" {
+  create_duration = "${var.iam_propagation_seconds}s"
+
+  depends_on = [
+    google_project_iam_member.builder_reads_gcf_sources,
+    google_project_iam_member.builder_writes_logs,
+    google_artifact_registry_repository_iam_member.builder_writes_images,
+    google_storage_bucket_iam_member.fn_records,
+    google_storage_bucket_iam_member.claim_reads_uploads,
+    google_pubsub_topic_iam_member.fn_rings_jobs,
+    google_service_account_iam_member.pubsub_agent_mints_invoker_tokens,
+    google_pubsub_topic_iam_member.pubsub_agent_dead_letters,
+    google_pubsub_topic_iam_member.gcs_agent_publishes_uploads,
+  ]
 }

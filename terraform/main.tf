@@ -1,5 +1,5 @@
-# APIs, identities of Google's service agents, and the names and settings everything
-# else is built from.
+# APIs, identities of Google's service agents, the propagation waits, and the names
+# and settings everything else is built from.
 
 locals {
   apis = toset([
@@ -79,8 +79,16 @@ locals {
     }
   }
 
-  pubsub_agent = "serviceAccount:service-${data.google_project.this.number}@gcp-sa-pubsub.iam.gserviceaccount.com"
+  # Google's service agents, from calls that also create them when they do not exist
+  # yet (a fresh project has neither until something asks): granting to an agent that
+  # does not exist fails the apply.
+  pubsub_agent = "serviceAccount:${google_project_service_identity.pubsub.email}"
   gcs_agent    = "serviceAccount:${data.google_storage_project_service_account.this.email_address}"
+
+  # Cloud Functions copies each source archive into its own bucket and Cloud Build
+  # fetches it from there (cloud.google.com/functions/docs/building: "function code is
+  # stored in a separate source bucket ... gcf-v2-sources-PROJECT_NUMBER-REGION").
+  gcf_sources_bucket = "gcf-v2-sources-${data.google_project.this.number}-${var.region}"
 }
 
 resource "google_project_service" "enabled" {
@@ -91,11 +99,40 @@ resource "google_project_service" "enabled" {
   disable_on_destroy = false
 }
 
-data "google_project" "this" {
-  project_id = var.project_id
+# An API answers "has not been used in project ... or it is disabled" for a while
+# after it is enabled; everything that calls one waits for this once. A new entry in
+# local.apis replaces the wait, so an added API is waited for too.
+resource "time_sleep" "apis_propagate" {
+  create_duration = "60s"
+  triggers        = { apis = join(",", sort(tolist(local.apis))) }
+
+  depends_on = [google_project_service.enabled]
 }
 
+data "google_project" "this" {
+  project_id = var.project_id
+
+  depends_on = [time_sleep.apis_propagate]
+}
+
+# The Cloud Storage service agent (publishes the upload notifications). Reading it
+# calls projects.serviceAccount.get, which creates the agent if it does not exist
+# (registry.terraform.io/providers/hashicorp/google/6.50.0/docs/data-sources/storage_project_service_account).
 data "google_storage_project_service_account" "this" {
-  project    = var.project_id
-  depends_on = [google_project_service.enabled]
+  project = var.project_id
+
+  depends_on = [time_sleep.apis_propagate]
+}
+
+# The Pub/Sub service agent (mints push tokens, dead-letters). generateServiceIdentity
+# creates it if needed and returns its email; 6.x has this resource in google-beta only
+# (registry.terraform.io/providers/hashicorp/google-beta/6.50.0/docs/resources/project_service_identity,
+# cloud.google.com/service-usage/docs/reference/rest/v1beta1/services/generateServiceIdentity).
+resource "google_project_service_identity" "pubsub" {
+  provider = google-beta
+
+  project = var.project_id
+  service = "pubsub.googleapis.com"
+
+  depends_on = [time_sleep.apis_propagate]
 }

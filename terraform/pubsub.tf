@@ -11,7 +11,7 @@ resource "google_pubsub_topic" "topics" {
   labels                     = var.labels
   message_retention_duration = each.key == "dead_letter" ? var.dead_letter_retention : null
 
-  depends_on = [google_project_service.enabled]
+  depends_on = [time_sleep.apis_propagate]
 }
 
 # Push subscriptions into claim and submit_upload, authenticated with an OIDC token
@@ -50,10 +50,11 @@ resource "google_pubsub_subscription" "push" {
     ttl = "" # never expire, however quiet the queue is
   }
 
-  depends_on = [
-    google_pubsub_topic_iam_member.pubsub_agent_dead_letters,
-    google_service_account_iam_member.pubsub_agent_mints_invoker_tokens,
-  ]
+  # The Pub/Sub agent mints each push's token as the invoker SA and dead-letters into
+  # the dead-letter topic from the first delivery on: wait for both grants (iam.tf).
+  # Its subscriber role on this subscription and the invoker's run.invoker on the
+  # function can only follow; a push refused meanwhile is retried with backoff.
+  depends_on = [time_sleep.grants_propagate]
 }
 
 # Holds whatever was dead-lettered, for a person or `reclaim` to look at.

@@ -31,5 +31,8 @@ resource "google_cloud_scheduler_job" "sweep" {
     }
   }
 
-  depends_on = [google_project_service.enabled, google_cloud_run_v2_service_iam_member.invoker]
+  # The invoker's run.invoker on sweep is granted after the function exists, so it
+  # cannot be waited for before this job; a tick refused meanwhile is retried by the
+  # next tick (retry_count = 0), and nothing is lost (the sweep is idempotent).
+  depends_on = [time_sleep.apis_propagate, google_cloud_run_v2_service_iam_member.invoker]
 }

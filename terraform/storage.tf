@@ -1,8 +1,23 @@
 # Buckets: records (the queue itself), uploads (GCS notifications feed submit_upload;
 # kept apart so records never trigger submit), sources (function archives).
+#
+# Keeping old bytes (terraform/README.md, "Versioning, soft delete and their cost"):
+# Cloud Storage soft delete "preserves objects and buckets that get deleted or
+# overwritten" for its retention, 7 days by default on new buckets, billed as storage
+# meanwhile (cloud.google.com/storage/docs/soft-delete). Object Versioning keeps a
+# noncurrent version of each overwrite on top of that. So:
+# - records: soft delete only (var.soft_delete_days.records, 7 d). Every CAS write and
+#   heartbeat overwrites a record; soft delete keeps each old generation restorable
+#   for 7 days, versioning would add a second copy of every one for no new protection.
+# - uploads: versioning, no soft delete. upload-digest reads exactly the generation
+#   that was uploaded, which must stay readable if the object is overwritten before
+#   the job runs; a noncurrent version is readable, a soft-deleted one is not.
+# - sources: versioning, no soft delete: archives are named by content hash, never
+#   overwritten, and rebuildable from the repository.
 
 resource "google_storage_bucket" "records" {
   # checkov:skip=CKV_GCP_62:Access is audited by Cloud Audit Logs (Data Access) on the project; legacy usage-log buckets would only add a second unhardened bucket.
+  # checkov:skip=CKV_GCP_78:Versioning is replaced by soft delete (soft_delete_policy below): every overwritten or deleted record generation stays restorable for soft_delete_days.records, without a second noncurrent copy of every heartbeat.
   name                        = local.buckets.records
   project                     = var.project_id
   location                    = var.region
@@ -13,7 +28,11 @@ resource "google_storage_bucket" "records" {
   labels                      = var.labels
 
   versioning {
-    enabled = true
+    enabled = false
+  }
+
+  soft_delete_policy {
+    retention_duration_seconds = var.soft_delete_days.records * 86400
   }
 
   # Finished records expire: the store stamps a terminal record's custom time with
@@ -21,10 +40,10 @@ resource "google_storage_bucket" "records" {
   # records carry no custom time, so no rule here can ever delete a pending job.
   lifecycle_rule {
     condition {
-      matches_prefix                       = ["jobs/"]
-      days_since_custom_time               = 0
-      send_days_since_custom_time_if_zero  = true
-      with_state                           = "LIVE"
+      matches_prefix                      = ["jobs/"]
+      days_since_custom_time              = 0
+      send_days_since_custom_time_if_zero = true
+      with_state                          = "LIVE"
     }
     action {
       type = "Delete"
@@ -43,6 +62,7 @@ resource "google_storage_bucket" "records" {
     }
   }
 
+  # Versions left from before versioning was turned off (earlier deployments) expire.
   lifecycle_rule {
     condition {
       days_since_noncurrent_time = var.noncurrent_retention_days
@@ -53,7 +73,7 @@ resource "google_storage_bucket" "records" {
     }
   }
 
-  depends_on = [google_project_service.enabled]
+  depends_on = [time_sleep.apis_propagate]
 }
 
 resource "google_storage_bucket" "uploads" {
@@ -71,6 +91,10 @@ resource "google_storage_bucket" "uploads" {
     enabled = true
   }
 
+  soft_delete_policy {
+    retention_duration_seconds = var.soft_delete_days.uploads * 86400
+  }
+
   lifecycle_rule {
     condition {
       days_since_noncurrent_time = var.noncurrent_retention_days
@@ -81,7 +105,7 @@ resource "google_storage_bucket" "uploads" {
     }
   }
 
-  depends_on = [google_project_service.enabled]
+  depends_on = [time_sleep.apis_propagate]
 }
 
 resource "google_storage_bucket" "sources" {
@@ -99,6 +123,10 @@ resource "google_storage_bucket" "sources" {
     enabled = true
   }
 
+  soft_delete_policy {
+    retention_duration_seconds = 0
+  }
+
   lifecycle_rule {
     condition {
       days_since_noncurrent_time = var.noncurrent_retention_days
@@ -109,7 +137,7 @@ resource "google_storage_bucket" "sources" {
     }
   }
 
-  depends_on = [google_project_service.enabled]
+  depends_on = [time_sleep.apis_propagate]
 }
 
 # Every finished upload rings the uploads topic; submit_upload turns it into a job.
@@ -120,5 +148,8 @@ resource "google_storage_notification" "uploads" {
   event_types        = ["OBJECT_FINALIZE"]
   object_name_prefix = var.uploads_prefix == "" ? null : var.uploads_prefix
 
-  depends_on = [google_pubsub_topic_iam_member.gcs_agent_publishes_uploads]
+  # Creating a notification checks that the GCS agent may publish to the topic
+  # (registry.terraform.io/providers/hashicorp/google/6.50.0/docs/resources/storage_notification):
+  # wait for that grant to propagate (iam.tf).
+  depends_on = [time_sleep.grants_propagate]
 }

@@ -35,9 +35,19 @@ variable "claim_push" {
     condition     = var.claim_push.max_delivery_attempts >= 5 && var.claim_push.max_delivery_attempts <= 100
     error_message = "claim_push.max_delivery_attempts must be 5..100."
   }
+  # Pub/Sub RetryPolicy: each backoff "should be between 0 and 600 seconds"
+  # (cloud.google.com/pubsub/docs/reference/rest/v1/projects.subscriptions#RetryPolicy);
+  # a duration is seconds with up to nine decimals and an "s".
   validation {
-    condition     = can(regex("^[0-9]+(\\.[0-9]+)?s$", var.claim_push.minimum_backoff)) && can(regex("^[0-9]+(\\.[0-9]+)?s$", var.claim_push.maximum_backoff))
-    error_message = "claim_push backoffs are durations like \"10s\"."
+    condition = alltrue([
+      for b in [var.claim_push.minimum_backoff, var.claim_push.maximum_backoff] :
+      can(regex("^[0-9]+(\\.[0-9]{1,9})?s$", b)) && try(tonumber(trimsuffix(b, "s")) <= 600, false)
+    ])
+    error_message = "claim_push.minimum_backoff and maximum_backoff must be durations from \"0s\" to \"600s\", like \"10s\"."
+  }
+  validation {
+    condition     = try(tonumber(trimsuffix(var.claim_push.minimum_backoff, "s")) <= tonumber(trimsuffix(var.claim_push.maximum_backoff, "s")), false)
+    error_message = "claim_push.minimum_backoff must not exceed claim_push.maximum_backoff."
   }
 }
 
@@ -52,9 +62,19 @@ variable "dead_letter_retention" {
 }
 
 variable "force_destroy_buckets" {
-  description = "Let `terraform destroy` delete non-empty buckets (records included). Off: data outlives the stack."
+  description = "Let `terraform destroy` empty and delete the records and uploads buckets. Off: destroy stops with an error on each one that still holds objects and keeps it (terraform/README.md). Apply a change of this before destroying."
   type        = bool
   default     = false
+}
+
+variable "iam_propagation_seconds" {
+  description = "How long the first apply waits after the grants it uses at once (builds, notification, pushes). IAM changes \"typically propagate in 2 minutes\"."
+  type        = number
+  default     = 120
+  validation {
+    condition     = var.iam_propagation_seconds >= 0 && var.iam_propagation_seconds <= 900 && var.iam_propagation_seconds == floor(var.iam_propagation_seconds)
+    error_message = "iam_propagation_seconds must be whole seconds from 0 to 900."
+  }
 }
 
 variable "labels" {
@@ -74,7 +94,7 @@ variable "name_prefix" {
 }
 
 variable "noncurrent_retention_days" {
-  description = "Days an overwritten or deleted object version is kept (versioning is on in every bucket)."
+  description = "Days an overwritten or deleted upload (and archive) version stays readable as a noncurrent version (versioning is on in the uploads and sources buckets)."
   type        = number
   default     = 7
   validation {
@@ -84,12 +104,26 @@ variable "noncurrent_retention_days" {
 }
 
 variable "pipeline_modules" {
-  description = "Python modules (in the deployed source, e.g. shared.pipelines.mine) imported at start so their pipelines register; sets RECLAIM_PIPELINE_MODULES."
+  description = "Python modules imported at start so their pipelines register (e.g. pipelines.csv_summary); sets RECLAIM_PIPELINE_MODULES. Each must be in pipelines_dir's package or in shared."
   type        = list(string)
   default     = []
   validation {
     condition     = alltrue([for m in var.pipeline_modules : can(regex("^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*$", m))])
     error_message = "pipeline_modules entries must be dotted Python module names."
+  }
+}
+
+variable "pipelines_dir" {
+  description = "Folder of your pipeline package, shipped in every function archive under its own name (relative to terraform/ or absolute). \"\" = the repository's pipelines/."
+  type        = string
+  default     = ""
+  validation {
+    condition     = var.pipelines_dir == "" || can(regex("^[A-Za-z_][A-Za-z0-9_]*$", basename(trimsuffix(var.pipelines_dir, "/"))))
+    error_message = "pipelines_dir must name a folder whose name is a Python package name (letters, digits, _)."
+  }
+  validation {
+    condition     = !contains(["shared", "main"], basename(trimsuffix(var.pipelines_dir, "/")))
+    error_message = "pipelines_dir must not be named shared or main: the archive already has those."
   }
 }
 
@@ -157,17 +191,34 @@ variable "retention_days" {
   }
 }
 
-variable "submit_function" {
-  description = "Sizing of submit (HTTP POST /jobs, GET /jobs/<id>)."
+variable "soft_delete_days" {
+  description = "Cloud Storage soft delete: days a deleted or overwritten object stays restorable (and billed). 0 turns it off; else 7..90."
   type = object({
-    concurrency     = optional(number, 16)
+    records = optional(number, 7)
+    uploads = optional(number, 0)
+  })
+  default = {}
+  validation {
+    condition     = alltrue([for d in values(var.soft_delete_days) : d == 0 || (d >= 7 && d <= 90 && d == floor(d))])
+    error_message = "soft_delete_days values must be 0 or whole days from 7 to 90 (cloud.google.com/storage/docs/soft-delete)."
+  }
+}
+
+variable "submit_function" {
+  description = "Sizing of submit (HTTP POST /jobs, GET /jobs/<id>). The defaults fit a batch of queue.max_batch_jobs = 1000 (terraform/README.md, \"Sizing submit\")."
+  type = object({
+    concurrency     = optional(number, 8)
     cpu             = optional(string, "1")
     memory          = optional(string, "512Mi")
-    timeout_seconds = optional(number, 60)
+    timeout_seconds = optional(number, 180)
     min_instances   = optional(number, 0)
     max_instances   = optional(number, 10)
   })
   default = {}
+  validation {
+    condition     = var.submit_function.timeout_seconds >= 10 && var.submit_function.timeout_seconds <= 3600
+    error_message = "submit_function.timeout_seconds must be 10..3600 (gen2 HTTP functions run at most 60 min)."
+  }
 }
 
 variable "submit_invokers" {
@@ -209,6 +260,20 @@ variable "submit_upload_push" {
   validation {
     condition     = var.submit_upload_push.max_delivery_attempts >= 5 && var.submit_upload_push.max_delivery_attempts <= 100
     error_message = "submit_upload_push.max_delivery_attempts must be 5..100."
+  }
+  # Pub/Sub RetryPolicy: each backoff "should be between 0 and 600 seconds"
+  # (cloud.google.com/pubsub/docs/reference/rest/v1/projects.subscriptions#RetryPolicy);
+  # a duration is seconds with up to nine decimals and an "s".
+  validation {
+    condition = alltrue([
+      for b in [var.submit_upload_push.minimum_backoff, var.submit_upload_push.maximum_backoff] :
+      can(regex("^[0-9]+(\\.[0-9]{1,9})?s$", b)) && try(tonumber(trimsuffix(b, "s")) <= 600, false)
+    ])
+    error_message = "submit_upload_push.minimum_backoff and maximum_backoff must be durations from \"0s\" to \"600s\", like \"10s\"."
+  }
+  validation {
+    condition     = try(tonumber(trimsuffix(var.submit_upload_push.minimum_backoff, "s")) <= tonumber(trimsuffix(var.submit_upload_push.maximum_backoff, "s")), false)
+    error_message = "submit_upload_push.minimum_backoff must not exceed submit_upload_push.maximum_backoff."
   }
 }
 

@@ -222,8 +222,42 @@ def test_buckets_are_hardened() -> None:
     for name, b in buckets.items():
         assert b["uniform_bucket_level_access"] is True, name
         assert unquote(b["public_access_prevention"]) == "enforced", name
-        assert block(b, "versioning")["enabled"] is True, name
     assert buckets["records"]["name"] != buckets["uploads"]["name"]
+
+
+def test_old_bytes_are_kept_once_not_twice() -> None:
+    """records: soft delete, no versioning (every CAS write and heartbeat would leave a
+    noncurrent copy on top of the soft-deleted one); uploads: versioning, because
+    upload-digest reads the exact uploaded generation; sources: neither matters."""
+    buckets = resources("google_storage_bucket")
+    keep = {
+        name: (
+            block(b, "versioning")["enabled"],
+            unquote(block(b, "soft_delete_policy")["retention_duration_seconds"]),
+        )
+        for name, b in buckets.items()
+    }
+    assert keep == {
+        "records": (False, "var.soft_delete_days.records * 86400"),
+        "uploads": (True, "var.soft_delete_days.uploads * 86400"),
+        "sources": (True, 0),
+    }
+    days = optional_defaults("soft_delete_days")
+    assert days == {"records": 7.0, "uploads": 0.0}  # Cloud Storage's default 7 d, kept
+    # versioned buckets expire their noncurrent versions
+    for name in ("uploads", "sources"):
+        states = [
+            block(r, "condition").get("with_state") for r in buckets[name].get("lifecycle_rule", [])
+        ]
+        assert '"ARCHIVED"' in states or "ARCHIVED" in [unquote(s) for s in states], name
+
+
+def test_destroy_keeps_the_queue_unless_told() -> None:
+    buckets = resources("google_storage_bucket")
+    assert unquote(buckets["records"]["force_destroy"]) == "var.force_destroy_buckets"
+    assert unquote(buckets["uploads"]["force_destroy"]) == "var.force_destroy_buckets"
+    assert variable_default("force_destroy_buckets") is False
+    assert buckets["sources"]["force_destroy"] is True  # rebuildable archives only
 
 
 def test_retention_never_deletes_a_pending_record() -> None:
@@ -240,10 +274,17 @@ def test_retention_never_deletes_a_pending_record() -> None:
             assert "age" not in cond and "days_since_custom_time" in cond
 
 
-def test_archives_hold_the_function_folder_and_shared() -> None:
+def test_archives_hold_the_function_folder_shared_and_your_pipelines() -> None:
     archives = unquote(_locals()["archives"])
     assert '"shared/${f}"' in archives and "functions/${src}" in archives
     assert '"requirements.txt"' in archives
+    assert '"${local.pipelines_package}/${f}"' in archives
+    # the function folder is merged last, so no pipeline file can shadow main.py
+    assert archives.index("local.pipeline_files") < archives.index("functions/${src}")
+    assert unquote(_locals()["pipelines_package"]) == "basename(local.pipelines_dir)"
+    assert '"${local.repo_root}/pipelines"' in unquote(_locals()["pipelines_dir"])
+    conditions = [unquote(p["condition"]) for p in block(_fn(), "lifecycle")["precondition"]]
+    assert any("var.pipeline_modules" in c and "archive_python_files" in c for c in conditions)
     obj = resources("google_storage_bucket_object")["source"]
     assert "output_sha256" in unquote(obj["name"]), "archives must be named by content hash"
 
@@ -275,11 +316,15 @@ def test_no_public_members_anywhere() -> None:
 def test_grants_sit_on_resources_not_the_project() -> None:
     members = _iam_members()
     project_level = {a: b for a, b in members.items() if a.startswith("google_project_iam_member.")}
-    # the only one: build logs, which have no narrower grant point
-    assert list(project_level) == ["google_project_iam_member.builder_writes_logs"]
-    assert unquote(project_level["google_project_iam_member.builder_writes_logs"]["role"]) == (
-        "roles/logging.logWriter"
-    )
+    # the only two, both the build SA's: logs (no narrower grant point) and the read of
+    # gcf-v2-sources-*, which is conditioned on that bucket (test_tf_first_apply.py)
+    assert {a: unquote(b["role"]) for a, b in project_level.items()} == {
+        "google_project_iam_member.builder_writes_logs": "roles/logging.logWriter",
+        "google_project_iam_member.builder_reads_gcf_sources": "roles/storage.objectViewer",
+    }
+    assert "condition" in project_level["google_project_iam_member.builder_reads_gcf_sources"]
+    for b in project_level.values():
+        assert unquote(b["member"]) == "serviceAccount:${google_service_account.builder.email}"
     for addr, b in members.items():
         role = unquote(b["role"])
         assert not role.endswith((".admin", "/owner", "/editor")), f"{addr}: {role}"
@@ -328,3 +373,48 @@ def test_checkov_skips_all_carry_a_reason() -> None:
     assert skips, "expected the documented skips"
     for check, reason in skips:
         assert reason and len(reason.strip()) >= 40, f"{check} is skipped without a real reason"
+
+
+# --- submit's sizing (terraform/README.md, "Sizing submit") -------------------------------
+
+# A bad-day average latency per Cloud Storage call (small objects take tens of ms; this
+# is 4-10x that, so the bound holds on slow days too). Arithmetic, not a measurement.
+BAD_DAY_CALL_S = 0.2
+
+
+def _calls_per_job_of_a_maximum_batch() -> float:
+    """Storage calls submit makes per job of a full batch with client ids, counted on
+    the in-memory store (reads for the id check, markers, the create-only record)."""
+    from datetime import UTC, datetime
+
+    from shared.config import Settings
+    from shared.storage_memory import MemoryStore
+    from shared.submission import parse_submission, submit
+
+    class Bell:
+        def ring(self, job_id: str) -> None: ...
+        def ring_many(self, job_ids: object) -> list[str]:
+            return []
+
+    n = int(optional_defaults("queue")["max_batch_jobs"])
+    body = {"jobs": [{"pipeline": "demo", "id": f"job-{i:04d}"} for i in range(n)]}
+    store = MemoryStore()
+    result = submit(store, Bell(), parse_submission(body, Settings.from_env({})), datetime.now(UTC))
+    assert result.body["created"] == n
+    return sum(store.calls.values()) / n
+
+
+def test_submit_fits_a_maximum_batch_in_its_timeout() -> None:
+    from shared import doorbell, storage, submission
+
+    n = optional_defaults("queue")["max_batch_jobs"]
+    calls = n * _calls_per_job_of_a_maximum_batch()
+    assert calls == 4 * n  # read (id check), pending marker, batch marker, record
+    workers = getattr(submission, "_WORKERS", None)
+    assert isinstance(workers, int), "submission's thread pool size moved: update this bound"
+    # the calls overlap `workers` at a time; one call may retry for its whole deadline;
+    # the doorbells of the batch are published together and waited for once
+    needed = calls * BAD_DAY_CALL_S / workers + storage.RETRY_DEADLINE_S + doorbell.RING_TIMEOUT_S
+    submit_fn = optional_defaults("submit_function")
+    assert submit_fn["timeout_seconds"] >= needed, (submit_fn["timeout_seconds"], needed)
+    assert submit_fn["timeout_seconds"] <= 3600

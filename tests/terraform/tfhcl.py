@@ -100,3 +100,49 @@ def optional_defaults(var_name: str) -> dict[str, Any]:
 
 def all_text() -> str:
     return "\n".join(p.read_text() for p in sorted(TF_DIR.glob("*.tf")))
+
+
+_REF = re.compile(r"\b(data\.)?([a-z][a-z0-9_]*)\.([a-z][a-z0-9_]*)\b")
+
+
+def addresses() -> set[str]:
+    """Every resource ("type.name") and data source ("data.type.name") declared."""
+    cfg = config()
+    return {f"{t}.{n}" for t, named in cfg["resource"].items() for n in named} | {
+        f"data.{t}.{n}" for t, named in cfg["data"].items() for n in named
+    }
+
+
+def references(value: Any, _seen_locals: frozenset[str] = frozenset()) -> set[str]:
+    """Addresses an expression (or a whole block) refers to, through locals too."""
+    text = repr(value)
+    known = addresses()
+    out: set[str] = set()
+    for data, rtype, name in _REF.findall(text):
+        if rtype == "local" and name not in _seen_locals:
+            expr = config()["locals"].get(name)
+            if expr is not None:
+                out |= references(expr, _seen_locals | {name})
+            continue
+        address = f"{data}{rtype}.{name}"
+        if address in known:
+            out.add(address)
+    return out
+
+
+def block_of(address: str) -> dict[str, Any]:
+    """The body of a resource or data source by its address."""
+    kind, rest = ("data", address[5:]) if address.startswith("data.") else ("resource", address)
+    rtype, name = rest.split(".")
+    return dict(config()[kind][rtype][name])
+
+
+def dependencies(address: str) -> set[str]:
+    """Everything an address waits for: references and depends_on, transitively."""
+    todo, seen = [address], set()
+    while todo:
+        for dep in references(block_of(todo.pop())):
+            if dep not in seen:
+                seen.add(dep)
+                todo.append(dep)
+    return seen

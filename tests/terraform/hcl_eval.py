@@ -1,0 +1,243 @@
+"""Evaluate the HCL expressions of variable validations, without a terraform binary.
+
+python-hcl2 parses an expression into a Lark tree; this walks that tree for the
+subset terraform/variables.tf uses (literals, var.x.y, operators, conditionals,
+tuple `for`, and the functions in FUNCTIONS), with terraform's semantics where they
+matter here: `&&` and `||` evaluate both sides (an error on either side is an
+error), `can`/`try` catch errors, `regex` fails when nothing matches. Anything
+outside the subset raises Unsupported, so a new construct cannot pass unevaluated.
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import hcl2
+from lark import Token, Tree
+
+
+class EvalError(Exception):
+    """The expression fails at run time (terraform would report an error)."""
+
+
+class Unsupported(Exception):
+    """A construct this evaluator does not implement: extend it, never skip."""
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\"}
+
+
+def evaluate(expression: str, variables: Mapping[str, Any]) -> Any:
+    """The value of one expression (python-hcl2's '${...}' form or bare) with `var`."""
+    text = (
+        expression[2:-1] if expression.startswith("${") and expression.endswith("}") else expression
+    )
+    tree = hcl2.parses_to_tree(f"x = {text}\n")
+    attribute = next(tree.find_data("attribute"))
+    return _Evaluator({"var": _normal(dict(variables))}).eval(attribute.children[-1])
+
+
+def _normal(value: Any) -> Any:
+    """Numbers as floats (HCL has one number type), recursively."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, Mapping):
+        return {k: _normal(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_normal(v) for v in value]
+    return value
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise EvalError(f"a number is required, got {value!r}")
+    return float(value)
+
+
+def _string(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        raise EvalError(f"a string is required, got {value!r}")
+    if isinstance(value, int | float):
+        return format(value, "g")
+    if not isinstance(value, str):
+        raise EvalError(f"a string is required, got {value!r}")
+    return value
+
+
+def _tonumber(value: Any) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    text = _string(value)
+    if not re.fullmatch(r"-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?", text):
+        raise EvalError(f"cannot convert {text!r} to a number")
+    return float(text)
+
+
+def _regex(pattern: Any, text: Any) -> Any:
+    match = re.search(_string(pattern), _string(text))
+    if match is None:
+        raise EvalError("pattern did not match any part of the given string")
+    groups = match.groups()
+    return list(groups) if groups else match.group(0)
+
+
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise EvalError(f"a bool is required, got {value!r}")
+    return value
+
+
+FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "alltrue": lambda items: all(_bool(i) for i in items),
+    "basename": lambda path: posixpath.basename(_string(path)),
+    "contains": lambda items, value: value in items,
+    "floor": lambda n: float(math.floor(_number(n))),
+    "length": lambda v: float(len(v)),
+    "regex": _regex,
+    "split": lambda sep, text: _string(text).split(_string(sep)),
+    "tonumber": _tonumber,
+    "trimspace": lambda text: _string(text).strip(),
+    "trimsuffix": lambda text, suffix: (
+        _string(text)[: -len(suffix)] if suffix and _string(text).endswith(suffix) else text
+    ),
+    "values": lambda mapping: [mapping[k] for k in sorted(mapping)],
+}
+
+_COMPARE: dict[str, Callable[[float, float], bool]] = {
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+}
+
+
+class _Evaluator:
+    def __init__(self, scope: dict[str, Any]) -> None:
+        self.scope = scope
+
+    def eval(self, node: Any) -> Any:
+        if isinstance(node, Token):
+            raise Unsupported(f"bare token {node.type}")
+        handler = getattr(self, f"_{node.data}", None)
+        if handler is None:
+            raise Unsupported(f"HCL construct {node.data!r}")
+        return handler(node)
+
+    def _children(self, node: Tree) -> list[Any]:
+        """Children without punctuation tokens and comments."""
+        return [
+            c
+            for c in node.children
+            if isinstance(c, Tree) and c.data not in ("new_line_or_comment", "binary_operator")
+        ]
+
+    def _expr_term(self, node: Tree) -> Any:
+        (inner,) = self._children(node)
+        return self.eval(inner)
+
+    def _int_lit(self, node: Tree) -> float:
+        return float(str(node.children[0]))
+
+    _float_lit = _int_lit
+
+    def _literal_value(self, node: Tree) -> Any:
+        return {"true": True, "false": False, "null": None}[str(node.children[0])]
+
+    def _string(self, node: Tree) -> str:
+        out = []
+        for part in self._children(node):
+            (token,) = part.children
+            if not isinstance(token, Token) or token.type != "STRING_CHARS":
+                raise Unsupported("string templates")
+            out.append(re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(0)), token))
+        return "".join(out)
+
+    def _identifier(self, node: Tree) -> Any:
+        name = str(node.children[0])
+        if name not in self.scope:
+            raise Unsupported(f"reference {name!r}")
+        return self.scope[name]
+
+    def _get_attr_expr_term(self, node: Tree) -> Any:
+        base, get_attr = self._children(node)
+        value = self.eval(base)
+        (ident,) = self._children(get_attr)
+        key = str(ident.children[0])
+        if not isinstance(value, Mapping) or key not in value:
+            raise EvalError(f"no attribute {key!r}")
+        return value[key]
+
+    def _tuple(self, node: Tree) -> list[Any]:
+        return [self.eval(c) for c in self._children(node)]
+
+    def _function_call(self, node: Tree) -> Any:
+        ident, *rest = self._children(node)
+        name = str(ident.children[0])
+        args = self._children(rest[0]) if rest else []
+        if name == "can":
+            (arg,) = args
+            try:
+                self.eval(arg)
+            except EvalError:
+                return False
+            return True
+        if name == "try":
+            for arg in args:
+                try:
+                    return self.eval(arg)
+                except EvalError:
+                    continue
+            raise EvalError("no argument of try() could be evaluated")
+        if name not in FUNCTIONS:
+            raise Unsupported(f"function {name}()")
+        return FUNCTIONS[name](*(self.eval(a) for a in args))
+
+    def _unary_op(self, node: Tree) -> Any:
+        op, operand = node.children
+        value = self.eval(operand)
+        return (not _bool(value)) if str(op) == "!" else -_number(value)
+
+    def _binary_op(self, node: Tree) -> Any:
+        left, term = self._children(node)
+        (operator,) = [
+            c for c in term.children if isinstance(c, Tree) and c.data == "binary_operator"
+        ]
+        op = str(operator.children[0])
+        (right,) = self._children(term)
+        a, b = self.eval(left), self.eval(right)  # both sides, as HCL does
+        if op in ("&&", "||"):
+            return (_bool(a) and _bool(b)) if op == "&&" else (_bool(a) or _bool(b))
+        if op in ("==", "!="):
+            return (a == b) == (op == "==") if type(a) is type(b) else op == "!="
+        if op in _COMPARE:
+            return _COMPARE[op](_number(a), _number(b))
+        raise Unsupported(f"operator {op}")
+
+    def _conditional(self, node: Tree) -> Any:
+        cond, yes, no = self._children(node)
+        return self.eval(yes) if _bool(self.eval(cond)) else self.eval(no)
+
+    def _for_tuple_expr(self, node: Tree) -> list[Any]:
+        intro, body, *cond = self._children(node)
+        names = [str(i.children[0]) for i in self._children(intro) if i.data == "identifier"]
+        (source,) = [c for c in self._children(intro) if c.data != "identifier"]
+        items = self.eval(source)
+        pairs = items.items() if isinstance(items, Mapping) else enumerate(items)
+        out = []
+        for key, value in pairs:
+            scope = dict(self.scope)
+            if len(names) == 2:
+                scope[names[0]], scope[names[1]] = key, value
+            else:
+                scope[names[0]] = value
+            inner = _Evaluator(scope)
+            if cond and not _bool(inner.eval(self._children(cond[0])[0])):
+                continue
+            out.append(inner.eval(body))
+        return out

@@ -1,0 +1,177 @@
+"""The first `terraform apply` on a fresh project, read from terraform/ with python-hcl2:
+the build SA can read the gcf-v2-sources bucket (and nothing else), every call into
+a freshly enabled API and every first use of a fresh grant waits for propagation,
+and Google's service agents exist before anything is granted to them."""
+
+from __future__ import annotations
+
+import re
+
+from tfhcl import (
+    addresses,
+    block,
+    block_of,
+    config,
+    dependencies,
+    references,
+    resources,
+    unquote,
+    variable_default,
+)
+
+BUILDER = "serviceAccount:${google_service_account.builder.email}"
+GCF_SOURCES = "gcf-v2-sources-${data.google_project.this.number}-${var.region}"
+
+
+# --- 1. the build reads its sources -------------------------------------------------
+
+
+def _cel_allows(expression: str, resource_name: str) -> bool:
+    """The builder grant's condition, which must be `A || B` of == / startsWith terms."""
+    results = []
+    for term in expression.split("||"):
+        term = term.strip()
+        if m := re.fullmatch(r'resource\.name == "([^"]+)"', term):
+            results.append(resource_name == m.group(1))
+        elif m := re.fullmatch(r'resource\.name\.startsWith\("([^"]+)"\)', term):
+            results.append(resource_name.startswith(m.group(1)))
+        else:
+            raise AssertionError(f"unexpected condition term {term!r}")
+    return any(results)
+
+
+def test_the_builder_reads_the_gcf_sources_bucket_through_a_named_condition() -> None:
+    assert unquote(config()["locals"]["gcf_sources_bucket"]) == GCF_SOURCES
+    grant = resources("google_project_iam_member")["builder_reads_gcf_sources"]
+    assert unquote(grant["role"]) == "roles/storage.objectViewer"
+    assert unquote(grant["member"]) == BUILDER
+    condition = block(grant, "condition")
+    expression = unquote(condition["expression"]).replace('\\"', '"')
+    assert "${local.gcf_sources_bucket}" in expression and unquote(condition["title"])
+    bucket = "gcf-v2-sources-123456789-us-central1"
+    expression = expression.replace("${local.gcf_sources_bucket}", bucket)
+    assert "gcf-v2-sources-" in expression
+    allowed = [
+        f"projects/_/buckets/{bucket}",  # storage.objects.list is checked on the bucket
+        f"projects/_/buckets/{bucket}/objects/reclaim-claim/function-source.zip",
+    ]
+    refused = [
+        f"projects/_/buckets/{bucket}0",  # a bucket whose name merely starts the same
+        f"projects/_/buckets/{bucket}0/objects/x.zip",
+        "projects/_/buckets/my-project-reclaim-records/objects/jobs/a.json",
+        "projects/_/buckets/gcf-v2-sources-999-us-central1/objects/x.zip",
+    ]
+    assert all(_cel_allows(expression, name) for name in allowed)
+    assert not any(_cel_allows(expression, name) for name in refused)
+
+
+def test_no_one_but_the_builder_reads_function_sources() -> None:
+    for rtype, named in config()["resource"].items():
+        if not rtype.endswith("_iam_member"):
+            continue
+        for name, b in named.items():
+            text = repr(b)
+            if "gcf_sources_bucket" in text or "google_storage_bucket.sources" in text:
+                assert unquote(b["member"]) == BUILDER, f"{rtype}.{name}"
+
+
+# --- 2. propagation -------------------------------------------------------------------
+
+
+def _sleep(name: str) -> dict:
+    return resources("time_sleep")[name]
+
+
+def _seconds(duration: str) -> float:
+    m = re.fullmatch(r"(\d+)s", duration)
+    assert m, duration
+    return float(m.group(1))
+
+
+def test_every_call_into_the_project_waits_for_the_enabled_apis() -> None:
+    apis = _sleep("apis_propagate")
+    assert references(apis) == {"google_project_service.enabled"}
+    assert _seconds(unquote(apis["create_duration"])) >= 60  # the provider's examples wait 60 s
+    assert "local.apis" in unquote(apis["triggers"]["apis"]), "a new API must wait again"
+    exempt = {
+        "google_project_service.enabled",  # enabling them is the call we wait after
+        "time_sleep.apis_propagate",
+        "data.archive_file.source",  # local zip, no API
+    }
+    for address in sorted(addresses() - exempt):
+        assert "time_sleep.apis_propagate" in dependencies(address), address
+
+
+def _grants() -> dict[str, dict]:
+    return {
+        f"{rtype}.{name}": b
+        for rtype, named in config()["resource"].items()
+        if rtype.endswith("_iam_member")
+        for name, b in named.items()
+    }
+
+
+def _made_after_first_use(grant: dict) -> bool:
+    """A grant on a function or subscription can only follow it (their users retry)."""
+    deps = references(grant)
+    return any(
+        d.startswith(("google_cloudfunctions2_function.", "google_pubsub_subscription."))
+        for d in deps
+    )
+
+
+def test_the_grants_wait_precedes_every_first_use_inside_the_apply() -> None:
+    grants = _sleep("grants_propagate")
+    waited = {unquote(d) for d in grants["depends_on"]}
+    assert unquote(grants["create_duration"]) == "${var.iam_propagation_seconds}s"
+    # IAM: "typically 2 minutes" (cloud.google.com/iam/docs/access-change-propagation)
+    assert variable_default("iam_propagation_seconds") >= 120
+    for address, grant in _grants().items():
+        if _made_after_first_use(grant):
+            assert address not in waited, f"{address} cannot be waited for (it needs the target)"
+        else:
+            assert address in waited, f"{address} is used in this apply; wait for it"
+    # the first users of those grants inside this apply
+    for user in (
+        "google_cloudfunctions2_function.fn",  # Cloud Build reads sources, writes images, logs
+        "google_storage_notification.uploads",  # checks the GCS agent may publish
+        "google_pubsub_subscription.push",  # the Pub/Sub agent mints tokens, dead-letters
+    ):
+        assert "time_sleep.grants_propagate" in [
+            unquote(d) for d in block_of(user).get("depends_on", [])
+        ], f"{user} must depend on time_sleep.grants_propagate explicitly"
+
+
+def test_the_grants_made_after_their_target_are_the_documented_ones() -> None:
+    late = sorted(a for a, g in _grants().items() if _made_after_first_use(g))
+    assert late == [
+        "google_cloud_run_v2_service_iam_member.invoker",
+        "google_cloud_run_v2_service_iam_member.submitters",
+        "google_pubsub_subscription_iam_member.pubsub_agent_acks_dead_letters",
+    ]
+
+
+# --- 2. service agents ------------------------------------------------------------------
+
+
+def test_service_agents_are_created_before_they_are_granted_anything() -> None:
+    identity = resources("google_project_service_identity")["pubsub"]
+    assert unquote(identity["provider"]) == "google-beta"
+    assert unquote(identity["service"]) == "pubsub.googleapis.com"
+    assert "time_sleep.apis_propagate" in dependencies("google_project_service_identity.pubsub")
+    agents = config()["locals"]
+    assert unquote(agents["pubsub_agent"]) == (
+        "serviceAccount:${google_project_service_identity.pubsub.email}"
+    )
+    assert unquote(agents["gcs_agent"]) == (
+        "serviceAccount:${data.google_storage_project_service_account.this.email_address}"
+    )
+    gcs = config()["data"]["google_storage_project_service_account"]["this"]
+    assert [unquote(d) for d in gcs["depends_on"]] == ["time_sleep.apis_propagate"]
+    # no grant spells an agent's address itself (it may not exist yet)
+    for address, grant in _grants().items():
+        member = unquote(grant["member"])
+        assert "gcp-sa-" not in member and "gs-project-accounts" not in member, address
+        if "agent" in address:
+            assert member in ("local.pubsub_agent", "local.gcs_agent"), address
+    assert "gcp-sa-pubsub" not in repr(config()["locals"])
