@@ -1,6 +1,10 @@
 """Build each function archive the way terraform/functions.tf does, unpack it, and
 import the entry point from the unpacked archive alone: catches a missing shared/
-module or a package the code needs that requirements.txt does not bring in."""
+module or a package the code needs that requirements.txt does not bring in. The
+deployment's own pipelines (pipelines/, outside the library) ship in every archive;
+from the unpacked archive alone, with RECLAIM_PIPELINE_MODULES set, the example
+pipeline registers at start, submit accepts and checks its payloads, and its stages
+run through the library's pipeline API on the in-memory store."""
 
 from __future__ import annotations
 
@@ -45,11 +49,17 @@ def _files(base: Path, skip: list[str]) -> dict[str, Path]:
     return out
 
 
+PIPELINES_DIR = ROOT / "pipelines"  # terraform's default (var.pipelines_dir = "")
+EXAMPLE_MODULE = "pipelines.csv_summary"
+
+
 def archive_members(source: str) -> dict[str, Path]:
     """archive path -> file, in terraform's merge order (later entries win)."""
     skip = _skip_patterns()
     members = {"requirements.txt": ROOT / "requirements.txt"}
     members.update({f"shared/{k}": v for k, v in _files(ROOT / "shared", skip).items()})
+    package = PIPELINES_DIR.name
+    members.update({f"{package}/{k}": v for k, v in _files(PIPELINES_DIR, skip).items()})
     members.update(_files(ROOT / "functions" / source, skip))
     return members
 
@@ -91,37 +101,57 @@ def test_skip_patterns_leave_no_binary_file_in_an_archive() -> None:
             path.read_text(encoding="utf-8")  # file() in terraform fails on non-UTF-8
 
 
-@pytest.mark.parametrize("function", sorted(FUNCTIONS))
-def test_entry_point_imports_from_its_archive_alone(function: str, tmp_path: Path) -> None:
-    folder, target = FUNCTIONS[function]
-    if not (ROOT / "functions" / folder / "main.py").exists():
-        pytest.skip(f"functions/{folder}/main.py is not written yet")
+def _unpack(folder: str, tmp_path: Path) -> tuple[Path, set[str]]:
     unpacked = tmp_path / "unpacked"
     with zipfile.ZipFile(build_archive(folder, tmp_path)) as zf:
         names = set(zf.namelist())
         zf.extractall(unpacked)
-    assert {"main.py", "requirements.txt", "shared/__init__.py"} <= names
+    return unpacked, names
+
+
+def _run_clean(probe: str, unpacked: Path, tmp_path: Path, *args: str, **env: str) -> str:
+    """Run a probe in a clean interpreter that sees only the archive and site-packages.
+
+    -I -S: no PYTHONPATH, no cwd, no .pth files (so not the repo's editable install).
+    """
     site = sysconfig.get_paths()["purelib"]
-    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path)}
-    # -I -S: no PYTHONPATH, no cwd, no .pth files (so not the repo's editable install)
     proc = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", _PROBE, str(unpacked), site, target],
+        [sys.executable, "-I", "-S", "-c", probe, str(unpacked), site, *args],
         cwd=tmp_path,
-        env=env,
+        env={"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), **env},
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    modules: dict[str, str | None] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return proc.stdout.strip().splitlines()[-1]
 
+
+def _assert_loaded_from(modules: dict[str, str | None], unpacked: Path) -> None:
+    """Nothing came from the repository checkout: only the archive and site-packages."""
     from_repo = [
         n
         for n, f in modules.items()
         if f and Path(f).is_relative_to(ROOT) and not Path(f).is_relative_to(sys.prefix)
     ]
     assert from_repo == [], f"imported from the repo, not the archive: {from_repo}"
+
+
+@pytest.mark.parametrize("function", sorted(FUNCTIONS))
+def test_entry_point_imports_from_its_archive_alone(function: str, tmp_path: Path) -> None:
+    folder, target = FUNCTIONS[function]
+    if not (ROOT / "functions" / folder / "main.py").exists():
+        pytest.skip(f"functions/{folder}/main.py is not written yet")
+    unpacked, names = _unpack(folder, tmp_path)
+    assert {"main.py", "requirements.txt", "shared/__init__.py"} <= names
+    site = sysconfig.get_paths()["purelib"]
+    modules: dict[str, str | None] = json.loads(
+        _run_clean(_PROBE, unpacked, tmp_path, target, RECLAIM_PIPELINE_MODULES=EXAMPLE_MODULE)
+    )
+    assert EXAMPLE_MODULE in modules, "the entry point did not import RECLAIM_PIPELINE_MODULES"
+    _assert_loaded_from(modules, unpacked)
     assert Path(modules["shared"] or "").is_relative_to(unpacked)
+    assert Path(modules[EXAMPLE_MODULE] or "").is_relative_to(unpacked)
 
     allowed = _closure(unpacked / "requirements.txt")
     by_module = metadata.packages_distributions()
@@ -132,3 +162,111 @@ def test_entry_point_imports_from_its_archive_alone(function: str, tmp_path: Pat
             if dists and not dists & allowed:
                 missing.add(f"{name} ({', '.join(sorted(dists))})")
     assert missing == set(), f"imported but not brought in by requirements.txt: {missing}"
+
+
+# --- your own pipelines -------------------------------------------------------------------
+
+_PIPELINE_PROBE = r"""
+import json, os, sys
+archive, site, target = sys.argv[1:4]
+sys.path[:0] = [archive]
+sys.path.append(site)
+import main  # the function's start imports RECLAIM_PIPELINE_MODULES
+assert callable(getattr(main, target)), target
+assert "pipelines.csv_summary" in sys.modules, "not imported at start"
+
+from shared.config import Settings
+from shared.logs import JobLogger
+from shared.pipelines import StageContext, get_pipeline
+from shared.storage_memory import MemoryStore
+from shared.submission import InvalidSubmission, parse_submission
+
+settings = Settings.from_env()
+pipeline = get_pipeline("csv-summary")
+payload = {"bucket": "acme-uploads", "name": "sales/2026-11.csv"}
+
+# submit: the name is known and the payload is checked by the pipeline's validator
+parse_submission({"pipeline": "csv-summary", "payload": payload}, settings)
+try:
+    parse_submission({"pipeline": "csv-summary", "payload": {"bucket": "b"}}, settings)
+except InvalidSubmission as exc:
+    refused = exc.reason
+else:
+    raise AssertionError("a payload without a name was accepted")
+
+# claim: the stages, in order, over one context, on the in-memory store
+store = MemoryStore()
+csv_bytes = b"region,amount,note\nnorth,10,first\nsouth,32.5,\n,-4,last\n"
+store.put_object("acme-uploads", "sales/2026-11.csv", csv_bytes, "text/csv")
+
+
+class Outputs:
+    def write(self, name, data, content_type=None):
+        body = json.dumps(data, sort_keys=True).encode()
+        return store.write_output("job-1", 1, name, body, content_type or "application/json")
+
+
+ctx = StageContext("job-1", payload, {}, 1, JobLogger("job-1"), Outputs(), store)
+stages = [name for name, _ in pipeline.stages_for(payload)]
+for _name, stage in pipeline.stages_for(payload):
+    stage(ctx)
+summary = json.loads(store.raw(store.bucket_name, ctx.result["summary"]).data)
+print(json.dumps({
+    "stages": stages,
+    "refused": refused,
+    "result": ctx.result,
+    "summary": summary,
+    "modules": {n: getattr(m, "__file__", None) for n, m in list(sys.modules.items())},
+}))
+"""
+
+
+def test_every_archive_carries_your_pipelines_folder() -> None:
+    ours = {f"pipelines/{k}" for k in _files(PIPELINES_DIR, _skip_patterns())}
+    assert {"pipelines/__init__.py", "pipelines/csv_summary.py"} <= ours
+    for folder in {src for src, _ in FUNCTIONS.values()}:
+        assert ours <= set(archive_members(folder)), folder
+
+
+@pytest.mark.parametrize("function", ["claim", "submit"])
+def test_your_pipeline_registers_and_runs_from_the_archive_alone(
+    function: str, tmp_path: Path
+) -> None:
+    folder, target = FUNCTIONS[function]
+    unpacked, names = _unpack(folder, tmp_path)
+    assert {"pipelines/__init__.py", "pipelines/csv_summary.py", "main.py"} <= names
+    out = json.loads(
+        _run_clean(
+            _PIPELINE_PROBE, unpacked, tmp_path, target, RECLAIM_PIPELINE_MODULES=EXAMPLE_MODULE
+        )
+    )
+    _assert_loaded_from(out["modules"], unpacked)
+    assert Path(out["modules"][EXAMPLE_MODULE]).is_relative_to(unpacked)
+    assert out["stages"] == ["profile", "report"]
+    assert "payload.name must be a non-empty string" in out["refused"]
+    assert out["result"] == {"summary": "outputs/job-1/1/summary.json", "rows": 3, "columns": 3}
+    columns = {c["name"]: c for c in out["summary"]["columns"]}
+    assert columns["amount"] == {
+        "name": "amount",
+        "filled": 3,
+        "empty": 0,
+        "numeric": 3,
+        "min": -4.0,
+        "max": 32.5,
+        "mean": 38.5 / 3,
+    }
+    assert columns["region"]["filled"] == 2 and columns["region"]["empty"] == 1
+    assert columns["region"]["numeric"] == 0 and "mean" not in columns["region"]
+    assert columns["note"]["empty"] == 1
+    assert out["summary"]["source"] == "gs://acme-uploads/sales/2026-11.csv"
+
+
+def test_without_the_setting_the_archive_does_not_know_your_pipeline(tmp_path: Path) -> None:
+    """The pipeline is registered by RECLAIM_PIPELINE_MODULES, not by being present."""
+    unpacked, _names = _unpack("claim", tmp_path)
+    probe = (
+        "import sys; sys.path[:0] = [sys.argv[1]]; sys.path.append(sys.argv[2]); import main\n"
+        "from shared.pipelines import pipeline_names\n"
+        "print(sorted(pipeline_names()), 'pipelines.csv_summary' in sys.modules)"
+    )
+    assert _run_clean(probe, unpacked, tmp_path) == "['demo', 'upload-digest'] False"
