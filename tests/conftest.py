@@ -7,6 +7,7 @@ Per-test isolation comes from unique names (buckets, topics, subscriptions).
 from __future__ import annotations
 
 import os
+import random
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,6 +21,22 @@ from local.procs import free_port, spawn, stop, wait_for_port
 ROOT = Path(__file__).resolve().parent.parent
 LOG_DIR = ROOT / ".local-cloud" / "test-logs"
 PROJECT = "reclaim-test"
+
+# One seed for every generated attack (tests/fuzz): set here, before any test module
+# is imported, so that the header can print it and RECLAIM_FUZZ_SEED replays a run.
+FUZZ_SEED_VAR = "RECLAIM_FUZZ_SEED"
+if not os.environ.get(FUZZ_SEED_VAR, "").strip():
+    os.environ[FUZZ_SEED_VAR] = str(random.SystemRandom().randrange(2**32))
+
+
+def pytest_report_header(config: object) -> str:
+    seed = os.environ[FUZZ_SEED_VAR]
+    return f"reclaim fuzz seed: {seed} (replay: {FUZZ_SEED_VAR}={seed})"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    seed = os.environ[FUZZ_SEED_VAR]
+    terminalreporter.write_line(f"reclaim fuzz seed: {seed} (replay: {FUZZ_SEED_VAR}={seed})")
 
 
 @pytest.fixture(autouse=True)

@@ -7,11 +7,15 @@ shared.events. Every answer is JSON; every refusal is {"error", "reason"}.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 import flask
 
+import shared
 from shared.doorbell import get_doorbell
 from shared.events import BadEvent, IgnoredEvent, upload_from_http
 from shared.http import Refusal, SettingsOnce, answer, read_body, refuse, require_method
@@ -37,6 +41,13 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+@cache
+def _openapi() -> dict[str, Any]:
+    """The API's OpenAPI 3.1 document, shipped in shared/ (the archive carries it)."""
+    doc: dict[str, Any] = json.loads((Path(shared.__file__).parent / "openapi.json").read_text())
+    return doc
+
+
 def _require_json(request: flask.Request) -> None:
     kind = (request.mimetype or "").lower()
     if kind not in _JSON_TYPES:
@@ -50,7 +61,8 @@ def _require_json(request: flask.Request) -> None:
 
 
 def submit(request: flask.Request) -> Any:
-    """The HTTP API: POST /jobs, GET /jobs/<id>, GET /batches/<id>, GET /healthz."""
+    """The HTTP API: POST /jobs, GET /jobs/<id>, GET /batches/<id>, GET /healthz,
+    GET /openapi.json (the document describing all of them)."""
     try:
         return _route(request)
     except Refusal as exc:
@@ -74,6 +86,9 @@ def _route(request: flask.Request) -> Any:
     if path == "/healthz":
         require_method(request, ("GET",))
         return answer(200, {"ok": True})
+    if path == "/openapi.json":
+        require_method(request, ("GET",))
+        return answer(200, _openapi())
     if head == "jobs" and rest is None:
         require_method(request, ("POST",))
         return _post_jobs(request)
@@ -84,7 +99,9 @@ def _route(request: flask.Request) -> Any:
         found = view(get_store(settings), get_doorbell(settings), settings, rest, _now())
         return answer(found.status, found.body)
     raise Refusal(
-        404, "not found", f"no route {path}; try POST /jobs, GET /jobs/<id>, GET /batches/<id>"
+        404,
+        "not found",
+        f"no route {path}; try POST /jobs, GET /jobs/<id>, GET /batches/<id>, GET /openapi.json",
     )
 
 

@@ -270,3 +270,26 @@ def test_without_the_setting_the_archive_does_not_know_your_pipeline(tmp_path: P
         "print(sorted(pipeline_names()), 'pipelines.csv_summary' in sys.modules)"
     )
     assert _run_clean(probe, unpacked, tmp_path) == "['demo', 'upload-digest'] False"
+
+
+_OPENAPI_PROBE = r"""
+import json, sys
+archive, site = sys.argv[1:3]
+sys.path[:0] = [archive]
+sys.path.append(site)
+import flask
+import main
+
+with flask.Flask("probe").test_request_context("/openapi.json"):
+    answer = main.submit(flask.request)
+print(json.dumps({"status": answer.status_code, "document": answer.get_json()}))
+"""
+
+
+def test_submit_serves_its_openapi_document_from_the_archive_alone(tmp_path: Path) -> None:
+    folder, _target = FUNCTIONS["submit"]
+    unpacked, names = _unpack(folder, tmp_path)
+    assert "shared/openapi.json" in names
+    out = json.loads(_run_clean(_OPENAPI_PROBE, unpacked, tmp_path))
+    assert out["status"] == 200
+    assert out["document"] == json.loads((ROOT / "shared" / "openapi.json").read_text())

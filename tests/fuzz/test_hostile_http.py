@@ -1,0 +1,104 @@
+"""Hostile records and push envelopes against the real functions over HTTP: claim
+(as Pub/Sub pushes), sweep (as Cloud Scheduler calls it) and the status read, on
+fake-gcs-server through the official client.
+
+Every answer must be JSON (no NaN, no Infinity) and never a 5xx: claim answers
+200 (decided), 400 (malformed delivery) or 429 (no slot); sweep answers its
+counts with no error; the status read answers the job or 409 for a corrupt one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from fuzz_support import Functions, functions, fuzz
+from hypothesis import assume, example, given
+from strategies import base_record, hostile_record, is_quick, nest, push_envelope
+
+JOB = "fuzz-http-job"
+
+
+@pytest.fixture(scope="module")
+def fns(
+    emulator_env: dict[str, str], gcs_client: Any, publisher: Any, log_dir: Path
+) -> Iterator[Functions]:
+    with functions(
+        emulator_env,
+        gcs_client,
+        publisher,
+        log_dir,
+        (("submit", "submit"), ("claim", "claim"), ("sweep", "sweep")),
+        {
+            "RECLAIM_STALE_SECONDS": "3",
+            "RECLAIM_MAX_ATTEMPTS": "3",
+            "RECLAIM_BACKOFF_BASE_SECONDS": "0",
+            "RECLAIM_BACKOFF_MAX_SECONDS": "0",
+            "RECLAIM_MIN_WRITE_INTERVAL_SECONDS": "0",
+            "RECLAIM_DRAIN_MAX_JOBS": "0",
+        },
+    ) as fns:
+        yield fns
+
+
+def _strict_json(response: requests.Response) -> Any:
+    """The body, parsed as strictly as a browser would (no NaN/Infinity)."""
+
+    def refuse(name: str) -> None:
+        raise AssertionError(f"{name} in the answer: not JSON ({response.text[:200]})")
+
+    assert response.headers.get("Content-Type", "").startswith("application/json")
+    return json.loads(response.text, parse_constant=refuse)
+
+
+def _text(record: dict[str, Any], **replace: str) -> bytes:
+    fields = {k: json.dumps(v) for k, v in record.items()}
+    fields.update(replace)
+    return ("{" + ",".join(f"{json.dumps(k)}:{v}" for k, v in fields.items()) + "}").encode()
+
+
+INF_PAYLOAD = _text(base_record(JOB), payload='{"stages":1,"x":1e400}')
+INF_RESULT = _text(base_record(JOB, "done"), result='{"x":-1e400}')
+DEEP_PAYLOAD = _text(base_record(JOB), payload=nest("0", 495)[:-1] + ',"stages":1}')
+
+
+@fuzz(examples=40)
+@given(data=hostile_record(JOB))
+@example(data=INF_PAYLOAD)
+@example(data=INF_RESULT)
+@example(data=DEEP_PAYLOAD)
+def test_hostile_records_over_http(fns: Functions, data: bytes) -> None:
+    assume(is_quick(data))
+    fns.bucket.blob(f"jobs/{JOB}.json").upload_from_string(data)
+    fns.bucket.blob(f"pending/{JOB}").upload_from_string(b"")
+    try:
+        read = requests.get(f"{fns.urls['submit']}/jobs/{JOB}", timeout=30)
+        assert read.status_code in (200, 409), read.text
+        _strict_json(read)
+        envelope = {"message": {"data": "", "attributes": {"job_id": JOB}, "messageId": "1"}}
+        claimed = requests.post(fns.urls["claim"], json=envelope, timeout=60)
+        assert claimed.status_code in (200, 429), claimed.text
+        _strict_json(claimed)
+        swept = requests.post(fns.urls["sweep"], timeout=60)
+        assert swept.status_code == 200, swept.text
+        counts = _strict_json(swept)
+        assert counts["errors"] == 0, counts
+    finally:
+        for blob in fns.bucket.client.list_blobs(fns.bucket.name):
+            blob.delete()
+
+
+@fuzz(examples=60)
+@given(envelope=push_envelope([JOB, "fuzz-missing"]))
+def test_hostile_push_envelopes_are_answered(fns: Functions, envelope: Any) -> None:
+    fns.bucket.blob(f"jobs/{JOB}.json").upload_from_string(
+        json.dumps(base_record(JOB, "done")).encode()
+    )
+    body, headers = envelope
+    answer = requests.post(fns.urls["claim"], data=body, headers=headers, timeout=60)
+    assert answer.status_code in (200, 400, 429), answer.text
+    _strict_json(answer)

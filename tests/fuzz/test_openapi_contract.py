@@ -1,0 +1,158 @@
+"""The OpenAPI document stays true to the code and to the README: it is a valid
+OpenAPI 3.1 document, its limits are the validators' limits, its fields are the
+code's fields, and the README's HTTP API tables say what it says. (Real answers
+are validated against it in test_submit_api.py.)"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema_rs
+import pytest
+from fuzz_support import ROOT, fuzz
+from hypothesis import example, given
+from hypothesis import strategies as st
+from openapi_support import answer_schema, document, resolve
+
+from shared import job_queue, records, status, submission
+from shared.config import ENV_VARS
+
+README = (ROOT / "README.md").read_text()
+DEFAULTS = {var.name: var.default for var in ENV_VARS}
+
+
+def schema(name: str) -> dict[str, Any]:
+    found: dict[str, Any] = document()["components"]["schemas"][name]
+    return found
+
+
+def test_it_is_a_valid_openapi_3_1_document() -> None:
+    from schemathesis.specs.openapi.definitions import OPENAPI_31  # the official 3.1 schema
+
+    doc = document()
+    assert doc["openapi"].startswith("3.1.")
+    errors = [e.message for e in jsonschema_rs.Draft202012Validator(OPENAPI_31).iter_errors(doc)]
+    assert not errors, errors[:5]
+    for name, body in doc["components"]["schemas"].items():
+        assert jsonschema_rs.meta.is_valid(body), name
+
+
+def test_every_local_reference_resolves() -> None:
+    text = (ROOT / "shared" / "openapi.json").read_text()
+    for ref in set(re.findall(r'"\$ref": "(#/[^"]+)"', text)):
+        assert resolve({"$ref": ref}), ref
+
+
+def test_the_limits_are_the_validators() -> None:
+    payload = schema("Payload")
+    assert payload["x-reclaim-max-encoded-bytes"] == submission.MAX_PAYLOAD_BYTES
+    assert payload["x-reclaim-max-depth"] == records.MAX_PAYLOAD_DEPTH
+    attempts = schema("JobRequest")["properties"]["max_attempts"]["anyOf"][0]
+    assert (attempts["minimum"], attempts["maximum"]) == (1, submission.MAX_ATTEMPTS)
+    assert schema("Id")["maxLength"] == records.ID_MAX_LEN
+    jobs = schema("BatchRequest")["properties"]["jobs"]
+    assert jobs["maxItems"] == int(DEFAULTS[jobs["x-reclaim-setting"]])
+    body = schema("SubmitRequest")["x-reclaim-max-body-bytes"]
+    assert body == int(DEFAULTS["RECLAIM_MAX_BODY_BYTES"])
+
+
+@fuzz(examples=300)
+@given(value=st.text(max_size=140) | st.from_regex(records._ID.pattern, fullmatch=True))
+@example(value="a..b")
+@example(value="..")
+@example(value="a" * 128)
+@example(value="a" * 129)
+@example(value="-lead")
+@example(value="ok\n")
+def test_the_id_pattern_accepts_exactly_what_the_code_accepts(value: str) -> None:
+    spec = schema("Id")
+    documented = (
+        spec["minLength"] <= len(value) <= spec["maxLength"]
+        and re.search(spec["pattern"].replace("$", r"\Z"), value) is not None
+    )
+    try:
+        records.validate_job_id(value)
+        accepted = True
+    except records.InvalidInput:
+        accepted = False
+    assert documented == accepted
+
+
+def test_the_fields_are_the_codes() -> None:
+    assert set(schema("JobRequest")["properties"]) == submission.JOB_KEYS
+    assert set(schema("BatchRequest")["properties"]) == submission.BATCH_KEYS
+    assert schema("Status")["enum"] == list(job_queue.STATES)
+    view = {"id", *status._VIEW_FIELDS, "max_attempts", "outputs", "status_url", "watchdog"}
+    assert set(schema("Job")["properties"]) == view
+    assert set(schema("Job")["required"]) == view - {"watchdog"}
+    error = job_queue.error_info(
+        ValueError("x"),
+        stage=None,
+        attempt=1,
+        now=job_queue.parse_time("2026-01-01"),
+        retryable=False,
+    )
+    assert set(schema("JobError")["properties"]) == set(error)
+
+
+def _readme_section(title: str) -> str:
+    start = README.index(f"## {title}\n")
+    end = README.index("\n## ", start + 1)
+    return README[start:end]
+
+
+def _table(section: str, first_header: str) -> list[list[str]]:
+    """Rows of the markdown table whose first header cell is first_header."""
+    lines = section.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"| {first_header}"))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def test_the_readme_routes_table_is_the_documents() -> None:
+    rows = _table(_readme_section("HTTP API"), "method")
+    readme = {}
+    for method, path, answer in rows:
+        route = re.sub(r"<id>", "{id}", path.strip("`"))
+        readme[(method.lower(), route)] = {
+            int(code) for code in re.findall(r"\b[1-5]\d\d\b", answer)
+        }
+    documented = {
+        (method, path): {int(code) for code in op["responses"]} - {500, 503}
+        for path, item in document()["paths"].items()
+        for method, op in item.items()
+    }
+    assert readme == documented
+
+
+def test_the_readme_field_table_is_the_documents() -> None:
+    rows = _table(_readme_section("HTTP API"), "field")
+    fields = {name.strip("`"): kind for name, kind, _meaning in rows}
+    assert set(fields) == set(schema("JobRequest")["properties"])
+    assert f"integer 1..{submission.MAX_ATTEMPTS}" in fields["max_attempts"]
+
+
+def test_the_readme_links_the_document() -> None:
+    section = _readme_section("HTTP API")
+    assert "GET" in section and "/openapi.json" in section
+    assert "shared/openapi.json" in section
+    assert Path(ROOT / "shared" / "openapi.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("path", "method", "status"),
+    [
+        (path, method, int(code))
+        for path, item in document()["paths"].items()
+        for method, op in item.items()
+        for code in op["responses"]
+    ],
+)
+def test_every_answer_has_a_json_schema(path: str, method: str, status: int) -> None:
+    assert jsonschema_rs.meta.is_valid(answer_schema(path, method, status))
