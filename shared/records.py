@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import uuid
 from datetime import datetime
 from typing import Any
@@ -20,6 +21,15 @@ from shared.job_queue import MAX_ATTEMPTS_LIMIT, STATES, format_time
 
 SCHEMA_VERSION = 1
 ID_MAX_LEN = 128
+# Containers nested in a payload, the payload object being level 1 (documented in
+# the OpenAPI document): far below what Python's recursion can take (deepcopy and
+# the encoder spend a frame or two per level), far above what a real payload needs.
+MAX_PAYLOAD_DEPTH = 32
+# A whole record: the payload sits at level 2, a stage's state at level 3.
+MAX_RECORD_DEPTH = 2 * MAX_PAYLOAD_DEPTH
+# The largest finite double: JSON numbers beyond it become inf in most parsers
+# (RFC 8259 section 6), and inf cannot be written back as JSON.
+_DOUBLE_MAX = sys.float_info.max
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -75,6 +85,38 @@ def upload_job_id(bucket: str, name: str, generation: int | str) -> str:
     """Deterministic per uploaded object version: a redelivered event finds its job."""
     key = f"{bucket}\n{name}\n{generation}".encode()
     return "up-" + hashlib.sha256(key).hexdigest()[:40]
+
+
+# --------------------------------------------------------------------------- plain JSON
+
+
+def json_problem(value: object, max_depth: int, where: str = "value") -> str | None:
+    """Why `value` is not plain JSON that every reader keeps as is, or None.
+
+    Plain: objects with string keys, lists, strings, booleans, null, and numbers
+    within the double range, nested at most `max_depth` containers deep. Walked
+    without recursion, so no depth can exhaust the stack here.
+    """
+    stack: list[tuple[object, int, str]] = [(value, 1, where)]
+    while stack:
+        item, depth, path = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > max_depth:
+                return f"{path} is nested more than {max_depth} levels deep"
+            if isinstance(item, list):
+                stack.extend((v, depth + 1, f"{path}[{i}]") for i, v in enumerate(item))
+                continue
+            for key, v in item.items():
+                if not isinstance(key, str):
+                    return f"{path} has a key that is not a string ({key!r})"
+                stack.append((v, depth + 1, f"{path}.{key[:40]}"))
+        elif isinstance(item, float | int) and not isinstance(item, bool):
+            if not abs(item) <= _DOUBLE_MAX:  # inf, nan, and integers beyond a double
+                shown = repr(item) if isinstance(item, float) else f"{item.bit_length()} bits"
+                return f"{path} holds a number outside the range of a double ({shown})"
+        elif not (item is None or isinstance(item, str | bool)):
+            return f"{path} holds {type(item).__name__}, which is not JSON"
+    return None
 
 
 # --------------------------------------------------------------------------- records
@@ -181,6 +223,9 @@ def decode(data: bytes | bytearray | memoryview, job_id: str | None = None) -> d
         raise InvalidRecord("record JSON is nested too deeply") from None
     except ValueError as exc:
         raise InvalidRecord(f"record is not JSON: {exc}") from None
+    problem = json_problem(obj, MAX_RECORD_DEPTH, "record")
+    if problem is not None:  # e.g. 1e400, read as inf: it could never be written back
+        raise InvalidRecord(problem)
     return validate_record(obj, job_id)
 
 
@@ -190,6 +235,9 @@ def _reject_constant(name: str) -> Any:
 
 
 def _dumps(record: dict[str, Any]) -> bytes:
+    problem = json_problem(record, MAX_RECORD_DEPTH, "record")
+    if problem is not None:  # what decode would refuse is never written
+        raise InvalidRecord(f"record is not plain JSON: {problem}")
     try:
         text = json.dumps(record, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:

@@ -47,7 +47,6 @@ from shared.pipelines import (
     Pipeline,
     StageContext,
     Stopped,
-    UnknownPipeline,
     get_pipeline,
 )
 from shared.recovery import Ringer, recover
@@ -232,6 +231,15 @@ class _Outputs:
         return written
 
 
+def _require_plain(state: dict[str, Any], result: dict[str, Any]) -> None:
+    """A stage must leave state and result the record can hold (a stage error if not)."""
+    depth = records.MAX_RECORD_DEPTH - 2  # state sits at level 3 of the record
+    for where, value in (("state", state), ("result", result)):
+        problem = records.json_problem(value, depth, where)
+        if problem is not None:
+            raise ValueError(f"the stage left a {where} the record cannot hold: {problem}")
+
+
 def _encode_output(
     data: bytes | str | Mapping[str, Any], content_type: str | None
 ) -> tuple[bytes, str]:
@@ -259,13 +267,13 @@ class _Job:
         self.outputs = job_queue.checkpoint_outputs(self.job)
 
     def run(self) -> Outcome:
+        next_stage, state = job_queue.checkpoint_of(self.job)
         try:
             pipeline = get_pipeline(str(self.job.get("pipeline")))
             stages = pipeline.stages_for(self.job.get("payload") or {})
-        except (UnknownPipeline, PermanentError) as exc:
+            state = copy.deepcopy(state)
+        except Exception as exc:  # planning is a pure function of the record: permanent
             return self._fail(exc, stage=None)
-        next_stage, state = job_queue.checkpoint_of(self.job)
-        state = copy.deepcopy(state)
         if next_stage > len(stages):
             next_stage = len(stages)
         result: dict[str, Any] = {}
@@ -291,20 +299,21 @@ class _Job:
         """Run one stage and its checkpoint; an Outcome ends the job, None goes on."""
         self.log.stage = name
         outputs = _Outputs(self.r.store, self.owned, self.job_id, self.confirm_s)
-        ctx = StageContext(
-            self.job_id,
-            self.job.get("payload") or {},
-            state,
-            self.owned.attempt,
-            self.log,
-            outputs,
-            self.r.store,
-            stopped=self._stopped,
-            result=result,
-        )
         self.log.info("stage started", index=index, pipeline=pipeline.name)
-        try:
+        try:  # the context too: whatever the payload holds ends in the stage error mapping
+            ctx = StageContext(
+                self.job_id,
+                self.job.get("payload") or {},
+                state,
+                self.owned.attempt,
+                self.log,
+                outputs,
+                self.r.store,
+                stopped=self._stopped,
+                result=result,
+            )
             fn(ctx)
+            _require_plain(state, result)
         except Stopped:
             return self._lost("stage stopped")
         except PermanentError as exc:

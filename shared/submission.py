@@ -214,6 +214,10 @@ def _parse_job(job: Any, where: str, known: set[str], problems: list[str]) -> Jo
 def _check_payload(
     payload: dict[str, Any], pipeline: Any, known: set[str], where: str, problems: list[str]
 ) -> None:
+    problem = records.json_problem(payload, records.MAX_PAYLOAD_DEPTH, f"{where}payload")
+    if problem is not None:  # 1e400 (read as inf), or nesting the runner cannot copy
+        problems.append(problem)
+        return
     try:
         size = len(json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode())
     except UnicodeEncodeError:
@@ -273,7 +277,8 @@ def submit(store: Store, doorbell: Ringer, submission: Submission, now: datetime
     if a client id names a job with other content."""
     planned = _plan(store, submission)
     todo = [(job_id, spec) for job_id, spec, found in planned if found is None]
-    created = {o.job_id: o for o in _create_all(store, todo, now)}
+    built = [(spec, _new_record(job_id, spec, now)) for job_id, spec in todo]  # before any write
+    created = {o.job_id: o for o in _create_all(store, built)}
     _ring(doorbell, [o.job_id for o in created.values() if o.created], submission.is_batch)
     outcomes = [found or created[job_id] for job_id, _spec, found in planned]
     status = 202 if any(o.created for o in outcomes) else 200
@@ -378,25 +383,33 @@ def _compare(job_id: str, spec: JobSpec, record: dict[str, Any]) -> Outcome | st
     )
 
 
-def _create_all(store: Store, jobs: list[tuple[str, JobSpec]], now: datetime) -> list[Outcome]:
-    outcomes = _map(lambda pair: _create_one(store, pair[0], pair[1], now), jobs)
+def _new_record(job_id: str, spec: JobSpec, now: datetime) -> dict[str, Any]:
+    """The record to create; InvalidSubmission (400) before anything is written."""
+    try:
+        return records.new_record(
+            job_id,
+            spec.pipeline,
+            spec.payload,
+            now,
+            batch_id=spec.batch_id,
+            client_id=spec.client_id,
+            max_attempts=spec.max_attempts,
+        )
+    except records.InvalidInput as exc:
+        raise InvalidSubmission(exc.reason) from None
+
+
+def _create_all(store: Store, jobs: list[tuple[JobSpec, dict[str, Any]]]) -> list[Outcome]:
+    outcomes = _map(lambda pair: _create_one(store, pair[0], pair[1]), jobs)
     conflicts = [o for o in outcomes if isinstance(o, str)]
     if conflicts:  # lost a race with a concurrent submit of the same id
         raise Conflict(conflicts[0], conflicts[:_MAX_PROBLEMS])
     return [o for o in outcomes if isinstance(o, Outcome)]
 
 
-def _create_one(store: Store, job_id: str, spec: JobSpec, now: datetime) -> Outcome | str:
+def _create_one(store: Store, spec: JobSpec, record: dict[str, Any]) -> Outcome | str:
     """Pending marker, batch marker, then the create-only record."""
-    record = records.new_record(
-        job_id,
-        spec.pipeline,
-        spec.payload,
-        now,
-        batch_id=spec.batch_id,
-        client_id=spec.client_id,
-        max_attempts=spec.max_attempts,
-    )
+    job_id = str(record["id"])
     store.add_pending(job_id)
     if spec.batch_id is not None:
         store.add_to_batch(spec.batch_id, job_id)
