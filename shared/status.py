@@ -94,7 +94,13 @@ def batch_view(
     if not ids:
         return View(404, {"error": "not found", "reason": f"no batch {batch_id!r}"})
     with ThreadPoolExecutor(max_workers=min(_WORKERS, len(ids))) as pool:
-        jobs = list(pool.map(lambda i: _member(store, doorbell, settings, i, now), ids))
+        found = list(pool.map(lambda i: _member(store, doorbell, settings, i, now), ids))
+    # a marker is only an index: the record decides (a stray marker is not membership)
+    jobs = [j for j in found if j.get("batch_id", batch_id) == batch_id]
+    for j in jobs:
+        j.pop("batch_id", None)
+    if not jobs:
+        return View(404, {"error": "not found", "reason": f"no batch {batch_id!r}"})
     counts = Counter(str(j["status"]) for j in jobs)
     done = all(j["status"] in job_queue.TERMINAL_STATUSES for j in jobs)
     return View(
@@ -137,6 +143,7 @@ def _member(
     _action, stored = _watchdog(store, doorbell, settings, stored, now)
     rec = stored.record
     out = {k: rec.get(k) for k in ("id", "pipeline", "status", "stage", "attempts", "updated_at")}
+    out["batch_id"] = rec.get("batch_id")  # checked against the batch, then dropped
     out["status_url"] = f"/jobs/{job_id}"
     if rec.get("error") is not None:
         out["error"] = rec.get("error")

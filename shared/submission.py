@@ -2,9 +2,10 @@
 
 Validation is pure and complete before the first write, so a bad job in a
 batch rejects the batch with nothing written. Each job is then created in the
-order the sweep can repair: pending marker, batch marker, create-only record,
-doorbell. A client id is the idempotency key: a replay with the same content
-returns the existing job; different content is a 409 and nothing is touched.
+order the sweep can repair: pending marker, create-only record, batch marker
+(only a record that names the batch proves membership), doorbell. A client id
+is the idempotency key: a replay with the same content returns the existing job;
+different content is a 409 and nothing is touched.
 """
 
 from __future__ import annotations
@@ -279,6 +280,7 @@ def submit(store: Store, doorbell: Ringer, submission: Submission, now: datetime
     todo = [(job_id, spec) for job_id, spec, found in planned if found is None]
     built = [(spec, _new_record(job_id, spec, now)) for job_id, spec in todo]  # before any write
     created = {o.job_id: o for o in _create_all(store, built)}
+    _map(lambda p: _mark_batch(store, p[0], p[1]), [(i, s) for i, s, f in planned if f])
     _ring(doorbell, [o.job_id for o in created.values() if o.created], submission.is_batch)
     outcomes = [found or created[job_id] for job_id, _spec, found in planned]
     status = 202 if any(o.created for o in outcomes) else 200
@@ -408,19 +410,31 @@ def _create_all(store: Store, jobs: list[tuple[JobSpec, dict[str, Any]]]) -> lis
 
 
 def _create_one(store: Store, spec: JobSpec, record: dict[str, Any]) -> Outcome | str:
-    """Pending marker, batch marker, then the create-only record."""
+    """Pending marker, create-only record, then the batch marker.
+
+    The batch marker comes last: only a record that names the batch proves the
+    membership, so a submit that loses a race for its id (409) writes none.
+    """
     job_id = str(record["id"])
     store.add_pending(job_id)
-    if spec.batch_id is not None:
-        store.add_to_batch(spec.batch_id, job_id)
     try:
         stored = store.create(record)
     except AlreadyExists:
         try:
-            return _compare(job_id, spec, store.read(job_id).record)
+            found = _compare(job_id, spec, store.read(job_id).record)
         except (NotFound, CorruptRecord) as exc:
             return f"id {job_id!r} was created concurrently and cannot be read: {exc}"
+        if isinstance(found, Outcome):  # the same job: its marker may not be there yet
+            _mark_batch(store, job_id, spec)
+        return found
+    _mark_batch(store, job_id, spec)
     return Outcome(job_id, str(stored.record.get("status")), created=True, batch_id=spec.batch_id)
+
+
+def _mark_batch(store: Store, job_id: str, spec: JobSpec) -> None:
+    """Idempotent: a replay re-adds a marker that a crash after the record left out."""
+    if spec.batch_id is not None:
+        store.add_to_batch(spec.batch_id, job_id)
 
 
 def _ring(doorbell: Ringer, job_ids: list[str], batch: bool) -> None:

@@ -115,3 +115,14 @@ def test_racing_submits_over_http_leave_only_the_winners_marker(
     for batch, code in codes.items():
         view = requests.get(f"{url}/batches/{batch}", timeout=10)
         assert view.status_code == (200 if code == 202 else 404), (batch, view.text)
+
+
+def test_a_replay_restores_a_batch_marker_a_crash_left_out() -> None:
+    """The marker now follows the record: a crash between the two is repaired by the
+    client's retry (same id, same content), which answers 200 and re-adds it."""
+    store = MemoryStore()
+    assert _submit(store, "b-crash") == 202
+    store._objects.pop((store.bucket_name, "batches/b-crash/same-id"))
+    assert status.batch_view(store, Bell(), SETTINGS, "b-crash", NOW).status == 404
+    assert _submit(store, "b-crash") == 200
+    assert store.names("batches/") == ["batches/b-crash/same-id"]

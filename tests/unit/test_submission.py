@@ -232,7 +232,8 @@ def test_batch_creates_markers_records_then_one_ring_many() -> None:
     assert [j["id"] for j in result.body["jobs"]] == ["p0", "p1", "p2"]
     for i in range(3):
         mine = [w for w in store.writes if w[1] == f"p{i}"]
-        assert mine == [("pending", f"p{i}"), ("batch", f"p{i}"), ("record", f"p{i}")]
+        # the batch marker follows the record that proves the membership (issue 16)
+        assert mine == [("pending", f"p{i}"), ("record", f"p{i}"), ("batch", f"p{i}")]
     assert sorted(bell.rung) == ["p0", "p1", "p2"]
     assert store.list_batch("cat-1") == ["p0", "p1", "p2"]
 
