@@ -179,10 +179,12 @@ def job_text(record: Mapping[str, Any], default_max_attempts: int | None = None)
             else ("last error:")
         )
         lines += ["", label, "  " + _error_line(error)]
-    history = record.get("history") or []
-    if history:
+    history = record.get("history")
+    if isinstance(history, list) and history:
         lines += ["", f"history ({len(history)}, oldest first):"]
         lines += ["  " + history_line(entry) for entry in history if isinstance(entry, dict)]
+    elif history not in (None, []):  # hand-edited: shown as stored, never a traceback
+        lines += ["", f"history (not a list): {_cell(history)}"]
     return "\n".join(lines)
 
 
