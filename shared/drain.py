@@ -20,6 +20,7 @@ from shared import job_queue
 from shared.config import Settings
 from shared.logs import log
 from shared.outcome import RACED, Outcome
+from shared.records import InvalidInput
 from shared.storage import CorruptRecord, NotFound, PendingEntry, Store, Stored
 
 Take = Callable[[str, Stored], Outcome]  # claim and run this job (the runner's attempt)
@@ -98,8 +99,8 @@ class _Drain:
         """Run job_id if it is overdue; None if it is not (or is the sweep's business)."""
         try:
             stored = self.store.read(job_id)
-        except (NotFound, CorruptRecord):
-            return None  # the sweep repairs and reports these
+        except (NotFound, CorruptRecord, InvalidInput):
+            return None  # the sweep repairs and reports these (a foreign name too)
         if not overdue(stored.record, self.clock(), self.settings, backlogged=backlogged):
             return None
         log("INFO", "draining an overdue job", job_id=job_id)

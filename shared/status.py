@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from shared import job_queue, records
 from shared.config import Settings
 from shared.logs import log
+from shared.records import InvalidInput
 from shared.recovery import recover
 from shared.storage import CorruptRecord, NotFound, Store, Stored
 
@@ -96,7 +97,7 @@ def batch_view(
     with ThreadPoolExecutor(max_workers=min(_WORKERS, len(ids))) as pool:
         found = list(pool.map(lambda i: _member(store, doorbell, settings, i, now), ids))
     # a marker is only an index: the record decides (a stray marker is not membership)
-    jobs = [j for j in found if j.get("batch_id", batch_id) == batch_id]
+    jobs = [j for j in found if j is not None and j.get("batch_id", batch_id) == batch_id]
     for j in jobs:
         j.pop("batch_id", None)
     if not jobs:
@@ -128,11 +129,14 @@ def render_job(record: dict[str, Any], settings: Settings) -> dict[str, Any]:
 
 def _member(
     store: Store, doorbell: Ringer, settings: Settings, job_id: str, now: datetime
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
     try:
         stored = store.read(job_id)
     except NotFound:  # marker written, record not (yet): the sweep repairs or it lands
         return {"id": job_id, "status": "missing", "status_url": f"/jobs/{job_id}"}
+    except InvalidInput:  # a foreign object under batches/<id>/: not a member
+        log("WARNING", "foreign object in a batch skipped; remove it by hand", name=job_id)
+        return None
     except CorruptRecord as exc:
         return {
             "id": job_id,

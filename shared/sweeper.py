@@ -30,6 +30,7 @@ from typing import Any
 
 from shared.config import Settings
 from shared.logs import log
+from shared.records import InvalidInput
 from shared.recovery import Ringer, recover_one
 from shared.storage import CorruptRecord, NotFound, PendingEntry, Store
 
@@ -141,7 +142,7 @@ def _sweep_entry(
             result.repaired += 1
             log("WARNING", "removed a pending marker without a record", job_id=entry.job_id)
         return
-    except CorruptRecord as exc:
+    except (CorruptRecord, InvalidInput) as exc:  # or a foreign name in pending/
         if len(result.corrupt) < MAX_CORRUPT_LISTED:
             result.corrupt.append(entry.job_id)
         log("ERROR", "corrupt record left for a person", job_id=entry.job_id, reason=exc.reason)

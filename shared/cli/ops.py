@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from shared import job_queue
+from shared import job_queue, records
 from shared.storage import CorruptRecord, LostRace, NotFound, Store, Stored
 
 # How often cancel/retry re-read and re-apply after losing a CAS to a heartbeat.
@@ -104,7 +104,7 @@ def read_many(
             yield store.read(job_id).record
         except NotFound:
             listing.missing.append(job_id)
-        except CorruptRecord as exc:
+        except (CorruptRecord, records.InvalidInput) as exc:  # or a foreign object name
             listing.corrupt[job_id] = exc.reason
 
 
@@ -189,7 +189,7 @@ def requeue_decision(store: Store, job_id: str | None) -> tuple[str, str | None]
         return "keep", None
     try:
         record = store.read(job_id).record
-    except (NotFound, CorruptRecord):
+    except (NotFound, CorruptRecord, records.InvalidInput):  # a letter naming no job we can read
         return "keep", None
     status = record.get("status")
     if status in job_queue.PENDING_STATUSES:

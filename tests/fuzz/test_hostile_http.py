@@ -18,7 +18,10 @@ import pytest
 import requests
 from fuzz_support import Functions, functions, fuzz
 from hypothesis import assume, example, given
-from strategies import base_record, hostile_record, is_quick, nest, push_envelope
+from openapi_support import validate_answer
+from strategies import base_record, hostile_record, is_quick, nest, odd_segment, push_envelope
+
+from shared import records
 
 JOB = "fuzz-http-job"
 
@@ -43,6 +46,14 @@ def fns(
         },
     ) as fns:
         yield fns
+
+
+def _valid_id(name: str) -> bool:
+    try:
+        records.validate_job_id(name)
+    except records.InvalidInput:
+        return False
+    return True
 
 
 def _strict_json(response: requests.Response) -> Any:
@@ -102,3 +113,32 @@ def test_hostile_push_envelopes_are_answered(fns: Functions, envelope: Any) -> N
     answer = requests.post(fns.urls["claim"], data=body, headers=headers, timeout=60)
     assert answer.status_code in (200, 400, 429), answer.text
     _strict_json(answer)
+
+
+@fuzz(examples=15)
+@given(odd=odd_segment)
+@example(odd="has space")
+def test_foreign_names_in_pending_and_batches_are_skipped_over_http(
+    fns: Functions, odd: str
+) -> None:
+    """Defect 5 over HTTP: the sweep and the batch view report and skip them."""
+    assume(not _valid_id(odd))  # a valid id is a member whose record is missing, not foreign
+    try:
+        try:
+            fns.bucket.blob(f"pending/{odd}").upload_from_string(b"")
+            fns.bucket.blob(f"batches/fuzz-b/{odd}").upload_from_string(b"")
+        except Exception:
+            assume(False)  # a name the server itself refuses
+        record = {**base_record(JOB, "done"), "batch_id": "fuzz-b"}
+        fns.bucket.blob(f"jobs/{JOB}.json").upload_from_string(json.dumps(record).encode())
+        fns.bucket.blob(f"batches/fuzz-b/{JOB}").upload_from_string(b"")
+        swept = requests.post(fns.urls["sweep"], timeout=60)
+        assert swept.status_code == 200 and _strict_json(swept)["errors"] == 0, swept.text
+        view = requests.get(f"{fns.urls['submit']}/batches/fuzz-b", timeout=30)
+        assert view.status_code == 200, view.text
+        body = _strict_json(view)
+        validate_answer("/batches/{id}", "get", 200, body)
+        assert [j["id"] for j in body["jobs"]] == [JOB]
+    finally:
+        for blob in fns.bucket.client.list_blobs(fns.bucket.name):
+            blob.delete()
