@@ -4,8 +4,10 @@ Payload (all optional): ``stages`` (1..50, default 3); ``sleep_s`` (seconds,
 one number for every stage or a list per stage); ``fail_at`` (a stage index or
 a list, 0-based); ``fail_attempts`` (attempts that fail there: attempt numbers
 1..k fail, later ones pass; default: all fail); ``permanent`` (the injected
-failure is a PermanentError); ``output`` (each stage writes stage-<i>.json).
-Sleeps are taken in small steps with ``ctx.check()`` so a lost job stops fast.
+failure is a PermanentError); ``output`` (each stage writes stage-<i>.json);
+``block`` (each sleep is one blocking call that never calls ``ctx.check()``, as
+a stage stuck in one long library call: only the heartbeat thread keeps the job).
+Sleeps are otherwise taken in small steps with ``ctx.check()`` so a lost job stops fast.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def _parse(payload: Mapping[str, Any]) -> dict[str, Any]:
     fail_attempts = payload.get("fail_attempts")
     if fail_attempts is not None:
         fail_attempts = int(_number(fail_attempts, "fail_attempts", 0, 1000))
-    for flag in ("permanent", "output"):
+    for flag in ("permanent", "output", "block"):
         if not isinstance(payload.get(flag, False), bool):
             raise ValueError(f"{flag} must be true or false")
     return {
@@ -68,6 +70,7 @@ def _parse(payload: Mapping[str, Any]) -> dict[str, Any]:
         "fail_attempts": fail_attempts,
         "permanent": bool(payload.get("permanent", False)),
         "output": bool(payload.get("output", False)),
+        "block": bool(payload.get("block", False)),
     }
 
 
@@ -88,12 +91,20 @@ def _sleep(ctx: StageContext, seconds: float) -> None:
 
 def _stage(index: int, opts: dict[str, Any]) -> Stage:
     def run(ctx: StageContext) -> None:
-        _sleep(ctx, opts["sleeps"][index])
+        if opts["block"]:
+            time.sleep(opts["sleeps"][index])  # one long call, no check(): rule 3's case
+        else:
+            _sleep(ctx, opts["sleeps"][index])
         limit = opts["fail_attempts"]
         if index in opts["fail_at"] and (limit is None or ctx.attempt <= limit):
             message = f"injected failure at stage {index} (attempt {ctx.attempt})"
             raise PermanentError(message) if opts["permanent"] else RuntimeError(message)
-        ctx.state.setdefault("completed", []).append({"stage": index, "attempt": ctx.attempt})
+        done = {
+            "stage": index,
+            "attempt": ctx.attempt,
+            **({"blocked": True} if opts["block"] else {}),
+        }
+        ctx.state.setdefault("completed", []).append(done)
         if opts["output"]:
             body = {"job_id": ctx.job_id, "stage": index, "attempt": ctx.attempt}
             ctx.state.setdefault("outputs", []).append(
