@@ -18,7 +18,7 @@ TF_WHEELS := \
 	$(TF_CACHE)/cdktf_cdktf_provider_time-11.0.1-py3-none-any.whl
 TF_VARS ?= terraform.tfvars
 
-.PHONY: help venv test lint fmt dev demo bench tf-venv tf-schema tf-check deploy destroy clean
+.PHONY: help venv test lint fmt dev demo bench mutate tf-venv tf-schema tf-check deploy destroy clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
@@ -54,6 +54,16 @@ demo: venv ## The incident replay: 22 jobs, one instance killed mid-batch
 bench: venv ## Benchmarks: writes bench/results.json and bench/results.md
 	$(PY) -m bench
 
+MUTATE_STAMP := $(VENV)/.mutate-installed
+$(MUTATE_STAMP): requirements-mutate.txt $(STAMP)
+	$(PY) -m pip install --quiet -r requirements-mutate.txt
+	touch $(MUTATE_STAMP)
+
+# mutmut's settings (modules, tests per mutant) are in pyproject.toml [tool.mutmut].
+mutate: venv $(MUTATE_STAMP) ## Mutation testing of the core with mutmut (MODULE=job_queue: one module)
+	$(VENV)/bin/mutmut run $(if $(MODULE),"shared.$(MODULE).*")
+	$(VENV)/bin/mutmut results
+
 # --- terraform: offline checks (no terraform binary needed) and deploy -----------------
 
 $(TF_STAMP): requirements-tf.txt
@@ -86,4 +96,4 @@ destroy: ## terraform destroy of what deploy created
 	cd terraform && terraform destroy -var-file=$(TF_VARS)
 
 clean: ## Remove the venv and caches
-	rm -rf $(VENV) $(TF_VENV) .cache/tf .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(TF_VENV) .cache/tf .pytest_cache .mypy_cache .ruff_cache .hypothesis mutants
