@@ -95,8 +95,49 @@ def json_problem(value: object, max_depth: int, where: str = "value") -> str | N
 
     Plain: objects with string keys, lists, strings, booleans, null, and numbers
     within the double range, nested at most `max_depth` containers deep. Walked
-    without recursion, so no depth can exhaust the stack here.
+    without recursion, so no depth can exhaust the stack here; the path to the
+    problem is only worked out once there is one (the common case stays cheap).
     """
+    if _is_plain(value, max_depth):
+        return None
+    return _explain(value, max_depth, where)
+
+
+_SCALARS = (str, bool, type(None))
+
+
+def _is_plain(value: object, max_depth: int) -> bool:
+    """The fast walk: scalars are checked in place, only containers are stacked."""
+    stack: list[tuple[object, int]] = [({"": value}, 0)]
+    while stack:
+        container, depth = stack.pop()
+        if depth > max_depth:
+            return False
+        if isinstance(container, dict):
+            if not all(type(k) is str for k in container):
+                return False
+            items: Any = container.values()
+        else:
+            items = container
+        for item in items:
+            kind = type(item)
+            if kind is str or kind is bool or item is None:
+                continue
+            if kind is dict or kind is list or isinstance(item, dict | list):
+                stack.append((item, depth + 1))
+            elif not _plain_scalar(item):
+                return False
+    return True
+
+
+def _plain_scalar(item: object) -> bool:
+    if isinstance(item, float | int):  # bool never gets here
+        return abs(item) <= _DOUBLE_MAX  # False for inf, nan and integers beyond a double
+    return isinstance(item, str)
+
+
+def _explain(value: object, max_depth: int, where: str) -> str:
+    """The first problem _is_plain found, with its path (the slow walk, on failure only)."""
     stack: list[tuple[object, int, str]] = [(value, 1, where)]
     while stack:
         item, depth, path = stack.pop()
@@ -111,12 +152,12 @@ def json_problem(value: object, max_depth: int, where: str = "value") -> str | N
                     return f"{path} has a key that is not a string ({key!r})"
                 stack.append((v, depth + 1, f"{path}.{key[:40]}"))
         elif isinstance(item, float | int) and not isinstance(item, bool):
-            if not abs(item) <= _DOUBLE_MAX:  # inf, nan, and integers beyond a double
+            if not abs(item) <= _DOUBLE_MAX:
                 shown = repr(item) if isinstance(item, float) else f"{item.bit_length()} bits"
                 return f"{path} holds a number outside the range of a double ({shown})"
-        elif not (item is None or isinstance(item, str | bool)):
+        elif not isinstance(item, _SCALARS):
             return f"{path} holds {type(item).__name__}, which is not JSON"
-    return None
+    return f"{where} is not plain JSON"
 
 
 # --------------------------------------------------------------------------- records

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from shared import job_queue as q
+from shared import records
 from shared import records as r
 from shared.records import InvalidInput, InvalidRecord
 
@@ -305,3 +306,47 @@ def test_policy_modules_import_only_the_stdlib(module: Any) -> None:
             roots.add(node.module.split(".")[0])
     assert roots, "expected some imports"
     assert roots <= set(sys.stdlib_module_names) | {"__future__", "shared"}
+
+
+# ------------------------------------------------------------------ plain JSON (issue 16)
+
+
+@pytest.mark.parametrize(
+    ("value", "depth", "problem"),
+    [
+        ({"a": [1, {"b": float("inf")}]}, 5, "p.a[1].b holds a number outside the range"),
+        ({"a": float("nan")}, 5, "p.a holds a number outside the range"),
+        ({"a": 10**400}, 5, "p.a holds a number outside the range of a double (1329 bits)"),
+        ({"a": {"b": {}}}, 2, "p.a.b is nested more than 2 levels deep"),
+        ([[[]]], 2, "p[0][0] is nested more than 2 levels deep"),
+        ({1: 2}, 3, "p has a key that is not a string (1)"),
+        ({"x": (1,)}, 3, "p.x holds tuple, which is not JSON"),
+        (object(), 3, "p holds object, which is not JSON"),
+    ],
+)
+def test_json_problem_names_what_and_where(value: Any, depth: int, problem: str) -> None:
+    found = records.json_problem(value, depth, "p")
+    assert found is not None and found.startswith(problem), found
+
+
+@pytest.mark.parametrize(
+    ("value", "depth"),
+    [
+        ({"a": {"b": 1}}, 2),
+        ([[[]]], 3),
+        ({"n": 1.7976931348623157e308, "m": -(2**1023), "z": -0.0, "s": "x", "t": True}, 1),
+        (None, 1),
+        ("text", 1),
+    ],
+)
+def test_json_problem_passes_plain_json(value: Any, depth: int) -> None:
+    assert records.json_problem(value, depth) is None
+
+
+def test_a_record_with_a_number_beyond_a_double_is_corrupt_not_infinite() -> None:
+    record = records.new_record("j1", "demo", {}, datetime(2026, 1, 1, tzinfo=UTC))
+    text = records.encode(record).replace(b'"payload":{}', b'"payload":{"x":1e400}')
+    with pytest.raises(records.InvalidRecord, match="outside the range of a double"):
+        records.decode(text, "j1")
+    with pytest.raises(records.InvalidRecord, match="outside the range of a double"):
+        records.encode({**record, "payload": {"x": float("inf")}})
