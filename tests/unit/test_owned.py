@@ -77,14 +77,18 @@ def test_a_tick_proves_life_once_the_heartbeat_interval_passed_and_not_before() 
     assert store.read("j1").generation == handle.stored.generation != generation
     handle.tick()  # just written: nothing due
     assert handle.writes == 1
+    clock.advance(10.0)
+    handle.tick()
+    assert handle.writes == 2  # one more per write, counted
 
 
 def test_a_checkpoint_within_the_interval_waits_for_the_tick() -> None:
     store, clock = MemoryStore(), Clock()
     handle = owned(store, clock, min_interval_s=1.0, heartbeat_s=10.0)
-    state = {"n": 1}
+    state = {"n": 1, "deep": {"v": 1}}
     assert handle.checkpoint("s0", 1, state, ["outputs/j1/1/a"]) is False
-    state["n"] = 2  # the stage goes on mutating its state: the pending copy must not move
+    state["n"] = 2  # the next stage goes on mutating the state: the pending copy must not move
+    state["deep"]["v"] = 2
     assert handle.has_pending and handle.writes == 0
     clock.advance(0.5)
     handle.tick()
@@ -93,7 +97,8 @@ def test_a_checkpoint_within_the_interval_waits_for_the_tick() -> None:
     handle.tick()
     assert not handle.has_pending and handle.writes == 1
     checkpoint = store.read("j1").record["checkpoint"]
-    assert checkpoint == {"next_stage": 1, "state": {"n": 1}, "outputs": ["outputs/j1/1/a"]}
+    expected = {"n": 1, "deep": {"v": 1}}
+    assert checkpoint == {"next_stage": 1, "state": expected, "outputs": ["outputs/j1/1/a"]}
 
 
 def test_a_due_checkpoint_is_written_at_once() -> None:

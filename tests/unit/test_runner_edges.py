@@ -372,3 +372,54 @@ def test_a_delivery_drains_other_overdue_jobs_in_its_slot() -> None:
     outcome = handle(first, store, settings(drain_max_jobs=3), clock, Bell())
     assert outcome.kind == DONE
     assert [d.job_id for d in outcome.drained] == [second]
+
+
+def test_check_stops_a_stage_whose_job_was_taken_over() -> None:
+    """ctx.check() proves ownership once half a stale period passed; a re-claim by
+    someone else in between stops the stage (Stopped) and nothing more is written."""
+    clock = Clock(datetime(2026, 2, 1, tzinfo=UTC))
+    store = MemoryStore()
+    s = settings(stale_seconds=30.0)
+    reached: list[str] = []
+
+    def stage(ctx: StageContext) -> None:
+        clock.advance(0.6 * s.stale_seconds)
+        stored = store.read(ctx.job_id)
+        taken = job_queue.claim_fields(stored.record, "someone-else", clock())
+        store.update({**stored.record, **taken}, stored.generation)
+        ctx.check()
+        reached.append("after check")
+
+    job_id = submit(store, pipeline([("s", stage)]))
+    assert handle(job_id, store, s, clock).kind == LOST
+    assert reached == []
+    assert store.read(job_id).record["owner"] == "someone-else"
+
+
+def test_a_delivery_without_injected_slots_uses_the_processes_own() -> None:
+    store = MemoryStore()
+    job_id = submit(store, pipeline([("s", lambda c: None)]))
+    outcome = runner.handle_delivery(job_id, store, Bell(), settings(), owner="test")
+    assert outcome.kind == DONE
+
+
+def test_in_a_backlog_where_nothing_is_due_a_pass_reads_a_bounded_sample() -> None:
+    store = MemoryStore()
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    for _ in range(60):
+        submit(store, not_before=later)  # backing off: none is due
+    gate = DrainGate()
+    gate.note_refusal()
+    before = store.calls["read"]
+    s = settings(stale_seconds=60.0, drain_max_jobs=1)
+    assert drain(store, s, lambda: datetime.now(UTC), Taker(), gate) == []
+    assert store.calls["read"] - before == BACKLOG_READS
+    assert gate.backlogged(s.stale_seconds)  # a sample, not the whole index: keep looking
+
+
+def test_a_drain_that_meets_an_error_stops_quietly() -> None:
+    store = MemoryStore()
+    submit(store)
+    store.inject_failure("read", RuntimeError("outage"))
+    now = datetime.now(UTC) + timedelta(hours=1)
+    assert drain(store, S, lambda: now, Taker(), DrainGate()) == []
