@@ -98,3 +98,28 @@ def read_body(request: flask.Request, limit: int) -> bytes:
     if len(data) > limit:
         raise Refusal(413, "body too large", f"the body exceeds the limit of {limit} bytes")
     return bytes(data)
+
+
+def json_framework_errors() -> None:
+    """Make functions-framework's own refusals JSON too.
+
+    Its router answers Werkzeug's HTML page for a request it cannot route to the
+    function at all (a path holding a percent-encoded newline, for one), which
+    would break "every answer is JSON". functions-framework exposes the app's
+    error handler registration as ``functions_framework.errorhandler`` while it
+    loads the function's module (documented in its README); outside it (a plain
+    import) there is nothing to register.
+    """
+    import functions_framework
+    from werkzeug.exceptions import HTTPException
+
+    register = getattr(functions_framework, "errorhandler", None)
+    if register is None:
+        return
+
+    def refusal(exc: HTTPException) -> flask.Response:
+        code = exc.code or 500
+        reason = exc.description or exc.name
+        return refuse(code, exc.name.lower(), str(reason))
+
+    register(HTTPException)(refusal)

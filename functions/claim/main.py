@@ -18,7 +18,7 @@ import flask
 
 from shared.doorbell import get_doorbell
 from shared.events import BadEvent, job_id_from_delivery, parse_pubsub
-from shared.http import Refusal, SettingsOnce, answer, refuse, require_method
+from shared.http import Refusal, SettingsOnce, answer, json_framework_errors, refuse, require_method
 from shared.logs import log
 from shared.records import InvalidInput
 from shared.runner import handle_delivery
@@ -26,6 +26,7 @@ from shared.storage import get_store
 
 _settings = SettingsOnce("claim")
 _settings.validate_now()
+json_framework_errors()
 
 
 def claim(request: flask.Request) -> Any:

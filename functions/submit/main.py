@@ -18,7 +18,15 @@ import flask
 import shared
 from shared.doorbell import get_doorbell
 from shared.events import BadEvent, IgnoredEvent, upload_from_http
-from shared.http import Refusal, SettingsOnce, answer, read_body, refuse, require_method
+from shared.http import (
+    Refusal,
+    SettingsOnce,
+    answer,
+    json_framework_errors,
+    read_body,
+    refuse,
+    require_method,
+)
 from shared.logs import log
 from shared.status import batch_view, job_view
 from shared.storage import get_store
@@ -35,6 +43,7 @@ from shared.submission import (
 _JSON_TYPES = ("application/json",)
 _settings = SettingsOnce("submit")
 _settings.validate_now()
+json_framework_errors()
 
 
 def _now() -> datetime:

@@ -12,13 +12,14 @@ from typing import Any
 import flask
 
 from shared.doorbell import get_doorbell
-from shared.http import Refusal, SettingsOnce, answer, refuse, require_method
+from shared.http import Refusal, SettingsOnce, answer, json_framework_errors, refuse, require_method
 from shared.logs import log
 from shared.storage import get_store
 from shared.sweeper import run_once
 
 _settings = SettingsOnce("sweep")
 _settings.validate_now()
+json_framework_errors()
 
 
 def sweep(request: flask.Request) -> Any:

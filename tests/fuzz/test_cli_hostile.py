@@ -126,7 +126,7 @@ ERROR_NOT_AN_OBJECT = _text(base_record(JOB, "failed"), error='"boom"')
 INF_IN_RECORD = _text(base_record(JOB, "running"), attempts="1e400")
 
 
-@fuzz(examples=20)
+@fuzz(examples=40)
 @given(data=hostile_record(JOB), odd=odd_segment)
 @example(data=HISTORY_NOT_A_LIST, odd="has space")
 @example(data=HISTORY_OF_STRINGS, odd="..")

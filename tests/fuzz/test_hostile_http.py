@@ -77,7 +77,7 @@ INF_RESULT = _text(base_record(JOB, "done"), result='{"x":-1e400}')
 DEEP_PAYLOAD = _text(base_record(JOB), payload=nest("0", 495)[:-1] + ',"stages":1}')
 
 
-@fuzz(examples=40)
+@fuzz(examples=80)
 @given(data=hostile_record(JOB))
 @example(data=INF_PAYLOAD)
 @example(data=INF_RESULT)
@@ -103,7 +103,7 @@ def test_hostile_records_over_http(fns: Functions, data: bytes) -> None:
             blob.delete()
 
 
-@fuzz(examples=60)
+@fuzz(examples=150)
 @given(envelope=push_envelope([JOB, "fuzz-missing"]))
 def test_hostile_push_envelopes_are_answered(fns: Functions, envelope: Any) -> None:
     fns.bucket.blob(f"jobs/{JOB}.json").upload_from_string(
@@ -142,3 +142,10 @@ def test_foreign_names_in_pending_and_batches_are_skipped_over_http(
     finally:
         for blob in fns.bucket.client.list_blobs(fns.bucket.name):
             blob.delete()
+
+
+@pytest.mark.parametrize("target", ["claim", "sweep"])
+def test_a_path_the_framework_cannot_route_still_answers_json(fns: Functions, target: str) -> None:
+    answer = requests.post(f"{fns.urls[target]}/x%0Ay", json={}, timeout=10)
+    assert answer.status_code == 404
+    assert _strict_json(answer).keys() == {"error", "reason"}

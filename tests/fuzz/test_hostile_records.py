@@ -88,7 +88,7 @@ DEEP_STATE = _text(
 HISTORY_NOT_A_LIST = _text(base_record(JOB, "done"), history='"not a list"')
 
 
-@fuzz(examples=150)
+@fuzz(examples=400)
 @given(data=hostile_record(JOB), odd=st.none() | odd_segment)
 @example(data=INF_PAYLOAD, odd=None)
 @example(data=INF_ATTEMPTS, odd=None)
