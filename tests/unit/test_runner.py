@@ -11,7 +11,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from unit_support import Bell
 
 from shared import job_queue, records, runner
 from shared.config import Settings
@@ -21,6 +20,7 @@ from shared.pipelines import PermanentError, Pipeline, StageContext, Stopped, re
 from shared.runner import handle_delivery
 from shared.slots import Slots
 from shared.storage_memory import MemoryStore
+from tests.unit.unit_support import Bell
 
 
 class Clock:

@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from unit_support import Bell
 
 from shared import records
 from shared.config import Settings
@@ -22,6 +21,7 @@ from shared.submission import (
     parse_submission,
     submit,
 )
+from tests.unit.unit_support import Bell
 
 NOW = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 SETTINGS = Settings.from_env({}, max_batch_jobs=5)

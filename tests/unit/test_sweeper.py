@@ -7,13 +7,12 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from unit_support import Bell
-
 from shared import job_queue, records, sweeper
 from shared.config import Settings
 from shared.recovery import recover
 from shared.storage_memory import MemoryStore
 from shared.sweeper import pending_window
+from tests.unit.unit_support import Bell
 
 
 def settings(**kw: Any) -> Settings:
