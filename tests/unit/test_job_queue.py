@@ -10,6 +10,7 @@ import pytest
 
 from shared import job_queue as q
 from shared.job_queue import IllegalTransition
+from shared.jobs import JobStatus
 
 NOW = datetime(2026, 7, 26, 12, 0, 0, tzinfo=UTC)
 STALE = 60.0
@@ -45,7 +46,7 @@ def apply(record: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_states_is_the_one_list() -> None:
-    assert set(q.STATES) == set(q.PENDING_STATUSES) | set(q.TERMINAL_STATUSES)
+    assert set(JobStatus) == set(q.PENDING_STATUSES) | set(q.TERMINAL_STATUSES)
     assert q.PENDING_STATUSES == ("queued", "running")
     assert q.TERMINAL_STATUSES == ("done", "failed", "cancelled")
     assert set(q.RETRYABLE_STATUSES) < set(q.TERMINAL_STATUSES)
@@ -344,7 +345,7 @@ def test_not_before_does_not_matter_for_running_jobs() -> None:
 
 
 def test_is_terminal() -> None:
-    assert [q.is_terminal(job(status=s)) for s in q.STATES] == [False, False, True, True, True]
+    assert [q.is_terminal(job(status=s)) for s in JobStatus] == [False, False, True, True, True]
 
 
 def test_owns_checks_status_owner_and_attempt() -> None:

@@ -7,8 +7,11 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from shared import job_queue, records, sweeper
 from shared.config import Settings
+from shared.errors import Unavailable
 from shared.recovery import recover
 from shared.storage_memory import MemoryStore
 from shared.sweeper import pending_window
@@ -199,7 +202,7 @@ def test_per_entry_errors_are_counted_not_raised() -> None:
     class Flaky(MemoryStore):
         def read(self, job_id: str) -> Any:
             if job_id == "boom":
-                raise OSError("network down")
+                raise Unavailable("network down")
             return super().read(job_id)
 
     store = Flaky()
@@ -209,6 +212,19 @@ def test_per_entry_errors_are_counted_not_raised() -> None:
     assert result.errors == 1 and result.requeued == 1
     assert store.read(other).record["status"] == "queued"
     assert json.dumps(result.to_json())
+
+
+def test_a_bug_is_not_counted_as_a_per_entry_error() -> None:
+    class Buggy(MemoryStore):
+        def read(self, job_id: str) -> Any:
+            if job_id == "boom":
+                raise TypeError("a bug, not an outage")
+            return super().read(job_id)
+
+    store = Buggy()
+    store.add_pending("boom")
+    with pytest.raises(TypeError):
+        sweep(store)
 
 
 class _ReadLog(MemoryStore):
