@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -13,96 +12,22 @@ from typing import Any
 import pytest
 
 from shared import job_queue, records, runner
-from shared.config import Settings
-from shared.drain import DrainGate, overdue
 from shared.errors import Unavailable
 from shared.outcome import Outcome, OutcomeKind
-from shared.pipelines import PermanentError, Pipeline, StageContext, Stopped, register
-from shared.runner import handle_delivery
+from shared.pipelines import PermanentError, StageContext, Stopped
 from shared.slots import Slots
 from shared.storage_memory import MemoryStore
-from tests.unit.unit_support import Bell
-
-
-class Clock:
-    """A settable clock shared by the test and the runner's threads."""
-
-    def __init__(self, start: datetime | None = None) -> None:
-        self.t = start or datetime.now(UTC)
-        self._lock = threading.Lock()
-
-    def __call__(self) -> datetime:
-        with self._lock:
-            return self.t
-
-    def advance(self, seconds: float) -> None:
-        with self._lock:
-            self.t += timedelta(seconds=seconds)
-
-
-def wall() -> datetime:
-    return datetime.now(UTC)
-
-
-def settings(**kw: Any) -> Settings:
-    base: dict[str, Any] = {
-        "stale_seconds": 30.0,
-        "min_write_interval_seconds": 1.0,
-        "backoff_base_seconds": 0.0,
-        "backoff_max_seconds": 0.0,
-        "drain_max_jobs": 0,
-    }
-    return Settings.from_env({}, **{**base, **kw})
-
-
-def pipeline(stages: list[tuple[str, Callable[[StageContext], None]]]) -> str:
-    name = f"t-{uuid.uuid4().hex[:10]}"
-    register(Pipeline(name, stages=stages))
-    return name
-
-
-def submit(
-    store: MemoryStore,
-    name: str = "demo",
-    payload: dict[str, Any] | None = None,
-    now: datetime | None = None,
-    **fields: Any,
-) -> str:
-    job_id = records.new_job_id()
-    record = records.new_record(job_id, name, payload or {}, now or datetime.now(UTC))
-    store.add_pending(job_id)
-    store.create({**record, **fields})
-    return job_id
-
-
-def handle(
-    job_id: str,
-    store: MemoryStore,
-    s: Settings,
-    clock: Callable[[], datetime] | None = None,
-    bell: Bell | None = None,
-    **kw: Any,
-) -> Outcome:
-    return handle_delivery(
-        job_id,
-        store,
-        bell or Bell(),
-        s,
-        owner="test",
-        now=clock or Clock(),
-        slots=kw.pop("slots", Slots(4)),
-        gate=kw.pop("gate", DrainGate()),
-        **kw,
-    )
-
-
-def events(store: MemoryStore, job_id: str) -> list[str]:
-    return [e["event"] for e in store.read(job_id).record["history"]]
-
-
-def pending(store: MemoryStore) -> list[str]:
-    return [e.job_id for e in store.list_pending()]
-
+from tests.unit.unit_support import (
+    Bell,
+    Clock,
+    events,
+    handle,
+    pending,
+    pipeline,
+    settings,
+    submit,
+    wall,
+)
 
 # --- deciding
 
@@ -509,110 +434,6 @@ def test_outputs_are_refused_once_lost() -> None:
     assert outcome.kind == OutcomeKind.LOST and refused == [True]
     assert store.read(job_id).record["status"] == "running"
     assert store.names(f"outputs/{job_id}/") == []
-
-
-# --- drain
-
-
-def test_drain_runs_overdue_jobs_in_the_same_slot_and_is_rate_limited() -> None:
-    store = MemoryStore()
-    clock = Clock()
-    lost_doorbell = submit(store, now=clock())
-    clock.advance(60)  # its marker and record are a minute old now
-    old = clock() - timedelta(seconds=60)
-    fresh = submit(store, now=clock())
-    trigger = submit(store, now=clock())
-    s = settings(drain_max_jobs=3)
-    gate = DrainGate()
-    outcome = handle(trigger, store, s, clock, gate=gate)
-    assert outcome.kind == OutcomeKind.DONE
-    assert [(d.job_id, d.kind) for d in outcome.drained] == [(lost_doorbell, OutcomeKind.DONE)]
-    assert store.read(fresh).record["status"] == "queued"  # its doorbell is on the way
-    another = submit(store, now=old)
-    assert handle(fresh, store, s, clock, gate=gate).drained == []  # gate: listed just now
-    assert store.read(another).record["status"] == "queued"
-
-
-def test_in_a_backlog_a_freed_slot_takes_due_jobs_at_once() -> None:
-    store = MemoryStore()
-    clock = Clock()
-    waiting = [submit(store, now=clock()) for _ in range(3)]  # fresh: doorbells held back
-    trigger = submit(store, now=clock())
-    gate = DrainGate()
-    s = settings(drain_max_jobs=3, max_concurrent=1)
-    slots = Slots(1)
-    with slots.try_acquire():  # this instance is full: the next doorbell is refused
-        assert handle(waiting[0], store, s, clock, gate=gate, slots=slots).kind == OutcomeKind.BUSY
-    assert gate.backlogged(s.stale_seconds)
-    outcome = handle(trigger, store, s, clock, gate=gate, slots=slots)
-    assert outcome.kind == OutcomeKind.DONE
-    assert sorted(d.job_id for d in outcome.drained) == sorted(waiting)
-    assert all(store.read(j).record["status"] == "done" for j in waiting)
-    assert not gate.backlogged(s.stale_seconds, now_s=time.monotonic() + s.stale_seconds)
-
-
-def test_a_backlog_drain_that_sees_the_whole_index_with_nothing_due_ends_the_backlog() -> None:
-    store = MemoryStore()
-    clock = Clock()
-    trigger = submit(store, now=clock())
-    gate = DrainGate()
-    gate.note_refusal()
-    s = settings(drain_max_jobs=3)
-    outcome = handle(trigger, store, s, clock, gate=gate)
-    assert outcome.kind == OutcomeKind.DONE and outcome.drained == []
-    assert not gate.backlogged(s.stale_seconds)  # later slots skip the listing
-
-
-def test_drain_takes_at_most_its_budget() -> None:
-    store = MemoryStore()
-    clock = Clock()
-    for _ in range(4):
-        submit(store, now=clock())
-    clock.advance(60)
-    trigger = submit(store, now=clock())
-    outcome = handle(trigger, store, settings(drain_max_jobs=2), clock)
-    assert len(outcome.drained) == 2
-    assert all(d.kind == OutcomeKind.DONE for d in outcome.drained)
-
-
-def test_drain_reads_no_record_whose_marker_is_too_young_to_be_overdue() -> None:
-    store = MemoryStore()
-    clock = Clock()
-    for _ in range(3):
-        submit(store, now=clock())
-    trigger = submit(store, now=clock())
-    store.calls.clear()
-    outcome = handle(trigger, store, settings(drain_max_jobs=3), clock)
-    assert outcome.kind == OutcomeKind.DONE and outcome.drained == []
-    assert store.calls["read"] == 1  # the trigger's own record only
-    assert store.calls["list"] == 1
-
-
-def test_overdue_policy() -> None:
-    s = settings()
-    now = datetime.now(UTC)
-    rec = records.new_record("a", "demo", {}, now - timedelta(seconds=20))
-    assert overdue(rec, now, s)  # queued and due for more than stale_s / 2
-    assert not overdue({**rec, "updated_at": job_queue.format_time(now)}, now, s)
-    running = {**rec, **job_queue.claim_fields(rec, "o", now - timedelta(seconds=20))}
-    assert not overdue(running, now, s)  # running and fresh
-    assert overdue(running, now + timedelta(seconds=15), s)
-    assert not overdue({**rec, "status": "done"}, now, s)
-
-
-def test_a_drain_error_does_not_fail_the_request() -> None:
-    class Flaky(MemoryStore):
-        def read(self, job_id: str) -> Any:
-            if job_id == "broken-job":
-                raise OSError("storage hiccup")
-            return super().read(job_id)
-
-    store = Flaky()
-    clock = Clock()
-    store.add_pending("broken-job")
-    trigger = submit(store, now=clock())
-    outcome = handle(trigger, store, settings(drain_max_jobs=3), clock)
-    assert outcome.kind == OutcomeKind.DONE and outcome.drained == []
 
 
 def test_transient_errors_in_heartbeats_do_not_fail_the_job() -> None:
