@@ -13,7 +13,7 @@ TF_STAMP := $(TF_VENV)/.installed
 TF_WHEEL := .cache/tf/cdktf_cdktf_provider_google-16.12.1-py3-none-any.whl
 TF_VARS ?= terraform.tfvars
 
-.PHONY: help venv test lint fmt dev demo bench tf-venv tf-schema tf-check deploy destroy clean
+.PHONY: help venv test unit lint fmt dev demo bench tf-venv tf-schema tf-check deploy destroy clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
@@ -30,6 +30,9 @@ venv: $(STAMP) ## Create .venv with the pinned packages
 test: venv $(TF_STAMP) $(TF_WHEEL) ## Lint, then the whole test suite (starts its own emulators)
 	$(MAKE) --no-print-directory lint
 	$(PY) -m pytest
+
+unit: venv ## The fast suite: pure logic on the in-memory store, no services (tests/unit)
+	$(PY) -m pytest tests/unit -q
 
 lint: venv ## ruff and mypy
 	$(VENV)/bin/ruff check .
@@ -69,13 +72,13 @@ tf-schema: venv $(TF_WHEEL) ## Regenerate the vendored provider schema extract f
 tf-check: venv $(TF_STAMP) $(TF_WHEEL) ## Offline terraform checks: provider schema, checkov, hcl2, packaging
 	$(PY) -m pytest tests/terraform -q
 
-deploy: ## terraform init + apply with terraform/terraform.tfvars (see README.md, "Deploy to GCP")
-	@command -v terraform >/dev/null || { echo "terraform is not installed (see README.md, "Deploy to GCP")"; exit 1; }
+deploy: ## terraform init + apply with terraform/terraform.tfvars (see terraform/README.md)
+	@command -v terraform >/dev/null || { echo "terraform is not installed (see terraform/README.md)"; exit 1; }
 	@test -f terraform/$(TF_VARS) || { echo "terraform/$(TF_VARS) missing: cp terraform/terraform.tfvars.example terraform/$(TF_VARS) and edit it"; exit 1; }
 	cd terraform && terraform init -input=false && terraform apply -var-file=$(TF_VARS)
 
 destroy: ## terraform destroy of what deploy created
-	@command -v terraform >/dev/null || { echo "terraform is not installed (see README.md, "Deploy to GCP")"; exit 1; }
+	@command -v terraform >/dev/null || { echo "terraform is not installed (see terraform/README.md)"; exit 1; }
 	cd terraform && terraform destroy -var-file=$(TF_VARS)
 
 clean: ## Remove the venv and caches

@@ -17,8 +17,8 @@ from local.faultproxy import FaultProxy
 from local.procs import free_port
 from shared.config import Settings
 from shared.doorbell import Doorbell
+from shared.jobs import MEMBER_MISSING, MEMBER_UNREADABLE
 from shared.queue import Queue
-from shared.status import MEMBER_MISSING, MEMBER_UNREADABLE
 from shared.storage import GcsStore
 
 

@@ -34,6 +34,12 @@ class JobStatus(StrEnum):
     """Stopped by a person. Retry (by a person) -> queued."""
 
 
+MEMBER_MISSING = "missing"
+"""Shown in place of a status for a job whose record does not exist (yet, or any more),
+e.g. a batch member whose marker was written before its record."""
+MEMBER_UNREADABLE = "unreadable"
+"""Shown in place of a status for a job whose record cannot be decoded (left for a person)."""
+
 WatchdogAction = Literal["requeue", "fail"]
 """What the watchdog (sweep, status read, drain) does with a stale pending job:
 hand it back to the queue, or fail it when no attempt is left."""

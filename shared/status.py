@@ -22,7 +22,7 @@ from shared import job_queue, records
 from shared.config import Settings
 from shared.doorbell import Ringer
 from shared.errors import BatchNotFound, CorruptRecord, JobNotFound, NotFound, ReclaimError
-from shared.jobs import JobRecord, WatchdogAction
+from shared.jobs import MEMBER_MISSING, MEMBER_UNREADABLE, JobRecord, WatchdogAction
 from shared.logs import get_logger
 from shared.recovery import recover
 from shared.storage import Store, Stored
@@ -30,10 +30,6 @@ from shared.storage import Store, Stored
 log = get_logger(__name__)
 
 BATCH_LIST_LIMIT = 10_000
-MEMBER_MISSING = "missing"
-"""A batch member whose marker exists but whose record does not (yet, or any more)."""
-MEMBER_UNREADABLE = "unreadable"
-"""A batch member whose record cannot be decoded (left for a person)."""
 _WORKERS = 8
 _VIEW_FIELDS = (
     "pipeline",

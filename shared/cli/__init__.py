@@ -21,6 +21,7 @@ from shared.cli.context import (
     LOCAL_STORAGE_EMULATOR_HOST,
     CliError,
 )
+from shared.jobs import JobStatus
 
 _DESCRIPTION = """\
 Operate a reclaim job queue from a terminal.
@@ -215,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--status",
-        choices=("queued", "running", "done", "failed", "cancelled"),
+        choices=[status.value for status in JobStatus],
         help="only jobs in this status",
     )
     p.add_argument("--batch", metavar="B", help="only this batch's jobs")

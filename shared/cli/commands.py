@@ -13,8 +13,7 @@ from typing import Any
 
 from shared.cli import render as cli_render
 from shared.cli.context import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, CliError, Context
-from shared.jobs import JobStatus
-from shared.status import MEMBER_UNREADABLE
+from shared.jobs import MEMBER_UNREADABLE, JobStatus
 
 # ----------------------------------------------------------------------- submit
 

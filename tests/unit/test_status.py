@@ -16,8 +16,8 @@ from shared.errors import (
     JobNotFound,
     Unavailable,
 )
-from shared.jobs import JobStatus
-from shared.status import MEMBER_MISSING, MEMBER_UNREADABLE, read_batch, read_job, render_job
+from shared.jobs import MEMBER_MISSING, MEMBER_UNREADABLE, JobStatus
+from shared.status import read_batch, read_job, render_job
 from shared.storage_memory import MemoryStore
 from shared.submission import parse_submission, submit
 from tests.unit.unit_support import Bell
