@@ -312,7 +312,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _report(str(exc), exc.code, as_json)
     except KeyboardInterrupt:
         return _report("interrupted", EXIT_INTERRUPTED, as_json)
-    except Exception as exc:
+    except Exception as exc:  # the entry point: an error the user can act on (ours or a
+        # cloud client's) becomes a message and an exit code; anything else a traceback
         known = explain(exc)
         if known is None:
             raise
