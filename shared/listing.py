@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from shared import job_queue
-from shared.errors import CorruptRecord, NotFound
+from shared.errors import CorruptRecord, JobNotFound, NotFound
 from shared.jobs import JobRecord, JobStatus
 from shared.storage import Store
 
@@ -52,6 +52,14 @@ def list_jobs(
         if limit is not None and len(listing.records) >= limit:
             break
     return listing
+
+
+def read_record(store: Store, job_id: str) -> JobRecord:
+    """One record as stored; InvalidInput, JobNotFound or CorruptRecord."""
+    try:
+        return store.read(job_id).record
+    except NotFound:
+        raise JobNotFound(job_id) from None
 
 
 def read_many(store: Store, job_ids: Iterable[str]) -> Listing:

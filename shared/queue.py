@@ -8,7 +8,8 @@ the work, one per concern:
 - submit, submit_upload: shared.submission (validate, create, ring)
 - get, get_batch: shared.status (views, with the read-path watchdog)
 - read, read_many, list_jobs, pending: shared.listing (as stored, no watchdog)
-- cancel, retry, ring: shared.control (a person's transitions, with their CAS loops)
+- cancel, retry: shared.control (a person's transitions, with their CAS loops)
+- ring: the doorbell itself
 - sweep_once: shared.sweeper (the scheduled rescue pass)
 - handle_delivery: shared.runner (claim, run, drain)
 
@@ -26,7 +27,6 @@ from shared import control, listing, runner, status, submission, sweeper
 from shared.clock import Clock, utcnow
 from shared.config import Settings
 from shared.doorbell import Ringer, get_doorbell
-from shared.errors import JobNotFound, NotFound
 from shared.jobs import JobRecord, JobStatus
 from shared.storage import Store, get_store
 
@@ -90,10 +90,7 @@ class Queue:
     def read(self, job_id: str) -> JobRecord:
         """The record as stored, without the watchdog: for watchers that must not change
         what they watch. Raises InvalidInput, JobNotFound, CorruptRecord."""
-        try:
-            return self.store.read(job_id).record
-        except NotFound:
-            raise JobNotFound(job_id) from None
+        return listing.read_record(self.store, job_id)
 
     def read_many(self, job_ids: Iterable[str]) -> listing.Listing:
         """Records as stored (in parallel, no watchdog); the unreadable ones listed apart."""
