@@ -18,7 +18,7 @@ TF_WHEELS := \
 	$(TF_CACHE)/cdktf_cdktf_provider_time-11.0.1-py3-none-any.whl
 TF_VARS ?= terraform.tfvars
 
-.PHONY: help venv test lint fmt dev demo bench tf-venv tf-schema tf-check deploy destroy clean
+.PHONY: help venv test unit lint fmt dev demo bench tf-venv tf-schema tf-check deploy destroy clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
@@ -35,6 +35,9 @@ venv: $(STAMP) ## Create .venv with the pinned packages
 test: venv $(TF_STAMP) $(TF_WHEELS) ## Lint, then the whole test suite (starts its own emulators)
 	$(MAKE) --no-print-directory lint
 	$(PY) -m pytest
+
+unit: venv ## The fast suite: pure logic on the in-memory store, no services (tests/unit)
+	$(PY) -m pytest tests/unit -q
 
 lint: venv ## ruff and mypy
 	$(VENV)/bin/ruff check .

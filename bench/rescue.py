@@ -14,9 +14,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from bench.common import bench_cloud, median, row
+from bench.common import Bench, bench_cloud, median, row
 from local.demo import (
-    Watch,
     all_terminal,
     instance_pids,
     reclaimed_at,
@@ -24,6 +23,7 @@ from local.demo import (
     running_on,
     submit_batch,
 )
+from shared.jobs import JobStatus
 
 STALE_S = 6.0
 SWEEP_S = 2.0
@@ -32,17 +32,16 @@ JOBS = 6
 SLACK_S = 2.0
 
 
-def _round(b: Any) -> list[dict[str, float]]:
+def _round(b: Bench) -> list[dict[str, float]]:
     jobs = [{"pipeline": "demo", "payload": {"stages": 3, "sleep_s": 4.0}}] * JOBS
     _batch, ids = submit_batch(b.cloud.endpoints["jobs"], jobs)
-    watch: Watch = b.watch
     deadline = time.monotonic() + 30
     victims: dict[str, tuple[str, int]] = {}
     while time.monotonic() < deadline:
-        records = watch.snapshot(ids)
-        if all(r.get("status") == "running" for r in records.values()):
+        records = b.snapshot(ids)
+        if all(r.get("status") == JobStatus.RUNNING for r in records.values()):
             time.sleep(1.0)  # mid-stage, the way the platform does it
-            records = watch.snapshot(ids)
+            records = b.snapshot(ids)
             busy = {i: running_on(records, p) for i, p in instance_pids(b.cloud).items()}
             index = max(busy, key=lambda i: len(busy[i]))
             victims = busy[index]
@@ -55,7 +54,7 @@ def _round(b: Any) -> list[dict[str, float]]:
         raise RuntimeError("the jobs never all ran")
     out: dict[str, dict[str, float]] = {}
     while time.monotonic() < deadline + 60 and len(out) < len(victims):
-        records = watch.snapshot(victims)
+        records = b.snapshot(victims)
         for job_id, (_owner, attempt) in victims.items():
             back = reclaimed_at(records[job_id], attempt)
             requeued = rescued_at(records[job_id], attempt)
@@ -65,7 +64,7 @@ def _round(b: Any) -> list[dict[str, float]]:
                     "requeue_s": (requeued - kill_at).total_seconds() if requeued else -1.0,
                 }
         time.sleep(0.1)
-    while not all_terminal(watch.snapshot(ids)) and time.monotonic() < deadline + 90:
+    while not all_terminal(b.snapshot(ids)) and time.monotonic() < deadline + 90:
         time.sleep(0.5)
     return list(out.values())
 

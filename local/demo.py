@@ -73,7 +73,7 @@ class Watch:
     def read(self, job_id: str) -> dict[str, Any]:
         """The record, or a stand-in whose status says it is missing or unreadable."""
         try:
-            return self.store.read(job_id).record
+            return dict(self.store.read(job_id).record)
         except NotFound:
             return {"id": job_id, "status": MISSING}
         except CorruptRecord as exc:

@@ -11,7 +11,9 @@ import json
 import threading
 from collections import Counter
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+from shared.errors import DoorbellError, InvalidInput
 
 if TYPE_CHECKING:
     from shared.config import Settings
@@ -20,19 +22,22 @@ RING_TIMEOUT_S = 10.0  # wait for the publish answer at most this long
 MAX_LATENCY_S = 0.01  # batch window: a doorbell should leave at once
 
 
-class DoorbellError(Exception):
-    """A ring was not confirmed by Pub/Sub (missing topic, no connection, timeout)."""
+class Ringer(Protocol):
+    """The doorbell as the queue uses it (Doorbell; the unit tests pass a recorder)."""
 
-    def __init__(self, job_id: str, reason: str):
-        super().__init__(f"doorbell for {job_id} failed: {reason}")
-        self.job_id = job_id
-        self.reason = reason
+    def ring(self, job_id: str) -> None:
+        """Publish one doorbell; DoorbellError if Pub/Sub did not accept it."""
+        ...
+
+    def ring_many(self, job_ids: Iterable[str]) -> list[str]:
+        """Publish several at once; returns the ids whose ring failed."""
+        ...
 
 
 def message_for(job_id: str) -> tuple[bytes, dict[str, str]]:
     """The doorbell message: JSON {"job_id": id} and the same id as an attribute."""
     if not isinstance(job_id, str) or not job_id:
-        raise ValueError(f"job id must be a non-empty string, got {job_id!r}")
+        raise InvalidInput(f"job id must be a non-empty string, got {job_id!r}", "job id")
     return json.dumps({"job_id": job_id}).encode("utf-8"), {"job_id": job_id}
 
 
@@ -96,14 +101,25 @@ class Doorbell:
                 self._publisher = shared_publisher()
         try:
             return self._publisher.publish(self.topic_path, data, timeout=self._timeout, **attrs)
-        except Exception as exc:  # the client raises on a closed publisher, bad topic path
+        except _publish_failures() as exc:
             raise DoorbellError(job_id, f"{type(exc).__name__}: {exc}") from exc
 
     def _wait(self, job_id: str, future: Any) -> None:
         try:
             future.result(timeout=self._timeout)
-        except Exception as exc:  # NotFound, DeadlineExceeded, TimeoutError, ...
+        except _publish_failures() as exc:
             raise DoorbellError(job_id, f"{type(exc).__name__}: {exc}") from exc
+
+
+def _publish_failures() -> tuple[type[BaseException], ...]:
+    """What the publisher raises, or sets on a future, when a publish did not go through:
+    API errors after its retries (NotFound topic, DeadlineExceeded, PublishError),
+    transport and credential errors, RuntimeError for a stopped publisher or a
+    cancelled batch, and our own wait's TimeoutError."""
+    from google.api_core import exceptions as gexc
+    from google.auth import exceptions as auth_exc
+
+    return (gexc.GoogleAPIError, auth_exc.GoogleAuthError, RuntimeError, TimeoutError, OSError)
 
 
 _DOORBELLS: dict[str, Doorbell] = {}

@@ -9,8 +9,8 @@ Index repair. Submit writes the marker first and the record second; the owner
 writes the final record first and drops the marker second. So the leftovers a
 crash can leave are:
 - a marker without a record (crash between marker and record create): removed
-  once the marker is older than a grace of 2 * stale_s (younger ones may be a
-  submit in flight);
+  once the marker is older than Settings.orphan_marker_grace_seconds (younger
+  ones may be a submit in flight);
 - a marker of a terminal record (crash between final write and marker delete):
   removed.
 The third kind, a pending record without a marker, cannot arise: nothing
@@ -29,9 +29,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from shared.config import Settings
-from shared.logs import log
-from shared.recovery import Ringer, recover_one
-from shared.storage import CorruptRecord, NotFound, PendingEntry, Store
+from shared.doorbell import Ringer
+from shared.errors import CorruptRecord, NotFound, ReclaimError, StorageError
+from shared.logs import get_logger
+from shared.recovery import recover_one
+from shared.storage import PendingEntry, Store
+
+log = get_logger(__name__)
 
 MAX_CORRUPT_LISTED = 100
 
@@ -65,7 +69,10 @@ def run_once(
     *,
     monotonic: Callable[[], float] = time.monotonic,
 ) -> SweepResult:
-    """One sweep over the pending index; per-entry errors are counted, never raised."""
+    """One sweep over the pending index; per-entry errors are counted, never raised.
+
+    Only the listing's own failure (a storage outage) propagates.
+    """
     start = monotonic()
     now = now if now is not None else datetime.now(UTC)
     result = SweepResult()
@@ -79,10 +86,9 @@ def run_once(
         last = entry.job_id
         try:
             _sweep_entry(store, doorbell, settings, now, entry, result)
-        except Exception as exc:
+        except ReclaimError as exc:  # a storage hiccup or an odd record: the next run retries
             result.errors += 1
-            log(
-                "ERROR",
+            log.error(
                 "sweep could not handle a job",
                 job_id=entry.job_id,
                 error=f"{type(exc).__name__}: {exc}",
@@ -92,8 +98,7 @@ def run_once(
         if last is not None:
             _save_cursor(store, next_cursor(last))
     result.elapsed = monotonic() - start
-    log(
-        "INFO",
+    log.info(
         "sweep finished",
         **{k: v for k, v in result.to_json().items() if k != "corrupt"},
         corrupt=len(result.corrupt),
@@ -139,12 +144,12 @@ def _sweep_entry(
         if _orphan_marker_expired(entry, now, settings):
             store.remove_pending(entry.job_id)
             result.repaired += 1
-            log("WARNING", "removed a pending marker without a record", job_id=entry.job_id)
+            log.warning("removed a pending marker without a record", job_id=entry.job_id)
         return
     except CorruptRecord as exc:
         if len(result.corrupt) < MAX_CORRUPT_LISTED:
             result.corrupt.append(entry.job_id)
-        log("ERROR", "corrupt record left for a person", job_id=entry.job_id, reason=exc.reason)
+        log.error("corrupt record left for a person", job_id=entry.job_id, reason=exc.reason)
         return
     done = recover_one(store, doorbell, stored, settings, now, clean_marker=True)
     if done.unmarked:
@@ -163,8 +168,8 @@ def _sweep_entry(
 def _save_cursor(store: Store, cursor: str) -> None:
     try:
         store.write_sweep_cursor(cursor)
-    except Exception as exc:  # only a hint: the next run starts from the top instead
-        log("WARNING", "sweep cursor not saved", error=f"{type(exc).__name__}: {exc}")
+    except StorageError as exc:  # only a hint: the next run starts from the top instead
+        log.warning("sweep cursor not saved", error=f"{type(exc).__name__}: {exc}")
 
 
 def _orphan_marker_expired(entry: PendingEntry, now: datetime, settings: Settings) -> bool:
@@ -172,4 +177,4 @@ def _orphan_marker_expired(entry: PendingEntry, now: datetime, settings: Setting
     if entry.created is None:
         return False  # cannot date it: leave it (it costs one read per sweep)
     created = entry.created if entry.created.tzinfo else entry.created.replace(tzinfo=UTC)
-    return (now - created).total_seconds() > 2 * settings.stale_seconds
+    return (now - created).total_seconds() > settings.orphan_marker_grace_seconds

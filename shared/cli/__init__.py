@@ -21,6 +21,7 @@ from shared.cli.context import (
     LOCAL_STORAGE_EMULATOR_HOST,
     CliError,
 )
+from shared.jobs import JobStatus
 
 _DESCRIPTION = """\
 Operate a reclaim job queue from a terminal.
@@ -215,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--status",
-        choices=("queued", "running", "done", "failed", "cancelled"),
+        choices=[status.value for status in JobStatus],
         help="only jobs in this status",
     )
     p.add_argument("--batch", metavar="B", help="only this batch's jobs")
@@ -311,7 +312,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _report(str(exc), exc.code, as_json)
     except KeyboardInterrupt:
         return _report("interrupted", EXIT_INTERRUPTED, as_json)
-    except Exception as exc:
+    except Exception as exc:  # the entry point: an error the user can act on (ours or a
+        # cloud client's) becomes a message and an exit code; anything else a traceback
         known = explain(exc)
         if known is None:
             raise

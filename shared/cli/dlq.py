@@ -8,14 +8,87 @@ never loses a message.
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
-from shared.cli import ops as cli_ops
+from shared import job_queue
 from shared.cli import render as cli_render
 from shared.cli.context import EXIT_OK, Context, check_reachable
+from shared.errors import CorruptRecord, DoorbellError, JobNotFound
+
+if TYPE_CHECKING:
+    from shared.queue import Queue
 
 _PULL_TIMEOUT_S = 5.0
+
+Decision = Literal["ring", "drop", "keep"]
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """One message held by the dead-letter subscription, decoded for display."""
+
+    ack_id: str
+    message_id: str
+    job_id: str | None
+    delivery_count: int | None
+    source_subscription: str | None
+    attributes: dict[str, str]
+    published: str | None
+
+
+def decode_dead_letter(
+    ack_id: str,
+    message_id: str,
+    data: bytes,
+    attributes: dict[str, str],
+    delivery_attempt: int,
+    published: str | None,
+) -> DeadLetter:
+    """Job id from the doorbell (attribute first, then JSON data); Pub/Sub's dead-letter
+    attributes give the source subscription and its delivery count."""
+    job_id = attributes.get("job_id")
+    if not job_id:
+        try:
+            body = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            body = None
+        if isinstance(body, dict) and isinstance(body.get("job_id"), str):
+            job_id = body["job_id"]
+    count_attr = attributes.get("CloudPubSubDeadLetterSourceDeliveryCount")
+    count: int | None = delivery_attempt or None
+    if count_attr and count_attr.isdigit():
+        count = int(count_attr)
+    return DeadLetter(
+        ack_id=ack_id,
+        message_id=message_id,
+        job_id=job_id,
+        delivery_count=count,
+        source_subscription=attributes.get("CloudPubSubDeadLetterSourceSubscription"),
+        attributes=dict(attributes),
+        published=published,
+    )
+
+
+def requeue_decision(queue: Queue, job_id: str | None) -> tuple[Decision, str | None]:
+    """What --requeue does with one dead letter: ("ring"|"drop"|"keep", status).
+
+    ring: the job still owes work, re-ring and ack. drop: it is terminal, the
+    doorbell is moot, ack. keep: no job id, unknown or unreadable record, leave
+    the message for a person.
+    """
+    if not job_id:
+        return "keep", None
+    try:
+        record = queue.read(job_id)
+    except (JobNotFound, CorruptRecord):
+        return "keep", None
+    status = record.get("status")
+    if status in job_queue.PENDING_STATUSES:
+        return "ring", str(status)
+    return "drop", str(status)
 
 
 def _pull(subscriber: Any, path: str, most: int) -> Iterator[Any]:
@@ -39,10 +112,10 @@ def _pull(subscriber: Any, path: str, most: int) -> Iterator[Any]:
             return
 
 
-def _dead_letter(received: Any) -> cli_ops.DeadLetter:
+def _dead_letter(received: Any) -> DeadLetter:
     msg = received.message
     published = msg.publish_time.isoformat() if msg.publish_time else None
-    return cli_ops.decode_dead_letter(
+    return decode_dead_letter(
         received.ack_id,
         msg.message_id,
         bytes(msg.data),
@@ -58,14 +131,13 @@ def cmd_dlq(args: argparse.Namespace) -> int:
 
     ctx = Context(args)
     check_reachable("PUBSUB_EMULATOR_HOST", "Pub/Sub emulator")
-    store = ctx.store if args.requeue else None
-    doorbell = ctx.doorbell if args.requeue else None
+    queue = ctx.queue() if args.requeue else None
     subscriber = pubsub_v1.SubscriberClient()
     path = subscriber.subscription_path(ctx.settings.project, ctx.dead_letter_subscription)
     rows: list[dict[str, Any]] = []
     try:
         letters = [_dead_letter(r) for r in _pull(subscriber, path, args.max_messages)]
-        ack, back = _decide_letters(letters, store, doorbell, rows)
+        ack, back = _decide_letters(letters, queue, rows)
         if ack:
             subscriber.acknowledge(request={"subscription": path, "ack_ids": ack})
         if back:  # deadline 0: redelivered at once, nothing lost
@@ -83,11 +155,9 @@ def cmd_dlq(args: argparse.Namespace) -> int:
 
 
 def _decide_letters(
-    letters: list[cli_ops.DeadLetter], store: Any, doorbell: Any, rows: list[dict[str, Any]]
+    letters: list[DeadLetter], queue: Queue | None, rows: list[dict[str, Any]]
 ) -> tuple[list[str], list[str]]:
     """Which ack ids to ack and which to hand back; fills one display row per letter."""
-    from shared.doorbell import DoorbellError
-
     ack: list[str] = []
     back: list[str] = []
     for letter in letters:
@@ -100,12 +170,12 @@ def _decide_letters(
             "attributes": letter.attributes,
         }
         action = "left"
-        if store is not None:
-            decision, status = cli_ops.requeue_decision(store, letter.job_id)
+        if queue is not None:
+            decision, status = requeue_decision(queue, letter.job_id)
             row["status"] = status
-            if decision == "ring":
+            if decision == "ring" and letter.job_id:
                 try:
-                    doorbell.ring(letter.job_id)
+                    queue.ring(letter.job_id)
                     action = "re-rung"
                 except DoorbellError:
                     decision, action = "keep", "left (ring failed)"

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from contract_support import make_gcs_client, new_job
-from flaky_proxy import Fault, FlakyProxy
 
 from shared.storage import GcsStore, LostRace, Unavailable, default_retry
+from tests.contract.contract_support import make_gcs_client, new_job
+from tests.contract.flaky_proxy import Fault, FlakyProxy
 
 
 @pytest.fixture

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from emulator_support import Recorder
 from google.cloud import pubsub_v1
 
 from local.procs import free_port, spawn, stop, wait_for_port
+from tests.emulator.emulator_support import Recorder
 
 ROOT = Path(__file__).resolve().parents[2]
 

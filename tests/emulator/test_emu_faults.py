@@ -9,7 +9,8 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from emulator_support import PROJECT, eventually
+
+from tests.emulator.emulator_support import PROJECT, eventually
 
 
 def _pull_pair(emu: Any, unique: Any) -> tuple[str, str]:

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 import requests
-from function_support import make_queue, start_function
 
 from local.procs import stop
+from tests.integration.function_support import make_queue, start_function
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_BODY = 65_536

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import functions_framework
 import pytest
-from tfhcl import (
+
+from shared.config import ENV_VARS
+from tests.terraform.tfhcl import (
     ROOT,
     all_text,
     block,
@@ -19,8 +21,6 @@ from tfhcl import (
     unquote,
     variable_default,
 )
-
-from shared.config import ENV_VARS
 
 FUNCTIONS = {  # function -> (source folder, target), as the README lays out
     "submit": ("submit", "submit"),

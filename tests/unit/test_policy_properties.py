@@ -23,6 +23,7 @@ from hypothesis.stateful import (
 from shared import job_queue as q
 from shared import records as r
 from shared.job_queue import IllegalTransition
+from shared.jobs import JobStatus
 
 STALE = 60.0
 MAX = 3
@@ -176,7 +177,7 @@ class JobLife(RuleBasedStateMachine):
 
     @invariant()
     def record_stays_valid(self) -> None:
-        assert self.record["status"] in q.STATES
+        assert self.record["status"] in set(JobStatus)
         assert r.decode(r.encode(self.record), self.record["id"]) == self.record
 
     @invariant()
@@ -277,7 +278,7 @@ policy_keys = st.sampled_from(
         "payload",
     ]
 )
-statuses = st.one_of(st.sampled_from([*q.STATES, "bogus"]), json_values)
+statuses = st.one_of(st.sampled_from([*JobStatus, "bogus"]), json_values)
 arbitrary_records = st.dictionaries(
     st.one_of(policy_keys, st.text(max_size=6)), json_values, max_size=10
 ).flatmap(lambda d: statuses.map(lambda s: {**d, "status": s}))
@@ -331,7 +332,7 @@ def test_builders_either_build_or_refuse(job: dict[str, Any], now: datetime) -> 
         assert isinstance(fields, dict)
         assert q.parse_time(fields["updated_at"]) is not None
         new = {**job, **fields}
-        assert new["status"] in q.STATES
+        assert new["status"] in set(JobStatus)
         if "history" in fields:
             assert len(fields["history"]) <= q.HISTORY_LIMIT
     if q.is_terminal(job):
