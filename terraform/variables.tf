@@ -178,7 +178,7 @@ variable "region" {
 }
 
 variable "retention_days" {
-  description = "Days finished work is kept, per terminal state (terraform/README.md, "Retention of finished jobs": record expiry via custom time)."
+  description = "Days finished work is kept, per terminal state (terraform/README.md, section Retention of finished jobs: record expiry via custom time)."
   type = object({
     done      = optional(number, 30)
     failed    = optional(number, 90)

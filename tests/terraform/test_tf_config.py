@@ -401,7 +401,7 @@ def _calls_per_job_of_a_maximum_batch() -> float:
     body = {"jobs": [{"pipeline": "demo", "id": f"job-{i:04d}"} for i in range(n)]}
     store = MemoryStore()
     result = submit(store, Bell(), parse_submission(body, Settings.from_env({})), datetime.now(UTC))
-    assert result.body["created"] == n
+    assert result.to_json()["created"] == n
     return sum(store.calls.values()) / n
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from tfhcl import (
+from tests.terraform.tfhcl import (
     addresses,
     block,
     block_of,
