@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from local.cloud import LocalCloud
-from local.demo import Watch, all_terminal, emulator_stats, topic_count
 from local.faultproxy import FaultProxy
+from local.observe import Watch, all_terminal, emulator_stats, topic_count
 from local.procs import free_port
 
 

@@ -28,7 +28,7 @@ from typing import Any
 from bench.common import row, wait_pending_empty
 from local import wiring
 from local.cloud import LocalCloud
-from local.demo import Watch, emulator_stats
+from local.observe import Watch, emulator_stats
 
 JOBS = 500
 SHAPES = ((2, 4), (2, 16))
@@ -133,8 +133,9 @@ def _busy(before: tuple[int, int], after: tuple[int, int]) -> float | None:
 
 def _variant(instances: int, max_concurrent: int) -> dict[str, Any]:
     cloud = LocalCloud.for_tests(
-        claim_instances=instances,
-        max_concurrent=max_concurrent,
+        max_instances=instances,
+        min_instances=instances,  # warm, so the figure is the queue's, not start-ups'
+        concurrency=max_concurrent,
         sweep_interval_seconds=3.0,
         stale_seconds=30.0,
     )
