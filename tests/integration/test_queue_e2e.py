@@ -28,6 +28,7 @@ def cloud() -> Iterator[LocalCloud]:
         concurrency=2,
         stale_seconds=3.0,
         sweep_interval_seconds=1.0,
+        shutdown_grace_seconds=2.0,
         function_env={
             "RECLAIM_MIN_WRITE_INTERVAL_SECONDS": "0.2",
             "RECLAIM_BACKOFF_BASE_SECONDS": "0",
@@ -107,7 +108,49 @@ def test_a_batch_finishes_although_an_instance_is_killed_mid_job(cloud: LocalClo
         assert all(o.startswith(f"outputs/{job_id}/") for o in outputs)
         assert view["result"]["attempt"] == attempt
     assert cloud.dead_children() == {}  # the platform's kill is no crash; nothing else died
-    assert cloud.service("claim").stats()["reclaims"] == {"graceful": 0, "hard": 1}
+    assert cloud.service("claim").stats()["reclaims"]["hard"] == 1
+
+
+def test_a_busy_instance_reclaimed_gracefully_still_ends_each_job_once(cloud: LocalCloud) -> None:
+    """SIGTERM, a 2 s grace, SIGKILL (a rollout or host maintenance) while the instance
+    runs 3-stage jobs of 1.5 s a stage: whether a job ends within the grace or is
+    rescued after the SIGKILL, it is done exactly once, by its final attempt."""
+    claim = cloud.service("claim")
+    batch_id = f"g-{uuid.uuid4().hex[:8]}"
+    body = {
+        "batch_id": batch_id,
+        "jobs": [
+            {"pipeline": "demo", "payload": {"stages": 3, "sleep_s": 1.5, "output": True}}
+            for _ in range(4)
+        ],
+    }
+    resp = requests.post(cloud.endpoints["jobs"], json=body, timeout=30)
+    assert resp.status_code in (200, 201, 202), resp.text
+    job_ids = [j["id"] for j in batch(cloud, batch_id)["jobs"]]
+    index, _victim = wait_for("a running job", lambda: running_on(cloud, job_ids))
+    claim.reclaim(index, graceful=True)
+
+    final = wait_for("every job terminal", lambda: (b := batch(cloud, batch_id))["done"] and b)
+    assert final["counts"] == {"done": 4}, final["counts"]
+    for job_id in job_ids:
+        view = job(cloud, job_id)
+        done = [e for e in view["history"] if e.get("event") == "done"]
+        assert len(done) == 1 and done[0]["attempt"] == view["attempts"]
+        assert view["result"]["attempt"] == view["attempts"]
+        assert len(view["result"]["outputs"]) == 3
+    gone = wait_for(
+        "the reclaimed instance gone",
+        lambda: next(
+            (
+                i["shutdown"]
+                for i in claim.stats()["instance_list"]
+                if i["id"] == index and i["state"] == "gone"
+            ),
+            None,
+        ),
+    )
+    assert gone["reason"] == "reclaim" and gone["outcome"] in ("exited", "killed after grace")
+    assert claim.stats()["reclaims"]["graceful"] == 1
 
 
 def test_an_upload_is_digested_end_to_end(cloud: LocalCloud) -> None:
