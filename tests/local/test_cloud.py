@@ -361,6 +361,44 @@ def test_make_dev_starts_prints_and_stops_on_sigterm(tmp_path: Path):
     assert (tmp_path / "claim-0.log").exists()
 
 
+def test_make_dev_killed_with_sigkill_leaves_no_orphans(tmp_path: Path):
+    """kill -9 of the launcher: the kernel's parent-death signal ends the emulators and
+    every instance, including the ones the platform's spawner thread started."""
+    sources = ",".join(f"{n}={FAKE}:echo" for n in DEFAULT_FUNCTIONS)
+    names = ("PUBSUB", "GCS", "SUBMIT", "SUBMIT_UPLOAD", "CLAIM", "SWEEP")
+    env = {
+        **os.environ,
+        **{f"LOCAL_{k}_PORT": "0" for k in names},
+        "LOCAL_EMULATOR_ADMIN_PORT": "off",
+        "LOCAL_CLOUDRUN_ADMIN_PORT": "off",
+        "LOCAL_LOG_DIR": str(tmp_path),
+        "LOCAL_FUNCTION_SOURCES": sources,
+        "LOCAL_CLAIM_MIN_INSTANCES": "2",
+        "LOCAL_SWEEP_INTERVAL_SECONDS": "0",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "local.dev"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if "Ctrl-C stops everything" in line:
+                break
+        groups = _descendant_groups(proc.pid)
+        assert len(groups) >= 4  # emulator, fake-gcs, two warm claim instances
+        proc.kill()
+        proc.wait(10)
+        _wait_for("every child gone", lambda: not [g for g in groups if group_pids(g)])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def test_make_dev_rejects_bad_settings():
     env = {**os.environ, "LOCAL_GCS_PORT": "http"}
     r = subprocess.run(
