@@ -161,7 +161,7 @@ def test_requests_pend_then_get_the_platforms_429(make: Make, tmp_path: Path) ->
         assert busy.result()[0] == 200
     assert [x["path"] for x in _seen(tmp_path)] == ["/busy"]  # the app never saw it
     s = _stats(p)
-    assert s["requests"]["refused"] == 1 and s["pending_waits"]["max_s"] >= 1.0
+    assert s["requests"]["refused"] == 1 and s["pending_waits"]["max_s"] >= 0.9
 
 
 def test_idle_instances_get_sigterm_and_exit_then_scale_to_zero(make: Make) -> None:
