@@ -49,7 +49,7 @@ fmt: venv ## Format the code with ruff
 	$(VENV)/bin/ruff check --fix .
 
 dev: venv ## Run the local cloud in the foreground (Ctrl-C stops it)
-	$(PY) -m local.cloud
+	$(PY) -m local.dev
 
 demo: venv ## The incident replay: 22 jobs, one instance killed mid-batch
 	$(PY) -m local.demo

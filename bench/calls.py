@@ -78,8 +78,9 @@ def run() -> dict[str, Any]:
     raw: dict[str, Any] = {}
     rows = []
     with bench_cloud(
-        claim_instances=INSTANCES,
-        max_concurrent=MAX_CONCURRENT,
+        max_instances=INSTANCES,
+        min_instances=INSTANCES,
+        concurrency=MAX_CONCURRENT,
         sweep_interval_seconds=0,
         stale_seconds=STALE_S,
     ) as b:

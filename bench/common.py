@@ -12,8 +12,8 @@ from typing import Any
 
 from local import wiring
 from local.cloud import LocalCloud
-from local.demo import all_terminal, emulator_stats, topic_count
 from local.faultproxy import FaultProxy
+from local.observe import all_terminal, emulator_stats, topic_count
 from local.procs import free_port
 from shared.config import Settings
 from shared.doorbell import Doorbell

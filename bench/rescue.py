@@ -1,9 +1,10 @@
 """Rescue latency after an instance kill, against stale_s + sweep interval.
 
-2 claim instances x 4 slots, stale_s 6, sweep every 2 s. Each round submits
-6 long jobs (3 stages of 4 s), waits until they run, SIGKILLs the instance
-holding the most, starts a fresh one, and times each of its jobs from the kill
-to the watchdog's requeue and to the re-claim by a live instance (from the
+At most 3 claim instances x concurrency 4 on the local Cloud Run, stale_s 6,
+sweep every 2 s. Each round submits 6 long jobs (3 stages of 4 s), waits until
+they run, SIGKILLs the instance holding the most (a hard platform reclaim; the
+autoscaler starts a replacement on demand), and times each of its jobs from the
+kill to the watchdog's requeue and to the re-claim by a live instance (from the
 records' history). Capacity is left free so the re-claim measures the queue,
 not a wait for a slot.
 """
@@ -15,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bench.common import Bench, bench_cloud, median, row
-from local.demo import (
+from local.observe import (
     all_terminal,
     instance_pids,
     reclaimed_at,
@@ -46,8 +47,7 @@ def _round(b: Bench) -> list[dict[str, float]]:
             index = max(busy, key=lambda i: len(busy[i]))
             victims = busy[index]
             kill_at = datetime.now(UTC)
-            b.cloud.kill_claim(index)
-            b.cloud.start_claim()
+            b.cloud.service("claim").reclaim(index, graceful=False)
             break
         time.sleep(0.1)
     if not victims:
@@ -72,7 +72,7 @@ def _round(b: Bench) -> list[dict[str, float]]:
 def run() -> dict[str, Any]:
     samples: list[dict[str, float]] = []
     with bench_cloud(
-        claim_instances=2, max_concurrent=4, stale_seconds=STALE_S, sweep_interval_seconds=SWEEP_S
+        max_instances=3, concurrency=4, stale_seconds=STALE_S, sweep_interval_seconds=SWEEP_S
     ) as b:
         for _ in range(ROUNDS):
             samples += _round(b)

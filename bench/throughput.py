@@ -2,9 +2,10 @@
 
 Framework: one POST /jobs of 500 one-stage `demo` jobs (no sleep) to the local
 cloud (sweep every 3 s), timed until the pending index is empty (every job
-terminal and unmarked). Two shapes: 2 claim instances x MAX_CONCURRENT 4 (the
-incident's), and 2 x 16 (as many slots as the emulator pushes at once, so no
-doorbell is refused for want of a slot).
+terminal and unmarked). Two shapes, on the local Cloud Run with the instances
+kept warm (min_instances = max_instances, so the figure is the queue's, not
+start-ups'): 2 claim instances x concurrency 4 (the incident's), and 2 x 16 (as
+many slots as the emulator's largest push window).
 
 Raw floor: the same calls per job issued by a script with the official
 clients and no framework, on as many threads as the framework has slots:
@@ -28,7 +29,7 @@ from typing import Any
 from bench.common import row, snapshot, wait_pending_empty, watching_queue
 from local import wiring
 from local.cloud import LocalCloud
-from local.demo import emulator_stats
+from local.observe import emulator_stats
 from shared.jobs import JobStatus
 from shared.queue import Queue
 
@@ -140,8 +141,9 @@ def _busy(before: tuple[int, int], after: tuple[int, int]) -> float | None:
 
 def _variant(instances: int, max_concurrent: int) -> dict[str, Any]:
     cloud = LocalCloud.for_tests(
-        claim_instances=instances,
-        max_concurrent=max_concurrent,
+        max_instances=instances,
+        min_instances=instances,  # warm, so the figure is the queue's, not start-ups'
+        concurrency=max_concurrent,
         sweep_interval_seconds=3.0,
         stale_seconds=30.0,
     )
@@ -215,7 +217,7 @@ def _note(f: dict[str, Any], raw: dict[str, Any]) -> str:
         f"submit rings only after all {f['jobs']} records exist ({f['submit_s']:.1f} s in which "
         f"no job can start); after that the claim side ran {after_submit:.0f} jobs/s "
         f"({after_submit / floor:.2f} of the floor). Ringing each job as soon as its record "
-        "is written would overlap the two; the rest is the push/balancer/functions-framework "
+        "is written would overlap the two; the rest is the push/front/functions-framework "
         f"hops the floor does not make, on the same {os.cpu_count()} CPUs"
     )
     return "; ".join(parts)

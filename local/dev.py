@@ -1,8 +1,12 @@
 """`make dev`: LOCAL_* settings from the environment, then LocalCloud in the foreground.
 
+    python -m local.dev            (make dev)
+    python -m local.dev --help     every LOCAL_* setting with its default
+
 LOCAL_* configure the launcher only; the functions' own RECLAIM_* settings are
 read by shared/config.py alone (pass extras through LOCAL_FUNCTION_ENV, or
-export RECLAIM_* and they are inherited).
+export RECLAIM_* and they are inherited). Before starting it prints what it
+runs: the emulators, each function's Cloud Run sizing, and the settings used.
 """
 
 from __future__ import annotations
@@ -19,7 +23,15 @@ from types import FrameType
 from typing import Any
 
 from local import wiring
-from local.cloud import DEFAULT_FUNCTIONS, ROOT, CloudConfig, FunctionSpec, LocalCloud
+from local.cloud import (
+    DEFAULT_FUNCTIONS,
+    PUSH_WINDOWS,
+    ROOT,
+    CloudConfig,
+    FunctionSpec,
+    LocalCloud,
+    emulator_args,
+)
 
 
 class LaunchConfigError(ValueError):
@@ -48,6 +60,16 @@ def _opt_port(raw: str) -> int | None:
 
 def _opt_int(raw: str) -> int | None:
     return None if raw == "" else int(raw)
+
+
+def _opt_seconds(raw: str) -> float | None:
+    return None if raw == "" else float(raw)
+
+
+def _window(raw: str) -> str:
+    if raw not in PUSH_WINDOWS:
+        raise ValueError(f"must be one of {', '.join(PUSH_WINDOWS)}")
+    return raw
 
 
 def _env_pairs(raw: str) -> dict[str, str]:
@@ -92,18 +114,59 @@ VARS: tuple[_Var, ...] = (
         "claim_port",
         "8082",
         _port,
-        "The claim function's one URL (round-robin balancer).",
+        "The claim function's one URL (its Cloud Run front).",
     ),
     _Var("LOCAL_SWEEP_PORT", "sweep_port", "8083", _port, "sweep function."),
     _Var(
-        "LOCAL_CLAIM_BASE_PORT",
-        "claim_base_port",
-        "8090",
-        _port,
-        "Claim instance i listens on this + i.",
+        "LOCAL_CLOUDRUN_ADMIN_PORT",
+        "cloudrun_admin_port",
+        "8087",
+        _opt_port,
+        "Local Cloud Run GET /stats and instance actions ('off' to disable).",
     ),
-    _Var("LOCAL_CLAIM_INSTANCES", "claim_instances", "2", int, "Claim instances at start."),
-    _Var("LOCAL_MAX_CONCURRENT", "max_concurrent", "4", int, "Jobs one claim instance runs."),
+    _Var(
+        "LOCAL_CLAIM_MAX_INSTANCES",
+        "max_instances",
+        "2",
+        int,
+        "Claim instances at most (it scales from zero).",
+    ),
+    _Var("LOCAL_CLAIM_MIN_INSTANCES", "min_instances", "0", int, "Claim instances kept warm."),
+    _Var(
+        "LOCAL_CLAIM_CONCURRENCY",
+        "concurrency",
+        "4",
+        int,
+        "Requests (jobs) one claim instance serves at once; = THREADS = RECLAIM_MAX_CONCURRENT.",
+    ),
+    _Var(
+        "LOCAL_IDLE_TIMEOUT_SECONDS",
+        "idle_timeout_seconds",
+        "60",
+        float,
+        "An instance without a request for this long is shut down (Cloud Run: up to 15 min).",
+    ),
+    _Var(
+        "LOCAL_SHUTDOWN_GRACE_SECONDS",
+        "shutdown_grace_seconds",
+        "10",
+        float,
+        "SIGTERM, then SIGKILL this much later (Cloud Run: 10).",
+    ),
+    _Var(
+        "LOCAL_PENDING_TIMEOUT_SECONDS",
+        "pending_timeout_seconds",
+        "",
+        _opt_seconds,
+        "Wait for a free instance before the platform's 429 (empty: max(10, 3.5 x start-up)).",
+    ),
+    _Var(
+        "LOCAL_PUSH_WINDOW",
+        "push_window",
+        "adaptive",
+        _window,
+        "Emulator push flow control: adaptive (the service's) or fixed (32 in flight).",
+    ),
     _Var(
         "LOCAL_STALE_SECONDS",
         "stale_seconds",
@@ -206,8 +269,6 @@ def config_from_env(env: Mapping[str, str]) -> CloudConfig:
     log_dir = Path(values.pop("log_dir"))
     values["log_dir"] = log_dir if log_dir.is_absolute() else ROOT / log_dir
     values["functions_storage_host"] = values["functions_storage_host"] or None
-    if values["claim_instances"] < 1:
-        raise LaunchConfigError("LOCAL_CLAIM_INSTANCES must be >= 1")
     config = replace(CloudConfig(), topology=topology, **values)
     try:
         config.validate()
@@ -216,22 +277,29 @@ def config_from_env(env: Mapping[str, str]) -> CloudConfig:
     return config
 
 
+RETIRED = {
+    "LOCAL_CLAIM_INSTANCES": "claim scales from zero now: set LOCAL_CLAIM_MAX_INSTANCES "
+    "(and LOCAL_CLAIM_MIN_INSTANCES for warm ones)",
+    "LOCAL_MAX_CONCURRENT": "use LOCAL_CLAIM_CONCURRENCY (it is also THREADS)",
+    "LOCAL_CLAIM_BASE_PORT": "instances listen on free ports behind the claim front",
+}
+"""Settings of the round-robin launcher that the Cloud Run platform replaced."""
+
+
 def unknown_vars(env: Mapping[str, str]) -> list[str]:
     """LOCAL_* names that are set but mean nothing here (likely typos)."""
     known = {v.name for v in VARS}
-    return sorted(k for k in env if k.startswith("LOCAL_") and k not in known)
+    return sorted(k for k in env if k.startswith("LOCAL_") and k not in known | set(RETIRED))
+
+
+def retired_vars(env: Mapping[str, str]) -> list[str]:
+    """'NAME: what to use instead' for each retired setting still set."""
+    return [f"{k}: {why}" for k, why in RETIRED.items() if k in env]
 
 
 def busy_ports(config: CloudConfig) -> list[str]:
     """'name=port' for each fixed port something already listens on."""
     fixed = {f"{k}={v}": v for k, v in vars(config).items() if k.endswith("_port") and v}
-    fixed.update(
-        {
-            f"claim instance {i}={config.claim_base_port + i}": config.claim_base_port + i
-            for i in range(config.claim_instances)
-            if config.claim_base_port
-        }
-    )
     busy = []
     for label, port in fixed.items():
         with socket.socket() as s:
@@ -239,6 +307,43 @@ def busy_ports(config: CloudConfig) -> list[str]:
             if s.connect_ex((config.host, port)) == 0:
                 busy.append(label)
     return busy
+
+
+def plan(config: CloudConfig, env: Mapping[str, str]) -> str:
+    """What `make dev` runs, said before it starts: processes, sizing and settings."""
+    emulator = emulator_args(config, config.pubsub_port, config.emulator_admin_port)
+    lines = [
+        "local cloud: starting",
+        "  Pub/Sub emulator   python " + " ".join(emulator[1:]),
+        f"  fake-gcs-server    port {config.gcs_port} (upload notifications on)",
+        "  local Cloud Run    one front per function; instances start on the first request",
+    ]
+    for name, spec in config.functions.items():
+        s = config.service_config(name)
+        lines.append(
+            f"    {name:<14} {spec.source}:{spec.target}  concurrency {s.concurrency} "
+            f"(THREADS), instances {s.min_instances}..{s.max_instances}, "
+            f"timeout {s.timeout_s:g} s"
+        )
+    lines.append(
+        f"    every instance: idle {config.idle_timeout_seconds:g} s -> SIGTERM, "
+        f"{config.shutdown_grace_seconds:g} s grace -> SIGKILL; pending "
+        + (
+            f"{config.pending_timeout_seconds:g} s"
+            if config.pending_timeout_seconds is not None
+            else "max(10 s, 3.5 x start-up)"
+        )
+        + " -> 429"
+    )
+    if config.sweep_interval_seconds:
+        lines.append(f"  scheduler          POST sweep every {config.sweep_interval_seconds:g} s")
+    changed = [v for v in VARS if v.name in env and env[v.name].strip() != v.default]
+    lines.append(
+        "  settings           "
+        + (", ".join(f"{v.name}={env[v.name].strip()}" for v in changed) or "all defaults")
+        + " (python -m local.dev --help lists them)"
+    )
+    return "\n".join(lines)
 
 
 def describe(cloud: LocalCloud) -> str:
@@ -256,8 +361,16 @@ def describe(cloud: LocalCloud) -> str:
         "Upload a file (becomes a job through the GCS notification):",
         f"  curl -s -X POST --data-binary @README.md '{e['storage_emulator_host']}"
         f"/upload/storage/v1/b/{e['uploads_bucket']}/o?uploadType=media&name=README.md'",
+    ]
+    if "cloudrun_admin" in e:
+        lines += [
+            "Watch the platform (instances, cold starts, pending, 429s, billing):",
+            f"  curl -s {e['cloudrun_admin']}/stats",
+        ]
+    lines += [
         "",
-        f"Logs: {e['log_dir']}/*.log    Ctrl-C stops everything.",
+        f"Logs: {e['log_dir']}/*.log (cloudrun.log: instance starts and stops)"
+        "    Ctrl-C stops everything.",
     ]
     return "\n".join(lines)
 
@@ -276,7 +389,7 @@ def _watch(cloud: LocalCloud) -> None:
             if name not in reported:
                 reported.add(name)
                 print(
-                    f"local cloud: {name} exited with code {rc}; see its log",
+                    f"local cloud: {name} died (exit code {rc}); see its log",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -298,6 +411,8 @@ def _prepare(argv: list[str], env: Mapping[str, str]) -> CloudConfig | int:
     except LaunchConfigError as exc:
         print(f"local cloud: {exc}", file=sys.stderr)
         return 2
+    for line in retired_vars(env):
+        print(f"local cloud: warning: {line} (ignored)", file=sys.stderr)
     for name in unknown_vars(env):
         print(f"local cloud: warning: {name} is not a launcher setting (ignored)", file=sys.stderr)
     busy = busy_ports(config)
@@ -324,6 +439,7 @@ def run(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
+    print(plan(prepared, os.environ), flush=True)
     cloud = LocalCloud(prepared)
     code = 0
     try:
@@ -339,3 +455,7 @@ def run(argv: list[str] | None = None) -> int:
         stopping = True
         cloud.stop()
     return code
+
+
+if __name__ == "__main__":
+    sys.exit(run())

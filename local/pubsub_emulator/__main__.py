@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from local.pubsub_emulator.admin import AdminServer
 from local.pubsub_emulator.broker import Broker
 from local.pubsub_emulator.faults import FaultError, Faults
+from local.pubsub_emulator.policy import INITIAL_PUSH_WINDOW, WINDOW_MODES
 from local.pubsub_emulator.push import Pusher
 from local.pubsub_emulator.server import build_server
 
@@ -41,7 +42,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--push-concurrency",
         type=int,
         default=32,
-        help="pushes in flight per subscription (default 32)",
+        help="largest push window (pushes in flight) per subscription (default 32)",
+    )
+    p.add_argument(
+        "--push-window",
+        choices=WINDOW_MODES,
+        default=os.environ.get("PUBSUB_EMULATOR_PUSH_WINDOW") or "adaptive",
+        help="adaptive: the service's flow control (starts small, grows on acks, halves on "
+        "failures); fixed: always --push-concurrency (default adaptive)",
+    )
+    p.add_argument(
+        "--push-window-initial",
+        type=int,
+        default=INITIAL_PUSH_WINDOW,
+        help=f"first push window of an adaptive subscription (default {INITIAL_PUSH_WINDOW})",
     )
     p.add_argument(
         "--pull-wait",
@@ -73,6 +87,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
+    if args.push_concurrency < 1 or args.push_window_initial < 1:
+        print(
+            "pubsub emulator: --push-concurrency and --push-window-initial must be >= 1",
+            file=sys.stderr,
+        )
+        return 2
+    if args.push_window not in WINDOW_MODES:
+        print(f"pubsub emulator: --push-window must be one of {WINDOW_MODES}", file=sys.stderr)
+        return 2
     try:
         faults = Faults(args.duplicate_fraction, args.drop_publish_fraction, args.seed)
     except FaultError as exc:
@@ -91,7 +114,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    pusher = Pusher(broker, args.push_concurrency)
+    pusher = Pusher(
+        broker,
+        args.push_concurrency,
+        adaptive=args.push_window == "adaptive",
+        initial_window=args.push_window_initial,
+    )
     server.start()
     pusher.start()
     if admin is not None:
