@@ -59,7 +59,6 @@ SWEEP_CURSOR = "sweep/cursor"  # where the next sweep resumes when the backlog e
 RECORD_CONTENT_TYPE = "application/json"
 
 HTTP_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds per HTTP request
-RETRY_INITIAL_S = 0.2
 RETRY_MAX_DELAY_S = 4.0
 RETRY_DEADLINE_S = 30.0
 _OUTPUT_NAME_MAX = 512
@@ -210,14 +209,23 @@ class CallCounter:
 def default_retry() -> Any:
     """Bounded retry of transient errors (429/5xx/connection), used on every call.
 
+    The library's own predicate and its own delays, so no retry starts sooner than the
+    library's would: Cloud Storage takes about one write per second to one object name
+    (https://cloud.google.com/storage/quotas), and a 429 retried sooner only meets that
+    limit again. ``DEFAULT_RETRY`` (google-cloud-storage ``retry.py``) keeps
+    google-api-core's defaults: a first delay of 1.0 s that doubles
+    (``google/api_core/retry/retry_base.py``, ``_DEFAULT_INITIAL_DELAY``,
+    ``_DEFAULT_DELAY_MULTIPLIER``), each sleep drawn at random below it (full jitter;
+    https://cloud.google.com/storage/docs/retry-strategy). Ours are only the longest
+    delay and the deadline (RETRY_DEADLINE_S rather than 120 s), so a call gives up in
+    time for the caller's own budget.
+
     Passed explicitly so generation-matched writes are retried too; that is safe
     because a 412 after a retry is resolved by the write_id re-read, never retried.
     """
     from google.cloud.storage.retry import DEFAULT_RETRY
 
-    return DEFAULT_RETRY.with_delay(
-        initial=RETRY_INITIAL_S, maximum=RETRY_MAX_DELAY_S, multiplier=2.0
-    ).with_timeout(RETRY_DEADLINE_S)
+    return DEFAULT_RETRY.with_delay(maximum=RETRY_MAX_DELAY_S).with_timeout(RETRY_DEADLINE_S)
 
 
 def make_client(project: str | None) -> Client:
