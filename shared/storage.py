@@ -23,6 +23,7 @@ GcsStore shares one client per process (the client is documented thread-safe).
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import uuid
 from collections import Counter
@@ -59,8 +60,15 @@ SWEEP_CURSOR = "sweep/cursor"  # where the next sweep resumes when the backlog e
 RECORD_CONTENT_TYPE = "application/json"
 
 HTTP_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds per HTTP request
+# Connections the storage client keeps open per host: every call one process may have in
+# flight. submit is the widest: its request concurrency (terraform submit_function, 8) x
+# one request's thread pool (shared.submission._WORKERS, 16). requests keeps 10 by
+# default and opens-and-discards the rest. tests/terraform keeps concurrency x workers
+# within it (terraform/README.md, "Sizing submit for a 1000-job batch").
+HTTP_POOL_SIZE = 128
 RETRY_MAX_DELAY_S = 4.0
 RETRY_DEADLINE_S = 30.0
+_TOKEN_REFRESH_TIMEOUT_S = 300  # what google-cloud-core gives the session it builds itself
 _OUTPUT_NAME_MAX = 512
 
 
@@ -229,10 +237,32 @@ def default_retry() -> Any:
 
 
 def make_client(project: str | None) -> Client:
-    """A storage client: anonymous on STORAGE_EMULATOR_HOST (the library reads it), else ADC."""
-    from google.cloud import storage
+    """A storage client whose HTTP session keeps HTTP_POOL_SIZE connections per host.
 
-    return storage.Client(project=project)
+    Credentials as the client picks them: anonymous when STORAGE_EMULATOR_HOST is set
+    (fake-gcs-server), else Application Default Credentials with the client's scopes.
+    The session is the one the client would build itself (google-auth's
+    AuthorizedSession, mutual TLS configured when enabled), with a bigger pool: the
+    client has no public pool setting, and takes a session as ``_http``
+    (googleapis/python-storage#253 sizes the pool the same way).
+    """
+    import google.auth
+    from google.auth.credentials import AnonymousCredentials, Credentials
+    from google.auth.transport.requests import AuthorizedSession
+    from google.cloud import storage
+    from requests.adapters import HTTPAdapter
+
+    credentials: Credentials
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        credentials = AnonymousCredentials()
+    else:
+        credentials, _ = google.auth.default(scopes=storage.Client.SCOPE)
+    session = AuthorizedSession(credentials, refresh_timeout=_TOKEN_REFRESH_TIMEOUT_S)
+    adapter = HTTPAdapter(pool_maxsize=HTTP_POOL_SIZE)
+    session.mount("https://", adapter)
+    session.mount("http://", adapter)  # the emulator
+    session.configure_mtls_channel()  # a no-op unless enabled; it keeps the pool size
+    return storage.Client(project=project, credentials=credentials, _http=session)
 
 
 class GcsStore(CallCounter):
