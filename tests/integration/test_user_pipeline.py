@@ -22,7 +22,6 @@ CSV = b"region,units,price\nnorth,3,2.5\nsouth,5,\neast,,4.0\n"
 @pytest.fixture(scope="module")
 def cloud() -> Iterator[LocalCloud]:
     with LocalCloud.for_tests(
-        claim_instances=1,
         sweep_interval_seconds=1.0,
         function_env={"RECLAIM_PIPELINE_MODULES": "pipelines.csv_summary"},
     ) as c:
