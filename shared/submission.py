@@ -44,7 +44,7 @@ BATCH_KEYS = frozenset({"batch_id", "jobs"})
 MAX_ATTEMPTS = 100
 MAX_PAYLOAD_BYTES = 256 * 1024
 UPLOAD_PIPELINE = "upload-digest"
-_WORKERS = 8
+_WORKERS = 16  # calls of one request in flight (terraform/README.md, "Sizing submit")
 _MAX_PROBLEMS = 10
 
 

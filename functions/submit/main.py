@@ -17,6 +17,10 @@ from shared.submission import decode_body, parse_submission
 
 log = get_logger("submit")
 _JSON_TYPES = ("application/json",)
+# Not /healthz: Cloud Run reserves some paths ending in "z" and answers them itself, so
+# such a request never reaches the function ("Reserved URL paths",
+# https://cloud.google.com/run/docs/known-issues). /healthz is an unknown route here.
+HEALTH_PATH = "/health"
 _settings = SettingsOnce("submit")
 _settings.validate_now()
 
@@ -26,11 +30,11 @@ _settings.validate_now()
 
 @entry_point("submit")
 def submit(request: flask.Request) -> flask.Response:
-    """The HTTP API: POST /jobs, GET /jobs/<id>, GET /batches/<id>, GET /healthz."""
+    """The HTTP API: POST /jobs, GET /jobs/<id>, GET /batches/<id>, GET /health."""
     path = request.path.rstrip("/") or "/"
     parts = path.lstrip("/").split("/", 1)
     head, rest = parts[0], (parts[1] if len(parts) > 1 else None)
-    if path == "/healthz":
+    if path == HEALTH_PATH:
         require_method(request, ("GET",))
         return answer(200, {"ok": True})
     if head == "jobs" and rest is None:

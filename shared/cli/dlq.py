@@ -1,15 +1,15 @@
 """`reclaim dlq`: show, and optionally re-ring, what the dead-letter subscription holds.
 
-A synchronous pull with the official client. Nothing is acknowledged unless
---requeue decided so; everything else is handed back with deadline 0, so looking
-never loses a message.
+Synchronous pulls with the official client, until one comes back empty. Nothing is
+acknowledged unless --requeue decided so; everything else is handed back with
+deadline 0, so looking never loses a message.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from shared.queue import Queue
 
 _PULL_TIMEOUT_S = 5.0
+_PULL_MAX = 1000  # messages asked of one Pull
+_ACK_IDS_PER_CALL = 1000
+_DELIVERIES_PER_MESSAGE = 4  # copies of one message pulled before the loop gives up
 
 Decision = Literal["ring", "drop", "keep"]
 
@@ -30,7 +33,7 @@ Decision = Literal["ring", "drop", "keep"]
 class DeadLetter:
     """One message held by the dead-letter subscription, decoded for display."""
 
-    ack_id: str
+    ack_ids: tuple[str, ...]  # every delivery of this message: acking or handing back covers all
     message_id: str
     job_id: str | None
     delivery_count: int | None
@@ -40,7 +43,7 @@ class DeadLetter:
 
 
 def decode_dead_letter(
-    ack_id: str,
+    ack_ids: Sequence[str],
     message_id: str,
     data: bytes,
     attributes: dict[str, str],
@@ -62,7 +65,7 @@ def decode_dead_letter(
     if count_attr and count_attr.isdigit():
         count = int(count_attr)
     return DeadLetter(
-        ack_id=ack_id,
+        ack_ids=tuple(ack_ids),
         message_id=message_id,
         job_id=job_id,
         delivery_count=count,
@@ -91,38 +94,65 @@ def requeue_decision(queue: Queue, job_id: str | None) -> tuple[Decision, str | 
     return "drop", str(status)
 
 
-def _pull(subscriber: Any, path: str, most: int) -> Iterator[Any]:
-    """Synchronous pulls until `most` messages, or an answer short of what was asked
-    (the backlog is drained, or Pub/Sub has no more to give right now)."""
+Pulled = tuple[Any, tuple[str, ...]]  # a ReceivedMessage, and every ack id it came under
+
+
+def pull_distinct(pull: Callable[[int], Sequence[Any]], most: int) -> list[Pulled]:
+    """Pull until a pull comes back empty or `most` distinct messages are held.
+
+    One Pull may answer fewer messages than are waiting ("The Pub/Sub system may return
+    fewer than the number specified",
+    https://cloud.google.com/pubsub/docs/reference/rest/v1/projects.subscriptions/pull),
+    so only an empty answer says the backlog is drained. Delivery is at least once: a
+    message is kept once, by message id, with the ack id of each copy. `pull(n)` asks
+    for at most n; the loop also stops after _DELIVERIES_PER_MESSAGE x `most`
+    deliveries, so a subscription that keeps redelivering what is held cannot hold it.
+    """
+    held: dict[str, tuple[Any, list[str]]] = {}
+    deliveries = 0
+    while len(held) < most and deliveries < _DELIVERIES_PER_MESSAGE * most:
+        batch = pull(min(most - len(held), _PULL_MAX))
+        if not batch:
+            break
+        for received in batch:
+            deliveries += 1
+            _, ack_ids = held.setdefault(received.message.message_id, (received, []))
+            ack_ids.append(received.ack_id)
+    return [(received, tuple(ack_ids)) for received, ack_ids in held.values()]
+
+
+def _pull_once(subscriber: Any, path: str) -> Callable[[int], Sequence[Any]]:
     from google.api_core import exceptions as gexc
 
-    got = 0
-    while got < most:
-        asked = min(most - got, 1000)
+    def pull(asked: int) -> Sequence[Any]:
         try:
             response = subscriber.pull(
                 request={"subscription": path, "max_messages": asked}, timeout=_PULL_TIMEOUT_S
             )
         except gexc.DeadlineExceeded:
-            return  # nothing arrived within the timeout: the subscription is empty
-        for received in response.received_messages:
-            got += 1
-            yield received
-        if len(response.received_messages) < asked:
-            return
+            return []  # nothing arrived within the timeout: as empty as an empty answer
+        return list(response.received_messages)
+
+    return pull
 
 
-def _dead_letter(received: Any) -> DeadLetter:
+def _dead_letter(pulled: Pulled) -> DeadLetter:
+    received, ack_ids = pulled
     msg = received.message
     published = msg.publish_time.isoformat() if msg.publish_time else None
     return decode_dead_letter(
-        received.ack_id,
+        ack_ids,
         msg.message_id,
         bytes(msg.data),
         dict(msg.attributes),
         int(received.delivery_attempt or 0),
         published,
     )
+
+
+def _chunks(ids: list[str]) -> Iterator[list[str]]:
+    for i in range(0, len(ids), _ACK_IDS_PER_CALL):
+        yield ids[i : i + _ACK_IDS_PER_CALL]
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:
@@ -136,13 +166,13 @@ def cmd_dlq(args: argparse.Namespace) -> int:
     path = subscriber.subscription_path(ctx.settings.project, ctx.dead_letter_subscription)
     rows: list[dict[str, Any]] = []
     try:
-        letters = [_dead_letter(r) for r in _pull(subscriber, path, args.max_messages)]
-        ack, back = _decide_letters(letters, queue, rows)
-        if ack:
-            subscriber.acknowledge(request={"subscription": path, "ack_ids": ack})
-        if back:  # deadline 0: redelivered at once, nothing lost
+        pulled = pull_distinct(_pull_once(subscriber, path), args.max_messages)
+        ack, back = _decide_letters([_dead_letter(p) for p in pulled], queue, rows)
+        for ids in _chunks(ack):
+            subscriber.acknowledge(request={"subscription": path, "ack_ids": ids})
+        for ids in _chunks(back):  # deadline 0: redelivered at once, nothing lost
             subscriber.modify_ack_deadline(
-                request={"subscription": path, "ack_ids": back, "ack_deadline_seconds": 0}
+                request={"subscription": path, "ack_ids": ids, "ack_deadline_seconds": 0}
             )
     finally:
         subscriber.close()
@@ -184,11 +214,11 @@ def _decide_letters(
             else:
                 action = "left (no readable job)"
             if decision in ("ring", "drop"):
-                ack.append(letter.ack_id)
+                ack.extend(letter.ack_ids)
             else:
-                back.append(letter.ack_id)
+                back.extend(letter.ack_ids)
         else:
-            back.append(letter.ack_id)
+            back.extend(letter.ack_ids)
         row["action"] = action
         rows.append(row)
     return ack, back

@@ -419,3 +419,17 @@ def test_submit_fits_a_maximum_batch_in_its_timeout() -> None:
     submit_fn = optional_defaults("submit_function")
     assert submit_fn["timeout_seconds"] >= needed, (submit_fn["timeout_seconds"], needed)
     assert submit_fn["timeout_seconds"] <= 3600
+
+
+def test_the_storage_pool_holds_every_call_submit_has_in_flight() -> None:
+    """Each submit request overlaps up to its thread pool's size of storage calls (a
+    batch's writes, or a batch view's reads); the process's one storage client must keep
+    a connection for each of them, or it opens and discards the rest."""
+    from shared import status, storage, submission
+
+    per_request = max(submission._WORKERS, status._WORKERS)
+    assert per_request == 16  # the right-hand column of terraform/README.md's table
+    concurrency = optional_defaults("submit_function")["concurrency"]
+    assert concurrency * per_request <= storage.HTTP_POOL_SIZE, (concurrency, per_request)
+    # submit_upload creates one job per request, its calls one after another
+    assert optional_defaults("submit_upload_function")["concurrency"] <= storage.HTTP_POOL_SIZE
