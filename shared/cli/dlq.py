@@ -175,7 +175,7 @@ def _decide_letters(
             row["status"] = status
             if decision == "ring" and letter.job_id:
                 try:
-                    queue.ring(letter.job_id)
+                    queue.ring(letter.job_id, letter.attributes.get("traceparent"))
                     action = "re-rung"
                 except DoorbellError:
                     decision, action = "keep", "left (ring failed)"
