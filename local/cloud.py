@@ -64,6 +64,7 @@ DEFAULT_FUNCTIONS: Mapping[str, FunctionSpec] = {
     "submit_upload": FunctionSpec("functions/submit/main.py", "submit_upload"),
     "claim": FunctionSpec("functions/claim/main.py", "claim"),
     "sweep": FunctionSpec("functions/sweep/main.py", "sweep"),
+    "dashboard": FunctionSpec("functions/dashboard/main.py", "dashboard"),
 }
 
 
@@ -81,6 +82,7 @@ class CloudConfig:
     claim_base_port: int = 0
     """Claim instance i listens on claim_base_port + i (0: free ports)."""
     sweep_port: int = 0
+    dashboard_port: int = 0
     emulator_admin_port: int | None = None
     """The emulator's GET /stats, POST /faults port (None: off, 0: free)."""
     topology: wiring.Topology = field(default_factory=wiring.Topology)
@@ -241,7 +243,9 @@ class LocalCloud:
         with self._lock:
             functions = [inst.proc for inst in self._claims.values()]
         functions += [
-            self._procs[n] for n in ("submit", "submit_upload", "sweep") if n in self._procs
+            self._procs[n]
+            for n in ("submit", "submit_upload", "sweep", "dashboard")
+            if n in self._procs
         ]
         # functions first (they talk to the emulators), then the emulators.
         stop_all(functions)
@@ -266,7 +270,8 @@ class LocalCloud:
 
     def function_urls(self) -> dict[str, str]:
         """The one URL of each function (claim: the balancer)."""
-        return {name: self._url(name) for name in ("submit", "submit_upload", "claim", "sweep")}
+        names = ("submit", "submit_upload", "claim", "sweep", "dashboard")
+        return {name: self._url(name) for name in names}
 
     @property
     def endpoints(self) -> dict[str, str]:
@@ -410,6 +415,7 @@ class LocalCloud:
             "submit_upload": c.submit_upload_port,
             "claim": c.claim_port,
             "sweep": c.sweep_port,
+            "dashboard": c.dashboard_port,
         }
         if c.emulator_admin_port is not None:
             wanted["admin"] = c.emulator_admin_port
@@ -432,7 +438,7 @@ class LocalCloud:
         )
         self._balancer.start()
         waiting = []
-        for name in ("submit", "submit_upload", "sweep"):
+        for name in ("submit", "submit_upload", "sweep", "dashboard"):
             proc = self._spawn_function(name, self._ports[name], name)
             self._procs[name] = proc
             waiting.append((name, self._ports[name], proc))
@@ -461,6 +467,9 @@ class LocalCloud:
                 "RECLAIM_JOBS_TOPIC": t.jobs_topic,
                 "RECLAIM_MAX_CONCURRENT": str(c.max_concurrent),
                 "RECLAIM_STALE_SECONDS": str(c.stale_seconds),
+                # the dashboard: its dead letters, and its charts from the functions' logs
+                "RECLAIM_DEAD_LETTER_SUBSCRIPTION": wiring.DEAD_LETTER_SUBSCRIPTION,
+                "RECLAIM_METRICS_SOURCE": f"logs:{c.log_dir}",
                 # functions-framework 3.10 reads these for its gunicorn (one worker,
                 # a thread per concurrent request), like Cloud Run's concurrency.
                 "WORKERS": "1",

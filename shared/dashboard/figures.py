@@ -66,7 +66,7 @@ class LogFiles:
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
-        self.description = f"the metric lines in {folder}/*.log"
+        self.description = f"the metric lines of the local cloud's logs ({folder.name}/*.log)"
         self._offsets: dict[Path, int] = {}
         self._entries: list[dict[str, Any]] = []
         self._lock = threading.Lock()

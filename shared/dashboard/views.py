@@ -142,13 +142,19 @@ def _chart(times: list[datetime], buckets: metrics.Buckets | None) -> Chart:
     return Chart(times, series)
 
 
-def progress(counts: dict[str, int]) -> list[tuple[str, int, float]]:
-    """(status, count, percent) segments of a progress bar, terminal ones first."""
+def progress(counts: dict[str, int]) -> list[tuple[str, int, float, float]]:
+    """(status, count, percent, offset percent) segments of a progress bar, terminal
+    ones first."""
     total = sum(counts.values()) or 1
     order = [s for s in PROGRESS_ORDER if counts.get(s)] + sorted(
         s for s in counts if s not in PROGRESS_ORDER and counts[s]
     )
-    return [(s, counts[s], 100.0 * counts[s] / total) for s in order]
+    out, offset = [], 0.0
+    for status in order:
+        pct = 100.0 * counts[status] / total
+        out.append((status, counts[status], pct, offset))
+        offset += pct
+    return out
 
 
 def active_batches(queue: Queue) -> list[dict[str, Any]]:
@@ -199,7 +205,11 @@ def timeline(record: JobRecord, now: datetime) -> list[Step]:
     for i, entry in enumerate(entries):
         end = times[i + 1] if i + 1 < len(entries) else (now if pending else None)
         began = times[i]
-        took = (end - began).total_seconds() if end is not None and began is not None else None
+        took = (
+            max((end - began).total_seconds(), 0.0)
+            if end is not None and began is not None
+            else None
+        )
         error = entry.get("error")
         steps.append(
             Step(
