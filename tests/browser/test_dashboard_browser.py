@@ -121,4 +121,7 @@ def test_a_forged_post_from_another_origin_changes_nothing(cloud: LocalCloud) ->
         timeout=30,
     )
     assert answer.status_code == 403
-    assert requests.get(cloud.endpoints["jobs"] + "/keep-1", timeout=30).json()["status"] != "cancelled"
+    assert (
+        requests.get(cloud.endpoints["jobs"] + "/keep-1", timeout=30).json()["status"]
+        != "cancelled"
+    )
