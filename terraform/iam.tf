@@ -73,6 +73,18 @@ resource "google_cloud_run_v2_service_iam_member" "invoker" {
   member   = "serviceAccount:${google_service_account.invoker.email}"
 }
 
+# Who may open the dashboard (and press its retry and cancel buttons): named principals
+# only, like submit; their browser reaches it through `gcloud run services proxy`.
+resource "google_cloud_run_v2_service_iam_member" "dashboard_viewers" {
+  for_each = toset(var.dashboard_viewers)
+
+  project  = var.project_id
+  location = var.region
+  name     = google_cloudfunctions2_function.fn["dashboard"].name
+  role     = "roles/run.invoker"
+  member   = each.value
+}
+
 # Who may submit jobs: named principals only (variable validation refuses public ones).
 resource "google_cloud_run_v2_service_iam_member" "submitters" {
   for_each = toset(var.submit_invokers)
@@ -82,6 +94,22 @@ resource "google_cloud_run_v2_service_iam_member" "submitters" {
   name     = google_cloudfunctions2_function.fn["submit"].name
   role     = "roles/run.invoker"
   member   = each.value
+}
+
+# The dashboard peeks at the dead letters: pull, then hand each back (deadline 0).
+resource "google_pubsub_subscription_iam_member" "dashboard_reads_dead_letters" {
+  project      = var.project_id
+  subscription = google_pubsub_subscription.dead_letter_hold.name
+  role         = "roles/pubsub.subscriber"
+  member       = "serviceAccount:${google_service_account.fn["dashboard"].email}"
+}
+
+# The dashboard's charts read the log-based metrics' time series (timeSeries.list needs
+# monitoring.timeSeries.list on the project: metrics have no narrower grant point).
+resource "google_project_iam_member" "dashboard_reads_metrics" {
+  project = var.project_id
+  role    = "roles/monitoring.viewer"
+  member  = "serviceAccount:${google_service_account.fn["dashboard"].email}"
 }
 
 # --- Google service agents ---------------------------------------------------------
@@ -181,5 +209,6 @@ resource "time_sleep" "grants_propagate" {
     google_service_account_iam_member.pubsub_agent_mints_invoker_tokens,
     google_pubsub_topic_iam_member.pubsub_agent_dead_letters,
     google_pubsub_topic_iam_member.gcs_agent_publishes_uploads,
+    google_project_iam_member.dashboard_reads_metrics,
   ]
 }
