@@ -1,4 +1,4 @@
-# The four gen2 functions (README "Repository layout"), built from archives that hold the
+# The five gen2 functions (README "Repository layout"), built from archives that hold the
 # function's folder at the root, the repo's shared/ package beside main.py, and the
 # deployment's own pipelines package (var.pipelines_dir, default the repo's pipelines/).
 # tests/terraform/test_tf_packaging.py builds the same archives, imports each entry

@@ -1,9 +1,10 @@
 # Identities and grants. One runtime SA per function, one invoker SA for pushes and
 # the scheduler, one build SA. Every grant sits on the resource it is about (bucket,
-# topic, subscription, service, SA), except the build SA's two project-level grants:
-# its log writer (logs have no narrower grant point) and its read of the
-# gcf-v2-sources bucket, conditioned on that bucket's name because Cloud Functions
-# creates the bucket on the first deploy. No public members anywhere.
+# topic, subscription, service, SA), except three project-level grants: the build SA's
+# log writer (logs have no narrower grant point) and its read of the gcf-v2-sources
+# bucket, conditioned on that bucket's name because Cloud Functions creates the bucket
+# on the first deploy; and the dashboard's monitoring viewer (metrics have no narrower
+# grant point). No public members anywhere.
 
 resource "google_service_account" "fn" {
   for_each = local.functions

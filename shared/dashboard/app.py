@@ -29,6 +29,7 @@ from shared.dashboard.figures import Figures
 from shared.errors import ReclaimError
 from shared.http import Refusal, refusal_for
 from shared.logs import get_logger
+from shared.pipelines import pipeline_names
 from shared.queue import Queue
 
 log = get_logger(__name__)
@@ -192,7 +193,10 @@ class _Page:
         now = self.clock()
         pending = views.read_pending(self.queue)
         gauges = metrics.queue_gauges(
-            pending.records, now, skew_s=self.queue.settings.clock_skew_seconds
+            pending.records,
+            now,
+            pipelines=pipeline_names(),
+            skew_s=self.queue.settings.clock_skew_seconds,
         )
         start = now - timedelta(hours=1)
         counts: dict[str, Any] = {}
