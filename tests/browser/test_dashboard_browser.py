@@ -2,10 +2,13 @@
 advances as its jobs finish, a failed job's error shows, and the Retry button
 requeues it (the page then refreshes itself until the job is done).
 
-Screenshots land in docs/ (docs/seeing.md and the README show them)."""
+Screenshots go to $RECLAIM_SCREENSHOT_DIR (default .local-cloud/screenshots, so a test
+run leaves the tree clean); `RECLAIM_SCREENSHOT_DIR=docs .venv/bin/python -m pytest
+tests/browser` refreshes the ones docs/seeing.md and the README show."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,12 +19,14 @@ import requests
 
 from local.cloud import LocalCloud
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / os.environ.get("RECLAIM_SCREENSHOT_DIR", ".local-cloud/screenshots")
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def cloud(browser: Any) -> Iterator[LocalCloud]:
+    DOCS.mkdir(parents=True, exist_ok=True)
     with LocalCloud.for_tests(claim_instances=1, stale_seconds=20, sweep_interval_seconds=1) as c:
         yield c
 

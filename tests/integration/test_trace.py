@@ -50,9 +50,15 @@ def test_a_jobs_lines_across_functions_carry_one_trace() -> None:
         requests.post(
             e["emulator_admin"] + "/faults", json={"drop_publish_fraction": 0}, timeout=10
         )
+        # watch the record as stored: a status read (GET /jobs/<id>) would apply the
+        # watchdog itself and take the re-ring away from the sweep
+        record = (
+            f"{e['storage_emulator_host']}/storage/v1/b/{e['records_bucket']}/o/"
+            "jobs%2Ftraced-1.json?alt=media"
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            job = requests.get(e["jobs"] + "/traced-1", timeout=30).json()
+            job = requests.get(record, timeout=30).json()
             if job["status"] == "done":
                 break
             time.sleep(0.3)
