@@ -117,6 +117,7 @@ VARS: tuple[_Var, ...] = (
         "The claim function's one URL (its Cloud Run front).",
     ),
     _Var("LOCAL_SWEEP_PORT", "sweep_port", "8083", _port, "sweep function."),
+    _Var("LOCAL_DASHBOARD_PORT", "dashboard_port", "8084", _port, "dashboard function (web UI)."),
     _Var(
         "LOCAL_CLOUDRUN_ADMIN_PORT",
         "cloudrun_admin_port",
@@ -349,7 +350,7 @@ def plan(config: CloudConfig, env: Mapping[str, str]) -> str:
 def describe(cloud: LocalCloud) -> str:
     """The banner: endpoints, a client env and a curl to submit a job."""
     e = cloud.endpoints
-    lines = ["reclaim local cloud is up.", ""]
+    lines = ["reclaim local cloud is up.", "", f"  Dashboard: {e['dashboard']}/", ""]
     lines += [f"  {k:<26} {v}" for k, v in e.items()]
     lines += ["", "Client environment (for the reclaim CLI):"]
     lines += [f"  export {k}={v}" for k, v in cloud.client_env().items()]

@@ -103,7 +103,11 @@ class _Drain:
             return None  # the sweep repairs and reports these
         if not overdue(stored.record, self.clock(), self.settings, backlogged=backlogged):
             return None
-        log.info("draining an overdue job", job_id=job_id)
+        log.info(
+            "draining an overdue job",
+            job_id=job_id,
+            traceparent=stored.record.get("traceparent"),
+        )
         return self.take(job_id, stored)
 
     def drain(self, gate: DrainGate, *, skip: str | None = None) -> list[Outcome]:

@@ -19,11 +19,12 @@ import json
 import os
 import secrets
 import socket
+import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from shared import job_queue, records
+from shared import job_queue, metrics, records
 from shared.clock import Clock, utcnow
 from shared.config import Settings
 from shared.doorbell import Ringer
@@ -167,7 +168,12 @@ class _Runner:
             reason = "backing off"
         elif status == JobStatus.RUNNING:
             reason = "running and fresh"
-        log.info("not claimable; acked", job_id=job_id, reason=reason)
+        log.info(
+            "not claimable; acked",
+            job_id=job_id,
+            reason=reason,
+            traceparent=job.get("traceparent"),
+        )
         return Outcome(job_id, OutcomeKind.SKIPPED, reason)
 
     def _claim_and_run(self, job_id: str, stored: Stored, now: datetime) -> Outcome:
@@ -180,11 +186,16 @@ class _Runner:
         try:
             claimed = self.store.update(new, stored.generation)
         except (LostRace, NotFound):
-            log.info("lost the claim race; acked", job_id=job_id, owner=owner)
+            log.info(
+                "lost the claim race; acked",
+                job_id=job_id,
+                owner=owner,
+                traceparent=job.get("traceparent"),
+            )
             return Outcome(job_id, OutcomeKind.RACED, "another owner won", owner=owner)
         attempt = int(claimed.record["attempts"])
-        jlog = JobLogger(job_id, owner, attempt)
-        jlog.info("claimed", pipeline=job.get("pipeline"), rescues=job.get("rescues"))
+        jlog = JobLogger(job_id, owner, attempt, job.get("traceparent"))
+        jlog.info("claimed", rescues=job.get("rescues"), **metrics.claimed(job, now, attempt))
         s = self.settings
         owned = OwnedRecord(
             self.store,
@@ -250,6 +261,7 @@ class _Job:
         self.confirm_s = runner.settings.ownership_confirm_seconds
         # outputs of committed stages, earlier attempts' included: the job's deliverables
         self.outputs = job_queue.checkpoint_outputs(self.job)
+        self.started = time.monotonic()  # the attempt's run time (a metric) counts from here
 
     def run(self) -> Outcome:
         try:
@@ -336,7 +348,7 @@ class _Job:
             )
         except OwnerLost:
             return self._lost("done refused")
-        self.log.info("done")
+        self.log.info("done", **self._finished(metrics.Outcome.DONE))
         self._unmark()
         return self._outcome(OutcomeKind.DONE)
 
@@ -349,7 +361,12 @@ class _Job:
             self.owned.finish(lambda job: job_queue.fail_fields(job, now, error), "failed")
         except OwnerLost:
             return self._lost("fail refused")
-        self.log.error("failed", error_type=error["type"], error=error["message"])
+        self.log.error(
+            "failed",
+            error_type=error["type"],
+            error=error["message"],
+            **self._finished(metrics.Outcome.FAILED),
+        )
         self._unmark()
         return self._outcome(OutcomeKind.FAILED, error["message"])
 
@@ -377,10 +394,14 @@ class _Job:
             error_type=error["type"],
             error=error["message"],
             delay_s=round(delay, 3),
+            **self._finished(metrics.Outcome.REQUEUED),
         )
         if delay <= 0:
             self._ring()
         return self._outcome(OutcomeKind.REQUEUED, error["message"])
+
+    def _finished(self, outcome: metrics.Outcome) -> dict[str, Any]:
+        return metrics.finished(self.job, outcome, run_s=time.monotonic() - self.started)
 
     def _lost(self, why: str) -> Outcome:
         self.owned.close()
@@ -396,7 +417,7 @@ class _Job:
 
     def _ring(self) -> None:
         try:
-            self.r.doorbell.ring(self.job_id)
+            self.r.doorbell.ring(self.job_id, self.job.get("traceparent"))
         except DoorbellError as exc:
             self.log.warning("doorbell failed; the sweep will ring", error=exc.reason)
 
