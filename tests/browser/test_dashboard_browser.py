@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def cloud(browser: Any) -> Iterator[LocalCloud]:
     DOCS.mkdir(parents=True, exist_ok=True)
-    with LocalCloud.for_tests(claim_instances=1, stale_seconds=20, sweep_interval_seconds=1) as c:
+    with LocalCloud.for_tests(stale_seconds=20, sweep_interval_seconds=1) as c:
         yield c
 
 

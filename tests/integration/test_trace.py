@@ -6,6 +6,7 @@ the same Cloud Logging trace, that of the submit request."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -23,7 +24,8 @@ def lines_about(log_dir: Path, job_id: str) -> dict[str, list[dict[str, Any]]]:
     """function (from the log file's name) -> the JSON lines about job_id."""
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for path in sorted(log_dir.glob("*.log")):
-        function = path.stem.rsplit("-", 1)[0] if path.stem.startswith("claim") else path.stem
+        # one log per instance on the local Cloud Run: "<function>-<instance>.log"
+        function = re.sub(r"-[0-9]+$", "", path.stem)
         for raw in path.read_text(errors="replace").splitlines():
             try:
                 entry = json.loads(raw)
@@ -36,7 +38,7 @@ def lines_about(log_dir: Path, job_id: str) -> dict[str, list[dict[str, Any]]]:
 
 def test_a_jobs_lines_across_functions_carry_one_trace() -> None:
     with LocalCloud.for_tests(
-        claim_instances=1, stale_seconds=3, sweep_interval_seconds=1, drop_publish_fraction=1.0
+        stale_seconds=3, sweep_interval_seconds=1, drop_publish_fraction=1.0
     ) as cloud:
         e = cloud.endpoints
         answer = requests.post(
