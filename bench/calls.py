@@ -17,6 +17,8 @@ import urllib.request
 from typing import Any
 
 from bench.common import bench_cloud, row, wait_terminal
+from shared.config import Settings
+from shared.jobs import JobStatus
 
 STAGES = 3
 INSTANCES = 2
@@ -29,7 +31,8 @@ WORKLOADS = (
 )
 """(key, label, seconds per stage, jobs): fewer jobs than slots is the plain claim path;
 more jobs than slots adds 429s and the drain; no-op stages coalesce their checkpoints."""
-DRAIN_GATE_S = 30 / 4
+STALE_S = 30.0
+DRAIN_GATE_S = Settings.from_env({}, stale_seconds=STALE_S).drain_interval_seconds
 TARGET_MUTATIONS = STAGES + 4
 TARGET_READS = 2.0
 TARGET_PUBLISHES = 1.0
@@ -49,11 +52,11 @@ def _measure(b: Any, sleep_s: float, jobs: int) -> dict[str, Any]:
     job = {"pipeline": "demo", "payload": {"stages": STAGES, "sleep_s": sleep_s}}
     start = time.monotonic()
     ids = [_post(b.cloud.endpoints["jobs"], job) for _ in range(jobs)]
-    records = wait_terminal(b.watch, ids, timeout_s=120)
+    records = wait_terminal(b.queue, ids, timeout_s=120)
     time.sleep(0.5)  # the final marker delete follows the terminal write
     counts = b.proxy.counts()
     answers = b.proxy.answers()
-    done = sum(r.get("status") == "done" for r in records.values())
+    done = sum(r.get("status") == JobStatus.DONE for r in records.values())
     per = {k: round(v / jobs, 2) for k, v in counts.items()}
     return {
         "jobs": jobs,
@@ -75,10 +78,11 @@ def run() -> dict[str, Any]:
     raw: dict[str, Any] = {}
     rows = []
     with bench_cloud(
-        claim_instances=INSTANCES,
-        max_concurrent=MAX_CONCURRENT,
+        max_instances=INSTANCES,
+        min_instances=INSTANCES,
+        concurrency=MAX_CONCURRENT,
         sweep_interval_seconds=0,
-        stale_seconds=30,
+        stale_seconds=STALE_S,
     ) as b:
         for key, label, sleep_s, jobs in WORKLOADS:
             raw[key] = _measure(b, sleep_s, jobs)

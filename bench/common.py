@@ -1,5 +1,5 @@
-"""What every benchmark shares: a local cloud behind the counting proxy, waiting
-for jobs to finish, and the shape of one result row."""
+"""What every benchmark shares: a local cloud behind the counting proxy, a queue to
+watch it with, waiting for jobs to finish, and the shape of one result row."""
 
 from __future__ import annotations
 
@@ -10,23 +10,32 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from local import wiring
 from local.cloud import LocalCloud
-from local.demo import Watch, all_terminal, emulator_stats, topic_count
 from local.faultproxy import FaultProxy
+from local.observe import all_terminal, emulator_stats, topic_count
 from local.procs import free_port
+from shared.config import Settings
+from shared.doorbell import Doorbell
+from shared.jobs import MEMBER_MISSING, MEMBER_UNREADABLE
+from shared.queue import Queue
+from shared.storage import GcsStore
 
 
 @dataclass
 class Bench:
-    """A running local cloud, the proxy that counts its GCS calls, and a watcher."""
+    """A running local cloud, the proxy that counts its GCS calls, and a watching queue."""
 
     cloud: LocalCloud
     proxy: FaultProxy
-    watch: Watch
+    queue: Queue
 
     def publishes(self) -> int:
         stats = emulator_stats(self.cloud.endpoints["emulator_admin"])
         return topic_count(stats, self.cloud.endpoints["jobs_topic"], "published")
+
+    def snapshot(self, job_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        return snapshot(self.queue, job_ids)
 
 
 @contextlib.contextmanager
@@ -38,35 +47,56 @@ def bench_cloud(**overrides: Any) -> Iterator[Bench]:
             gcs_port=gcs_port, functions_storage_host=proxy.url, **overrides
         )
         with cloud:
-            ep = cloud.endpoints
-            watch = Watch(cloud.gcs_url, ep["project"], ep["records_bucket"])
-            try:
-                yield Bench(cloud, proxy, watch)
-            finally:
-                watch.close()
+            yield Bench(cloud, proxy, watching_queue(cloud))
 
 
-def wait_pending_empty(watch: Watch, timeout_s: float, poll_s: float = 0.2) -> float:
+def watching_queue(cloud: LocalCloud) -> Queue:
+    """A Queue on the local cloud's records bucket and topic that talks to
+    fake-gcs-server directly, not through the counting proxy, so watching costs the
+    queue nothing it would report. Benchmarks only read with it (no watchdog)."""
+    ep = cloud.endpoints
+    settings = Settings.from_env(
+        {},
+        project=ep["project"],
+        records_bucket=ep["records_bucket"],
+        jobs_topic=ep["jobs_topic"],
+    )
+    store = GcsStore(settings.records_bucket, wiring.storage_client(cloud.gcs_url, ep["project"]))
+    return Queue(store, Doorbell(settings.project, settings.jobs_topic), settings)
+
+
+def snapshot(queue: Queue, job_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """job id -> its record as stored, or a stand-in whose status says it is missing
+    or unreadable."""
+    ids = list(job_ids)
+    listing = queue.read_many(ids)
+    found: dict[str, dict[str, Any]] = {str(r["id"]): dict(r) for r in listing.records}
+    for job_id, reason in listing.corrupt.items():
+        found[job_id] = {"id": job_id, "status": MEMBER_UNREADABLE, "reason": reason}
+    return {i: found.get(i, {"id": i, "status": MEMBER_MISSING}) for i in ids}
+
+
+def wait_pending_empty(queue: Queue, timeout_s: float, poll_s: float = 0.2) -> float:
     """Seconds until the pending index is empty (every job finished and unmarked)."""
     start = time.monotonic()
     while time.monotonic() - start < timeout_s:
-        if not watch.store.list_pending(limit=1):
+        if not queue.pending(limit=1):
             return time.monotonic() - start
         time.sleep(poll_s)
     raise TimeoutError(f"jobs still pending after {timeout_s:.0f} s")
 
 
 def wait_terminal(
-    watch: Watch, ids: Iterable[str], timeout_s: float, poll_s: float = 0.25
+    queue: Queue, ids: Iterable[str], timeout_s: float, poll_s: float = 0.25
 ) -> dict[str, dict[str, Any]]:
     """Records once every job is terminal and its pending marker is gone."""
     wanted = list(ids)
-    wait_pending_empty(watch, timeout_s)
-    records = watch.snapshot(wanted)
+    wait_pending_empty(queue, timeout_s)
+    records = snapshot(queue, wanted)
     deadline = time.monotonic() + timeout_s
     while not all_terminal(records) and time.monotonic() < deadline:
         time.sleep(poll_s)
-        records = watch.snapshot(wanted)
+        records = snapshot(queue, wanted)
     if not all_terminal(records):
         raise TimeoutError("some jobs are not terminal")
     return records

@@ -4,7 +4,7 @@ Each measurement is a fresh interpreter (a cold start), repeated; the median
 is kept. "module" loads main.py the way functions-framework does; "clients"
 imports google.cloud.storage and google.cloud.pubsub_v1 and nothing else; the
 function modules load those clients lazily, so "module + first use" adds what
-the first request pays (the store and the doorbell built, clients imported).
+the first request pays (the queue's store and doorbell built, clients imported).
 """
 
 from __future__ import annotations
@@ -31,10 +31,9 @@ spec.loader.exec_module(mod)
 first = time.perf_counter() - t
 if {warm}:
     from shared.config import Settings
-    from shared.doorbell import get_doorbell, shared_publisher
-    from shared.storage import get_store
-    s = Settings.from_env()
-    get_store(s); get_doorbell(s); shared_publisher()
+    from shared.doorbell import shared_publisher
+    from shared.queue import Queue
+    Queue.from_settings(Settings.from_env()); shared_publisher()
 print(first, time.perf_counter() - t)
 """
 

@@ -1,9 +1,10 @@
 """Rescue latency after an instance kill, against stale_s + sweep interval.
 
-2 claim instances x 4 slots, stale_s 6, sweep every 2 s. Each round submits
-6 long jobs (3 stages of 4 s), waits until they run, SIGKILLs the instance
-holding the most, starts a fresh one, and times each of its jobs from the kill
-to the watchdog's requeue and to the re-claim by a live instance (from the
+At most 3 claim instances x concurrency 4 on the local Cloud Run, stale_s 6,
+sweep every 2 s. Each round submits 6 long jobs (3 stages of 4 s), waits until
+they run, SIGKILLs the instance holding the most (a hard platform reclaim; the
+autoscaler starts a replacement on demand), and times each of its jobs from the
+kill to the watchdog's requeue and to the re-claim by a live instance (from the
 records' history). Capacity is left free so the re-claim measures the queue,
 not a wait for a slot.
 """
@@ -14,9 +15,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from bench.common import bench_cloud, median, row
-from local.demo import (
-    Watch,
+from bench.common import Bench, bench_cloud, median, row
+from local.observe import (
     all_terminal,
     instance_pids,
     reclaimed_at,
@@ -24,6 +24,7 @@ from local.demo import (
     running_on,
     submit_batch,
 )
+from shared.jobs import JobStatus
 
 STALE_S = 6.0
 SWEEP_S = 2.0
@@ -32,30 +33,28 @@ JOBS = 6
 SLACK_S = 2.0
 
 
-def _round(b: Any) -> list[dict[str, float]]:
+def _round(b: Bench) -> list[dict[str, float]]:
     jobs = [{"pipeline": "demo", "payload": {"stages": 3, "sleep_s": 4.0}}] * JOBS
     _batch, ids = submit_batch(b.cloud.endpoints["jobs"], jobs)
-    watch: Watch = b.watch
     deadline = time.monotonic() + 30
     victims: dict[str, tuple[str, int]] = {}
     while time.monotonic() < deadline:
-        records = watch.snapshot(ids)
-        if all(r.get("status") == "running" for r in records.values()):
+        records = b.snapshot(ids)
+        if all(r.get("status") == JobStatus.RUNNING for r in records.values()):
             time.sleep(1.0)  # mid-stage, the way the platform does it
-            records = watch.snapshot(ids)
+            records = b.snapshot(ids)
             busy = {i: running_on(records, p) for i, p in instance_pids(b.cloud).items()}
             index = max(busy, key=lambda i: len(busy[i]))
             victims = busy[index]
             kill_at = datetime.now(UTC)
-            b.cloud.kill_claim(index)
-            b.cloud.start_claim()
+            b.cloud.service("claim").reclaim(index, graceful=False)
             break
         time.sleep(0.1)
     if not victims:
         raise RuntimeError("the jobs never all ran")
     out: dict[str, dict[str, float]] = {}
     while time.monotonic() < deadline + 60 and len(out) < len(victims):
-        records = watch.snapshot(victims)
+        records = b.snapshot(victims)
         for job_id, (_owner, attempt) in victims.items():
             back = reclaimed_at(records[job_id], attempt)
             requeued = rescued_at(records[job_id], attempt)
@@ -65,7 +64,7 @@ def _round(b: Any) -> list[dict[str, float]]:
                     "requeue_s": (requeued - kill_at).total_seconds() if requeued else -1.0,
                 }
         time.sleep(0.1)
-    while not all_terminal(watch.snapshot(ids)) and time.monotonic() < deadline + 90:
+    while not all_terminal(b.snapshot(ids)) and time.monotonic() < deadline + 90:
         time.sleep(0.5)
     return list(out.values())
 
@@ -73,7 +72,7 @@ def _round(b: Any) -> list[dict[str, float]]:
 def run() -> dict[str, Any]:
     samples: list[dict[str, float]] = []
     with bench_cloud(
-        claim_instances=2, max_concurrent=4, stale_seconds=STALE_S, sweep_interval_seconds=SWEEP_S
+        max_instances=3, concurrency=4, stale_seconds=STALE_S, sweep_interval_seconds=SWEEP_S
     ) as b:
         for _ in range(ROUNDS):
             samples += _round(b)

@@ -2,7 +2,7 @@
 finished ones. The sweep lists pending/ only, so calls must be equal and wall
 time close (ratio target <= 1.2).
 
-Runs shared.sweeper.run_once in this process against fake-gcs-server through
+Runs the queue's sweep_once in this process against fake-gcs-server through
 the counting proxy (wire calls) with a GcsStore (logical calls). The pending
 jobs are queued and fresh, so each sweep reads them and writes nothing: every
 repetition measures the same work.
@@ -11,6 +11,7 @@ repetition measures the same work.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -22,8 +23,9 @@ from local.gcs import start_fake_gcs
 from local.procs import free_port, stop
 from shared import job_queue, records
 from shared.config import Settings
+from shared.queue import Queue
 from shared.storage import GcsStore
-from shared.sweeper import run_once
+from shared.submission import parse_submission
 
 PENDING = 50
 FINISHED = 10_000
@@ -31,20 +33,25 @@ REPEATS = 7
 TARGET_RATIO = 1.2
 
 
-class _NoRing:
-    """A doorbell that must not be used: fresh jobs are never re-rung."""
+class _Bell:
+    """Counts rings instead of publishing: submitted jobs are rung once; a sweep of
+    fresh jobs must ring none."""
 
-    def ring(self, job_id: str) -> None:
-        raise AssertionError(f"the sweep rang {job_id}, but nothing was stale")
+    def __init__(self) -> None:
+        self.rung = 0
 
+    def ring(self, job_id: str, traceparent: str | None = None) -> None:
+        self.rung += 1
 
-def _pending_job(store: GcsStore, i: int, now: datetime) -> None:
-    job_id = f"p{i:03d}-{records.new_job_id()[:12]}"
-    store.add_pending(job_id)
-    store.create(records.new_record(job_id, "demo", {}, now))
+    def ring_many(
+        self, job_ids: Iterable[str], traceparents: Mapping[str, str] | None = None
+    ) -> list[str]:
+        self.rung += len(list(job_ids))
+        return []
 
 
 def _finished_job(store: GcsStore, now: datetime) -> None:
+    """A done record written straight to the bucket: history the sweep must not pay for."""
     job_id = records.new_job_id()
     rec = records.new_record(job_id, "demo", {}, now)
     rec = {**rec, **job_queue.claim_fields(rec, "bench.1", now)}
@@ -52,15 +59,16 @@ def _finished_job(store: GcsStore, now: datetime) -> None:
     store.create(rec)
 
 
-def _measure(store: GcsStore, proxy: FaultProxy, settings: Settings) -> dict[str, Any]:
+def _measure(queue: Queue, store: GcsStore, proxy: FaultProxy, bell: _Bell) -> dict[str, Any]:
     walls, wire, logical = [], [], []
     for _ in range(REPEATS):
         proxy.reset()
         store.calls.clear()
+        rung = bell.rung
         start = time.perf_counter()
-        result = run_once(store, _NoRing(), settings)
+        result = queue.sweep_once()
         walls.append(time.perf_counter() - start)
-        if result.examined != PENDING or result.errors:
+        if result.examined != PENDING or result.errors or bell.rung != rung:
             raise RuntimeError(f"unexpected sweep result {result.to_json()}")
         wire.append(proxy.counts())
         logical.append(dict(store.calls))
@@ -81,15 +89,20 @@ def run() -> dict[str, Any]:
             client.create_bucket("bench-sweep")
             store = GcsStore("bench-sweep", client)
             settings = Settings.from_env({}, records_bucket="bench-sweep", stale_seconds=3600.0)
+            bell = _Bell()
+            queue = Queue(store, bell, settings)
+            jobs = [
+                {"pipeline": "demo", "id": f"p{i:03d}-{records.new_job_id()[:12]}"}
+                for i in range(PENDING)
+            ]
+            queue.submit(parse_submission({"jobs": jobs}, settings))
             now = datetime.now(UTC)
-            for i in range(PENDING):
-                _pending_job(store, i, now)
-            small = _measure(store, proxy, settings)
+            small = _measure(queue, store, proxy, bell)
             # history is written straight to fake-gcs (faster; it is not what is measured)
             seed = GcsStore("bench-sweep", wiring.storage_client(f"http://127.0.0.1:{port}", "b"))
             with ThreadPoolExecutor(16) as pool:
                 list(pool.map(lambda _: _finished_job(seed, now), range(FINISHED)))
-            big = _measure(store, proxy, settings)
+            big = _measure(queue, store, proxy, bell)
     finally:
         stop(fake)
     ratio = big["wall_s_median"] / small["wall_s_median"]

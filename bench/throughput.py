@@ -2,9 +2,10 @@
 
 Framework: one POST /jobs of 500 one-stage `demo` jobs (no sleep) to the local
 cloud (sweep every 3 s), timed until the pending index is empty (every job
-terminal and unmarked). Two shapes: 2 claim instances x MAX_CONCURRENT 4 (the
-incident's), and 2 x 16 (as many slots as the emulator pushes at once, so no
-doorbell is refused for want of a slot).
+terminal and unmarked). Two shapes, on the local Cloud Run with the instances
+kept warm (min_instances = max_instances, so the figure is the queue's, not
+start-ups'): 2 claim instances x concurrency 4 (the incident's), and 2 x 16 (as
+many slots as the emulator's largest push window).
 
 Raw floor: the same calls per job issued by a script with the official
 clients and no framework, on as many threads as the framework has slots:
@@ -25,10 +26,12 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from bench.common import row, wait_pending_empty
+from bench.common import row, snapshot, wait_pending_empty, watching_queue
 from local import wiring
 from local.cloud import LocalCloud
-from local.demo import Watch, emulator_stats
+from local.observe import emulator_stats
+from shared.jobs import JobStatus
+from shared.queue import Queue
 
 JOBS = 500
 SHAPES = ((2, 4), (2, 16))
@@ -38,7 +41,12 @@ TARGET = 0.6
 
 def _raw_job(bucket: Any, publisher: Any, topic: str, batch: str) -> None:
     job_id = uuid.uuid4().hex
-    record = {"id": job_id, "pipeline": "demo", "payload": {"stages": 1}, "status": "queued"}
+    record = {
+        "id": job_id,
+        "pipeline": "demo",
+        "payload": {"stages": 1},
+        "status": JobStatus.QUEUED,
+    }
     bucket.blob(f"pending/{job_id}").upload_from_string(b"", if_generation_match=0)
     bucket.blob(f"batches/{batch}/{job_id}").upload_from_string(b"", if_generation_match=0)
     blob = bucket.blob(f"jobs/{job_id}.json")
@@ -47,7 +55,7 @@ def _raw_job(bucket: Any, publisher: Any, topic: str, batch: str) -> None:
     read = bucket.blob(f"jobs/{job_id}.json")
     current = json.loads(read.download_as_bytes())
     generation = read.generation
-    for status in ("running", "done"):
+    for status in (JobStatus.RUNNING, JobStatus.DONE):
         current["status"] = status
         blob = bucket.blob(f"jobs/{job_id}.json")
         blob.upload_from_string(json.dumps(current), if_generation_match=generation)
@@ -90,7 +98,7 @@ def _env(cloud: LocalCloud) -> Any:
             os.environ["PUBSUB_EMULATOR_HOST"] = saved
 
 
-def _framework(cloud: LocalCloud, watch: Watch, slots: int) -> dict[str, Any]:
+def _framework(cloud: LocalCloud, queue: Queue, slots: int) -> dict[str, Any]:
     jobs = [{"pipeline": "demo", "payload": {"stages": 1}} for _ in range(JOBS)]
     req = urllib.request.Request(
         cloud.endpoints["jobs"],
@@ -101,10 +109,10 @@ def _framework(cloud: LocalCloud, watch: Watch, slots: int) -> dict[str, Any]:
     with urllib.request.urlopen(req, timeout=300) as resp:
         ids = [j["id"] for j in json.loads(resp.read())["jobs"]]
     submitted = time.perf_counter() - start
-    wait_pending_empty(watch, timeout_s=600, poll_s=0.1)
+    wait_pending_empty(queue, timeout_s=600, poll_s=0.1)
     wall = time.perf_counter() - start
-    records = watch.snapshot(ids)
-    done = sum(r.get("status") == "done" for r in records.values())
+    records = snapshot(queue, ids)
+    done = sum(r.get("status") == JobStatus.DONE for r in records.values())
     return {
         "jobs": JOBS,
         "done": done,
@@ -133,25 +141,21 @@ def _busy(before: tuple[int, int], after: tuple[int, int]) -> float | None:
 
 def _variant(instances: int, max_concurrent: int) -> dict[str, Any]:
     cloud = LocalCloud.for_tests(
-        claim_instances=instances,
-        max_concurrent=max_concurrent,
+        max_instances=instances,
+        min_instances=instances,  # warm, so the figure is the queue's, not start-ups'
+        concurrency=max_concurrent,
         sweep_interval_seconds=3.0,
         stale_seconds=30.0,
     )
     slots = instances * max_concurrent
     with cloud:
-        ep = cloud.endpoints
-        watch = Watch(cloud.gcs_url, ep["project"], ep["records_bucket"])
-        try:
-            c0 = _cpu()
-            raw = _raw_floor(cloud, slots)
-            c1 = _cpu()
-            framework = _framework(cloud, watch, slots)
-            c2 = _cpu()
-            raw["cpu_busy"], framework["cpu_busy"] = _busy(c0, c1), _busy(c1, c2)
-            stats = emulator_stats(ep["emulator_admin"])
-        finally:
-            watch.close()
+        c0 = _cpu()
+        raw = _raw_floor(cloud, slots)
+        c1 = _cpu()
+        framework = _framework(cloud, watching_queue(cloud), slots)
+        c2 = _cpu()
+        raw["cpu_busy"], framework["cpu_busy"] = _busy(c0, c1), _busy(c1, c2)
+        stats = emulator_stats(cloud.endpoints["emulator_admin"])
     subs = stats.get("subscriptions") or {}
     claim: dict[str, int] = next(
         (v for k, v in subs.items() if k.endswith(wiring.CLAIM_SUBSCRIPTION)), {}
@@ -213,7 +217,7 @@ def _note(f: dict[str, Any], raw: dict[str, Any]) -> str:
         f"submit rings only after all {f['jobs']} records exist ({f['submit_s']:.1f} s in which "
         f"no job can start); after that the claim side ran {after_submit:.0f} jobs/s "
         f"({after_submit / floor:.2f} of the floor). Ringing each job as soon as its record "
-        "is written would overlap the two; the rest is the push/balancer/functions-framework "
+        "is written would overlap the two; the rest is the push/front/functions-framework "
         f"hops the floor does not make, on the same {os.cpu_count()} CPUs"
     )
     return "; ".join(parts)

@@ -2,13 +2,16 @@
 
 ``LocalCloud`` is what ``make dev``, the integration tests, the demo and the
 chaos test share, so they all run the same topology as terraform deploys:
-fake-gcs-server (with upload notifications), the Pub/Sub emulator, each
-function under functions-framework on its own port, several claim instances
-behind one round-robin URL, and a tick that POSTs to sweep like Cloud Scheduler.
+fake-gcs-server (with upload notifications), the Pub/Sub emulator, every
+function as a service of the local Cloud Run platform (local/cloudrun: one URL
+per function, instances under functions-framework started from zero on demand,
+capped at their concurrency, queued, scaled in and reclaimed as Cloud Run does),
+and a tick that POSTs to sweep like Cloud Scheduler.
 
-    with LocalCloud.for_tests(claim_instances=2) as cloud:
+    with LocalCloud.for_tests(max_instances=2, concurrency=4) as cloud:
         requests.post(cloud.endpoints["submit"] + "/jobs", json={...})
-        cloud.kill_claim(0)
+        claim = cloud.service("claim")
+        claim.reclaim(next(iter(claim.pids())), graceful=False)
 
 Every child runs in its own process group; stop() ends the groups, so no
 gunicorn worker outlives its instance.
@@ -18,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -26,29 +28,22 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from local import wiring
-from local.balancer import Balancer
+from local.cloudrun import ConfigError, Platform, Service, ServiceConfig
 from local.gcs import start_fake_gcs
-from local.procs import (
-    free_port,
-    function_args,
-    signal_group,
-    spawn,
-    stop,
-    stop_all,
-    wait_for_port,
-    wait_group_stopped,
-)
+from local.procs import free_port, function_args, spawn, stop_all, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEDULER_USER_AGENT = "Google-Cloud-Scheduler"
 SCHEDULER_ATTEMPT_DEADLINE_SECONDS = 180  # Cloud Scheduler's default for HTTP targets
+PUSH_WINDOWS = ("adaptive", "fixed")
+MAX_LOCAL_INSTANCES = 64
 
 
 @dataclass(frozen=True)
@@ -64,7 +59,31 @@ DEFAULT_FUNCTIONS: Mapping[str, FunctionSpec] = {
     "submit_upload": FunctionSpec("functions/submit/main.py", "submit_upload"),
     "claim": FunctionSpec("functions/claim/main.py", "claim"),
     "sweep": FunctionSpec("functions/sweep/main.py", "sweep"),
+    "dashboard": FunctionSpec("functions/dashboard/main.py", "dashboard"),
 }
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """A function's Cloud Run sizing (terraform: concurrency, min/max instances, timeout)."""
+
+    concurrency: int
+    max_instances: int
+    min_instances: int = 0
+    timeout_seconds: float = 60.0
+
+
+CLAIM_TIMEOUT_SECONDS = 1800.0
+"""terraform's claim_function.timeout_seconds default (above the 600 s ack deadline)."""
+
+DEFAULT_SIZING: Mapping[str, Sizing] = {
+    # terraform's concurrency and timeouts; fewer instances than its max, on a laptop
+    "submit": Sizing(concurrency=8, max_instances=2, timeout_seconds=180),
+    "submit_upload": Sizing(concurrency=16, max_instances=1, timeout_seconds=60),
+    "sweep": Sizing(concurrency=1, max_instances=1, timeout_seconds=120),
+    "dashboard": Sizing(concurrency=8, max_instances=1, timeout_seconds=60),
+}
+"""Sizing of the functions other than claim (claim's is CloudConfig's own fields)."""
 
 
 @dataclass(frozen=True)
@@ -77,18 +96,31 @@ class CloudConfig:
     submit_port: int = 0
     submit_upload_port: int = 0
     claim_port: int = 0
-    """The load balancer: the claim function's one URL, as Cloud Functions gives."""
-    claim_base_port: int = 0
-    """Claim instance i listens on claim_base_port + i (0: free ports)."""
+    """The claim service's one URL (its front), as Cloud Functions gives."""
     sweep_port: int = 0
+    dashboard_port: int = 0
     emulator_admin_port: int | None = None
     """The emulator's GET /stats, POST /faults port (None: off, 0: free)."""
+    cloudrun_admin_port: int | None = None
+    """The platform's GET /stats and instance actions (None: off, 0: free)."""
     topology: wiring.Topology = field(default_factory=wiring.Topology)
-    claim_instances: int = 2
-    max_concurrent: int = 4
-    threads: int | None = None
-    """gunicorn threads per function process (None: max_concurrent + 4, so a
-    full instance can still answer 429 at once)."""
+    max_instances: int = 2
+    """Claim's max instances (it starts from zero; min_instances stay warm)."""
+    min_instances: int = 0
+    concurrency: int = 4
+    """Claim's max_instance_request_concurrency; also THREADS and RECLAIM_MAX_CONCURRENT,
+    as terraform sets them: one number."""
+    sizing: Mapping[str, Sizing] = field(default_factory=lambda: dict(DEFAULT_SIZING))
+    """The other functions' sizing (submit, submit_upload, sweep, dashboard)."""
+    idle_timeout_seconds: float = 60.0
+    """An instance without a request for this long is shut down (Cloud Run: up to ~15 min)."""
+    shutdown_grace_seconds: float = 10.0
+    """SIGTERM, then SIGKILL this much later (Cloud Run: 10 s)."""
+    pending_timeout_seconds: float | None = None
+    """How long a request waits for a free instance before the platform's 429
+    (None: Cloud Run's rule, max(10 s, 3.5 x the average start-up time))."""
+    push_window: str = "adaptive"
+    """The emulator's push flow control: "adaptive" (the service's) or "fixed"."""
     stale_seconds: float = 30.0
     sweep_interval_seconds: float = 3.0
     """Scheduler tick period; 0 = no tick (a test calls sweep itself)."""
@@ -109,36 +141,63 @@ class CloudConfig:
         for name, port in ports.items():
             if port is not None and not 0 <= port <= 65535:
                 raise ValueError(f"{name}={port} must be within 0..65535")
-        if not 0 <= self.claim_instances <= 64:
-            raise ValueError(f"claim_instances={self.claim_instances} must be within 0..64")
-        if self.max_concurrent < 1:
-            raise ValueError(f"max_concurrent={self.max_concurrent} must be >= 1")
-        if self.threads is not None and self.threads < self.max_concurrent:
-            raise ValueError("threads must be >= max_concurrent")
+        if not 1 <= self.max_instances <= MAX_LOCAL_INSTANCES:
+            raise ValueError(
+                f"max_instances={self.max_instances} must be within 1..{MAX_LOCAL_INSTANCES}"
+            )
         if self.stale_seconds < 3:
             raise ValueError(f"stale_seconds={self.stale_seconds} must be >= 3")
         if self.sweep_interval_seconds < 0:
             raise ValueError("sweep_interval_seconds must be >= 0")
+        if self.push_window not in PUSH_WINDOWS:
+            raise ValueError(f"push_window={self.push_window!r} must be one of {PUSH_WINDOWS}")
         for name in ("duplicate_fraction", "drop_publish_fraction"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name}={getattr(self, name)} must be within 0..1")
-        missing = set(DEFAULT_FUNCTIONS) - set(self.functions)
-        if missing:
-            raise ValueError(f"functions lacks {sorted(missing)}")
+        self._check_functions()
         fixed = [p for p in ports.values() if p]
-        fixed += [
-            self.claim_base_port + i for i in range(1, self.claim_instances) if self.claim_base_port
-        ]
         if len(fixed) != len(set(fixed)):
             raise ValueError(f"ports collide: {sorted(fixed)}")
 
+    def _check_functions(self) -> None:
+        missing = set(DEFAULT_FUNCTIONS) - set(self.functions)
+        if missing:
+            raise ValueError(f"functions lacks {sorted(missing)}")
+        unknown = set(self.sizing) - set(DEFAULT_SIZING)
+        if unknown:
+            raise ValueError(f"sizing names unknown functions {sorted(unknown)}")
+        for name in DEFAULT_FUNCTIONS:
+            try:
+                self.service_config(name).validate()
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
 
-@dataclass
-class _Instance:
-    index: int
-    port: int
-    proc: subprocess.Popen[bytes]
-    paused: bool = False
+    def service_config(self, name: str) -> ServiceConfig:
+        """The Cloud Run settings of one function on the local platform."""
+        common = {
+            "idle_timeout_s": self.idle_timeout_seconds,
+            "shutdown_grace_s": self.shutdown_grace_seconds,
+            "pending_timeout_s": self.pending_timeout_seconds,
+            "start_timeout_s": self.start_timeout,
+        }
+        if name == "claim":
+            return ServiceConfig(
+                "claim",
+                concurrency=self.concurrency,
+                max_instances=self.max_instances,
+                min_instances=self.min_instances,
+                timeout_s=CLAIM_TIMEOUT_SECONDS,
+                **common,  # type: ignore[arg-type]
+            )
+        size = self.sizing.get(name, DEFAULT_SIZING[name])
+        return ServiceConfig(
+            name,
+            concurrency=size.concurrency,
+            max_instances=size.max_instances,
+            min_instances=size.min_instances,
+            timeout_s=size.timeout_seconds,
+            **common,  # type: ignore[arg-type]
+        )
 
 
 class LocalCloud:
@@ -148,12 +207,10 @@ class LocalCloud:
         self.config = config or CloudConfig()
         self.config.validate()
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
-        self._claims: dict[int, _Instance] = {}
         self._ports: dict[str, int] = {}
-        self._balancer: Balancer | None = None
+        self._platform: Platform | None = None
         self._scheduler: threading.Thread | None = None
         self._stop_tick = threading.Event()
-        self._lock = threading.Lock()
         self.sweep_ticks: list[int] = []
         """HTTP status of each scheduler tick (-1: no answer), newest last."""
         self.started = False
@@ -162,7 +219,7 @@ class LocalCloud:
 
     @classmethod
     def for_tests(cls, **overrides: Any) -> LocalCloud:
-        """Free ports, a unique log dir, the emulator admin API on; start with ``with``.
+        """Free ports, a unique log dir, both admin APIs on; start with ``with``.
 
         overrides are CloudConfig fields or Topology fields (e.g. min_backoff_seconds).
         """
@@ -171,6 +228,7 @@ class LocalCloud:
         base = CloudConfig(
             log_dir=ROOT / ".local-cloud" / "test-logs" / f"cloud-{uuid.uuid4().hex[:8]}",
             emulator_admin_port=0,
+            cloudrun_admin_port=0,
         )
         if topo:
             overrides["topology"] = replace(overrides.get("topology", base.topology), **topo)
@@ -191,7 +249,11 @@ class LocalCloud:
         self.stop()
 
     def start(self) -> None:
-        """Emulators, topics, buckets, functions, subscriptions, then the scheduler tick."""
+        """Emulators, topics, buckets, the platform's fronts, subscriptions, the scheduler.
+
+        No function instance starts here (unless min_instances asks for warm ones):
+        the first request to each function is its cold start, as on Cloud Run.
+        """
         if self.started:
             raise RuntimeError("already started")
         self.started = True
@@ -220,7 +282,7 @@ class LocalCloud:
                 log_path=c.log_dir / "fake-gcs.log",
             )
             wiring.ensure_buckets(t, wiring.storage_client(self.gcs_url, t.project))
-            self._start_functions()
+            self._start_platform()
             wiring.ensure_subscriptions(t, sub, self.function_urls())
         finally:
             pub.transport.close()
@@ -233,20 +295,13 @@ class LocalCloud:
             self._scheduler.start()
 
     def stop(self) -> None:
-        """Stop the tick, the balancer and every child group; safe to call twice."""
+        """Stop the tick, the platform (every instance) and the emulators; safe twice."""
         self._stop_tick.set()
-        if self._balancer is not None:
-            self._balancer.stop()
-            self._balancer = None
-        with self._lock:
-            functions = [inst.proc for inst in self._claims.values()]
-        functions += [
-            self._procs[n] for n in ("submit", "submit_upload", "sweep") if n in self._procs
-        ]
-        # functions first (they talk to the emulators), then the emulators.
-        stop_all(functions)
+        if self._platform is not None:
+            # functions first (they talk to the emulators), then the emulators.
+            self._platform.stop()
         stop_all([self._procs[n] for n in ("fake-gcs", "pubsub") if n in self._procs])
-        if self._scheduler is not None:  # its POST ended with the sweep process
+        if self._scheduler is not None:  # its POST ended with the sweep front
             self._scheduler.join(timeout=10)
             self._scheduler = None
         self.started = False
@@ -265,8 +320,8 @@ class LocalCloud:
         return f"http://{self.config.host}:{self._ports[key]}"
 
     def function_urls(self) -> dict[str, str]:
-        """The one URL of each function (claim: the balancer)."""
-        return {name: self._url(name) for name in ("submit", "submit_upload", "claim", "sweep")}
+        """The one URL of each function: its front on the local Cloud Run."""
+        return {name: self.platform.url(name) for name in DEFAULT_FUNCTIONS}
 
     @property
     def endpoints(self) -> dict[str, str]:
@@ -274,7 +329,7 @@ class LocalCloud:
         t = self.config.topology
         out = {
             **self.function_urls(),
-            "jobs": self._url("submit") + "/jobs",
+            "jobs": self.platform.url("submit") + "/jobs",
             "pubsub_emulator_host": self.pubsub_host,
             "storage_emulator_host": self.gcs_url,
             "functions_storage_host": self.config.functions_storage_host or self.gcs_url,
@@ -289,6 +344,8 @@ class LocalCloud:
         }
         if "admin" in self._ports:
             out["emulator_admin"] = self._url("admin")
+        if self.platform.admin_url is not None:
+            out["cloudrun_admin"] = self.platform.admin_url
         return out
 
     def client_env(self) -> dict[str, str]:
@@ -302,115 +359,44 @@ class LocalCloud:
             "RECLAIM_RECORDS_BUCKET": t.records_bucket,
             "RECLAIM_JOBS_TOPIC": t.jobs_topic,
             "RECLAIM_STALE_SECONDS": str(self.config.stale_seconds),
-            "RECLAIM_MAX_CONCURRENT": str(self.config.max_concurrent),
+            "RECLAIM_MAX_CONCURRENT": str(self.config.concurrency),
         }
 
-    # ------------------------------------------------------------ claim instances
-
-    def claim_pids(self) -> dict[int, int]:
-        """index -> pid (= process group) of every claim instance still running."""
-        with self._lock:
-            return {
-                i: inst.proc.pid for i, inst in self._claims.items() if inst.proc.poll() is None
-            }
-
-    def claim_urls(self) -> dict[int, str]:
-        """index -> direct URL of each running instance (bypassing the balancer)."""
-        with self._lock:
-            return {
-                i: f"http://{self.config.host}:{inst.port}"
-                for i, inst in self._claims.items()
-                if inst.proc.poll() is None
-            }
+    # ------------------------------------------------------------ the platform
 
     @property
-    def balancer(self) -> Balancer:
-        if self._balancer is None:
+    def platform(self) -> Platform:
+        """The local Cloud Run (fronts, instances, autoscaling, reclaim)."""
+        if self._platform is None:
             raise RuntimeError("not started")
-        return self._balancer
+        return self._platform
 
-    def start_claim(self) -> int:
-        """Start a fresh claim instance behind the balancer; returns its index."""
-        with self._lock:
-            index = max(self._claims, default=-1) + 1
-        c = self.config
-        port = c.claim_base_port + index if c.claim_base_port else free_port()
-        proc = self._spawn_function("claim", port, f"claim-{index}", instance=index)
-        with self._lock:
-            self._claims[index] = _Instance(index, port, proc)
-        self._wait_function(f"claim-{index}", port, proc)
-        self.balancer.add(index, c.host, port)
-        return index
-
-    def kill_claim(self, index: int, sig: int = signal.SIGKILL) -> None:
-        """The platform takes instance `index` away: unroute it, then signal its group."""
-        inst = self._instance(index)
-        self.balancer.remove(index)
-        signal_group(inst.proc, sig)
-        if sig == signal.SIGKILL:
-            inst.proc.wait()
-            stop(inst.proc)  # reaps any member that survived
-
-    def pause_claim(self, index: int, *, unroute: bool = False) -> None:
-        """Freeze instance `index` (SIGSTOP): a silent owner that still holds its jobs.
-
-        By default it stays routed, like an instance that hangs; unroute=True
-        also takes it out of the balancer.
-        """
-        inst = self._instance(index)
-        if unroute:
-            self.balancer.remove(index)
-        if signal_group(inst.proc, signal.SIGSTOP):
-            wait_group_stopped(inst.proc.pid, True)
-        inst.paused = True
-
-    def resume_claim(self, index: int) -> None:
-        """Wake instance `index` (SIGCONT) and route to it again."""
-        inst = self._instance(index)
-        if signal_group(inst.proc, signal.SIGCONT):
-            wait_group_stopped(inst.proc.pid, False)
-        inst.paused = False
-        if inst.proc.poll() is None:
-            self.balancer.add(index, self.config.host, inst.port)
-
-    def _instance(self, index: int) -> _Instance:
-        with self._lock:
-            if index not in self._claims:
-                raise KeyError(f"no claim instance {index}")
-            return self._claims[index]
+    def service(self, name: str) -> Service:
+        """One function's service: its instances, stats, reclaim/pause/resume."""
+        return self.platform.service(name)
 
     def pids(self) -> dict[str, int]:
         """name -> pid of every child started (running or not), for orphan checks."""
         out = {name: p.pid for name, p in self._procs.items()}
-        with self._lock:
-            out.update({f"claim-{i}": inst.proc.pid for i, inst in self._claims.items()})
+        if self._platform is not None:
+            out.update(self._platform.all_pids())
         return out
 
-    def dead_children(self) -> dict[str, int]:
-        """name -> exit code of children that exited although nobody stopped them."""
-        out = {n: p.returncode for n, p in self._procs.items() if p.poll() is not None}
-        with self._lock:
-            out.update(
-                {
-                    f"claim-{i}": inst.proc.returncode
-                    for i, inst in self._claims.items()
-                    if inst.proc.poll() is not None
-                }
-            )
+    def dead_children(self) -> dict[str, int | None]:
+        """name -> exit code of children that died although nobody stopped them
+        (an emulator, or a function instance that crashed)."""
+        out: dict[str, int | None] = {
+            n: p.returncode for n, p in self._procs.items() if p.poll() is not None
+        }
+        if self._platform is not None:
+            out.update(self._platform.crashed())
         return out
 
     # ------------------------------------------------------------ internals
 
     def _resolve_ports(self) -> None:
         c = self.config
-        wanted = {
-            "pubsub": c.pubsub_port,
-            "gcs": c.gcs_port,
-            "submit": c.submit_port,
-            "submit_upload": c.submit_upload_port,
-            "claim": c.claim_port,
-            "sweep": c.sweep_port,
-        }
+        wanted = {"pubsub": c.pubsub_port, "gcs": c.gcs_port}
         if c.emulator_admin_port is not None:
             wanted["admin"] = c.emulator_admin_port
         self._ports = {k: v or free_port() for k, v in wanted.items()}
@@ -425,28 +411,49 @@ class LocalCloud:
         if "admin" in self._ports:
             _wait_logged(c.host, self._ports["admin"], proc, log, c.start_timeout)
 
-    def _start_functions(self) -> None:
+    def _start_platform(self) -> None:
         c = self.config
-        self._balancer = Balancer(
-            c.host, self._ports["claim"], read_timeout=c.topology.claim_ack_deadline_seconds + 60
-        )
-        self._balancer.start()
-        waiting = []
-        for name in ("submit", "submit_upload", "sweep"):
-            proc = self._spawn_function(name, self._ports[name], name)
-            self._procs[name] = proc
-            waiting.append((name, self._ports[name], proc))
-        for index in range(c.claim_instances):
-            port = c.claim_base_port + index if c.claim_base_port else free_port()
-            proc = self._spawn_function("claim", port, f"claim-{index}", instance=index)
-            self._claims[index] = _Instance(index, port, proc)
-            waiting.append((f"claim-{index}", port, proc))
-        for label, port, proc in waiting:  # they start in parallel; wait for each
-            self._wait_function(label, port, proc)
-        for index, inst in self._claims.items():
-            self._balancer.add(index, c.host, inst.port)
+        log = c.log_dir / "cloudrun.log"
 
-    def _function_env(self, name: str, instance: int | None) -> dict[str, str]:
+        def _write(line: str) -> None:
+            with open(log, "a") as f:
+                f.write(f"{time.strftime('%H:%M:%S')} {line}\n")
+
+        self._platform = Platform(c.host, admin_port=c.cloudrun_admin_port, log=_write)
+        ports = {
+            "submit": c.submit_port,
+            "submit_upload": c.submit_upload_port,
+            "claim": c.claim_port,
+            "sweep": c.sweep_port,
+            "dashboard": c.dashboard_port,
+        }
+        for name in DEFAULT_FUNCTIONS:
+            source = ROOT / c.functions[name].source
+            if not source.exists():
+                raise FileNotFoundError(f"{name}: {source} does not exist (yet?)")
+            config = c.service_config(name)
+            self._platform.add(config, self._launcher(name, config.concurrency), ports[name])
+        self._platform.start()
+
+    def _launcher(self, name: str, threads: int) -> Callable[[int, str], subprocess.Popen[bytes]]:
+        """How the platform starts one instance of `name`: functions-framework on `port`."""
+        c = self.config
+        spec = c.functions[name]
+
+        def launch(port: int, label: str) -> subprocess.Popen[bytes]:
+            args = function_args(ROOT / spec.source, spec.target, c.host, port)
+            return spawn(
+                args,
+                env=self._function_env(name, port, threads),
+                log_path=c.log_dir / f"{label}.log",
+                cwd=ROOT,
+                die_with_parent=True,
+                long_lived_thread=True,  # the platform's spawner thread
+            )
+
+        return launch
+
+    def _function_env(self, name: str, port: int, threads: int) -> dict[str, str]:
         c, t = self.config, self.config.topology
         env = _child_env()
         env.update(
@@ -459,45 +466,28 @@ class LocalCloud:
                 "RECLAIM_PROJECT": t.project,
                 "RECLAIM_RECORDS_BUCKET": t.records_bucket,
                 "RECLAIM_JOBS_TOPIC": t.jobs_topic,
-                "RECLAIM_MAX_CONCURRENT": str(c.max_concurrent),
+                "RECLAIM_MAX_CONCURRENT": str(c.concurrency),
                 "RECLAIM_STALE_SECONDS": str(c.stale_seconds),
-                # functions-framework 3.10 reads these for its gunicorn (one worker,
-                # a thread per concurrent request), like Cloud Run's concurrency.
+                # the dashboard: its dead letters, and its charts from the functions' logs
+                "RECLAIM_DEAD_LETTER_SUBSCRIPTION": wiring.DEAD_LETTER_SUBSCRIPTION,
+                "RECLAIM_METRICS_SOURCE": f"logs:{c.log_dir}",
+                # functions-framework 3.10 reads these for its gunicorn: one worker and
+                # exactly one thread per concurrent request, as terraform sets THREADS.
                 "WORKERS": "1",
-                "THREADS": str(c.threads or c.max_concurrent + 4),
+                "THREADS": str(threads),
+                "PORT": str(port),
                 "K_SERVICE": name,
-                "K_REVISION": f"{name}-local" if instance is None else f"{name}-local-{instance}",
+                "K_REVISION": f"{name}-local",
             }
         )
         env.update(c.function_env)
         return env
 
-    def _spawn_function(
-        self, name: str, port: int, label: str, instance: int | None = None
-    ) -> subprocess.Popen[bytes]:
-        c = self.config
-        spec = c.functions[name]
-        source = ROOT / spec.source
-        if not source.exists():
-            raise FileNotFoundError(f"{name}: {source} does not exist (yet?)")
-        args = function_args(source, spec.target, c.host, port)
-        return spawn(
-            args,
-            env=self._function_env(name, instance),
-            log_path=c.log_dir / f"{label}.log",
-            cwd=ROOT,
-            die_with_parent=True,
-        )
-
-    def _wait_function(self, label: str, port: int, proc: subprocess.Popen[bytes]) -> None:
-        c = self.config
-        _wait_logged(c.host, port, proc, c.log_dir / f"{label}.log", c.start_timeout)
-
     def _tick_loop(self) -> None:
         """POST to sweep every interval, as Cloud Scheduler does (ticks never overlap)."""
         c = self.config
         log = c.log_dir / "scheduler.log"
-        url = self._url("sweep")
+        url = self.platform.url("sweep")
         body = json.dumps({"source": "local-scheduler"}).encode()
         while not self._stop_tick.wait(c.sweep_interval_seconds):
             status, text = _post(url, body, timeout=SCHEDULER_ATTEMPT_DEADLINE_SECONDS)
@@ -526,6 +516,7 @@ def emulator_args(config: CloudConfig, port: int, admin_port: int | None) -> lis
         args += ["--drop-publish-fraction", str(config.drop_publish_fraction)]
     if config.seed is not None:
         args += ["--seed", str(config.seed)]
+    args += ["--push-window", config.push_window]
     return args
 
 
@@ -562,14 +553,3 @@ def _wait_logged(
         if log.exists():
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
         raise RuntimeError(f"{exc}\n--- {log} (tail) ---\n{tail}") from None
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m local.cloud` (make dev): run the local cloud in the foreground."""
-    from local.dev import run
-
-    return run(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

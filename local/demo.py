@@ -1,30 +1,28 @@
 """`make demo`: the incident replay, on the local cloud.
 
 One catalog batch of 22 jobs once lost 12 pieces when the platform reclaimed
-an instance. This replays exactly that: 22 `demo` jobs over 2 claim instances
-(MAX_CONCURRENT 4), one instance SIGKILLed mid-batch with jobs running on it, a
-fresh instance started (scale-out, cold start), live progress until every job
-is terminal, then a summary: jobs done, jobs rescued, how long rescue took,
-GCS calls (counted by local.faultproxy in front of fake-gcs-server) and
-Pub/Sub publishes (the emulator's /stats). Exit status 1 if any job is not
-terminal, 2 if the local cloud could not start.
+an instance. This replays exactly that: 22 `demo` jobs reach a claim service
+scaled to zero on the local Cloud Run (at most 2 instances x concurrency 4; they
+start on demand, cold), the busiest instance is SIGKILLed mid-batch with jobs
+running on it (a hard platform reclaim; the autoscaler starts a replacement when
+demand calls for one), live progress until every job is terminal, then a
+summary: jobs done, jobs rescued, how long rescue took, GCS calls (counted by
+local.faultproxy in front of fake-gcs-server), Pub/Sub publishes (the emulator's
+/stats) and the platform's figures (instances, cold starts, 429s,
+instance-seconds). Exit status 1 if any job is not terminal, 2 if the local cloud
+could not start.
 
-The record-watching helpers here (``Watch``, ``owner_pid``, ``reclaimed_at``)
-are shared with the benchmarks and the chaos test.
+The record-watching helpers live in local/observe.py (shared with the
+benchmarks and the chaos test).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
-import threading
 import time
-import urllib.request
-from collections import Counter
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,13 +31,21 @@ from typing import Any, TextIO
 from local import wiring
 from local.cloud import ROOT, CloudConfig, LocalCloud
 from local.faultproxy import FaultProxy
-from local.procs import free_port, group_pids
+from local.observe import (
+    STATUS_ORDER,
+    Watch,
+    all_terminal,
+    counts_by_status,
+    emulator_stats,
+    instance_pids,
+    reclaimed_at,
+    rescued_at,
+    running_on,
+    submit_batch,
+    topic_count,
+)
+from local.procs import free_port
 from shared.job_queue import TERMINAL_STATUSES
-from shared.storage import CorruptRecord, GcsStore, NotFound
-
-UNREADABLE = "unreadable"
-MISSING = "missing"
-STATUS_ORDER = ("queued", "running", "done", "failed", "cancelled", MISSING, UNREADABLE)
 
 
 @dataclass(frozen=True)
@@ -47,8 +53,8 @@ class DemoConfig:
     """The replay's knobs; the defaults are the incident (22 jobs, 2 x 4 slots)."""
 
     jobs: int = 22
-    instances: int = 2
-    max_concurrent: int = 4
+    max_instances: int = 2
+    concurrency: int = 4
     stale_seconds: float = 8.0
     sweep_interval_seconds: float = 2.0
     stages: int = 3
@@ -57,126 +63,6 @@ class DemoConfig:
     """Seconds after the first claim at which the busiest instance is killed."""
     timeout_s: float = 100.0
     log_dir: Path = ROOT / ".local-cloud" / "demo-logs"
-
-
-# ----------------------------------------------------------------- record watching
-
-
-class Watch:
-    """Reads job records straight from fake-gcs-server (not through the counting
-    proxy, so watching costs the queue nothing it would report)."""
-
-    def __init__(self, gcs_url: str, project: str, bucket: str, workers: int = 8) -> None:
-        self.store = GcsStore(bucket, wiring.storage_client(gcs_url, project))
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="watch")
-
-    def read(self, job_id: str) -> dict[str, Any]:
-        """The record, or a stand-in whose status says it is missing or unreadable."""
-        try:
-            return self.store.read(job_id).record
-        except NotFound:
-            return {"id": job_id, "status": MISSING}
-        except CorruptRecord as exc:
-            return {"id": job_id, "status": UNREADABLE, "reason": exc.reason}
-
-    def snapshot(self, job_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
-        ids = list(job_ids)
-        return dict(zip(ids, self._pool.map(self.read, ids), strict=True))
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-def counts_by_status(records: Mapping[str, Mapping[str, Any]]) -> Counter[str]:
-    return Counter(str(r.get("status")) for r in records.values())
-
-
-def all_terminal(records: Mapping[str, Mapping[str, Any]]) -> bool:
-    return bool(records) and all(r.get("status") in TERMINAL_STATUSES for r in records.values())
-
-
-def owner_pid(owner: object) -> int | None:
-    """The process id inside an owner id ("<host>-<pid>-<hex>.<n>"), or None."""
-    if not isinstance(owner, str) or "." not in owner:
-        return None
-    instance = owner.rsplit(".", 1)[0]
-    parts = instance.rsplit("-", 2)
-    if len(parts) != 3 or not parts[1].isdigit():
-        return None
-    return int(parts[1])
-
-
-def instance_pids(cloud: LocalCloud) -> dict[int, set[int]]:
-    """claim instance index -> pids of its process group (gunicorn master and worker)."""
-    return {i: set(group_pids(pgid)) | {pgid} for i, pgid in cloud.claim_pids().items()}
-
-
-def running_on(
-    records: Mapping[str, Mapping[str, Any]], pids: set[int]
-) -> dict[str, tuple[str, int]]:
-    """job id -> (owner, attempt) of running jobs owned by one of these pids."""
-    out = {}
-    for job_id, rec in records.items():
-        if rec.get("status") == "running" and owner_pid(rec.get("owner")) in pids:
-            out[job_id] = (str(rec.get("owner")), int(rec.get("attempts") or 0))
-    return out
-
-
-def parse_at(value: object) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        at = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return at if at.tzinfo else at.replace(tzinfo=UTC)
-
-
-def history_time(record: Mapping[str, Any], event: str, min_attempt: int) -> datetime | None:
-    """When `event` first happened for an attempt >= min_attempt (from the record's history)."""
-    history = record.get("history")
-    for entry in history if isinstance(history, list) else []:
-        if not isinstance(entry, dict) or entry.get("event") != event:
-            continue
-        attempt = entry.get("attempt")
-        if isinstance(attempt, int) and attempt >= min_attempt:
-            return parse_at(entry.get("at"))
-    return None
-
-
-def reclaimed_at(record: Mapping[str, Any], lost_attempt: int) -> datetime | None:
-    """When a later attempt claimed the job after `lost_attempt` was lost."""
-    return history_time(record, "claimed", lost_attempt + 1)
-
-
-def rescued_at(record: Mapping[str, Any], lost_attempt: int) -> datetime | None:
-    """When the watchdog requeued the job that `lost_attempt` held."""
-    return history_time(record, "rescued", lost_attempt)
-
-
-def emulator_stats(admin_url: str) -> dict[str, Any]:
-    with urllib.request.urlopen(admin_url + "/stats", timeout=5) as resp:
-        stats: dict[str, Any] = json.loads(resp.read())
-    return stats
-
-
-def topic_count(stats: Mapping[str, Any], topic: str, counter: str) -> int:
-    """A topic's counter from /stats, whether topics are keyed by id or by path."""
-    for name, counts in (stats.get("topics") or {}).items():
-        if name == topic or name.endswith("/topics/" + topic):
-            return int(counts.get(counter, 0))
-    return 0
-
-
-def submit_batch(jobs_url: str, jobs: list[dict[str, Any]]) -> tuple[str, list[str]]:
-    """POST /jobs with one batch; (batch id, job ids in order)."""
-    body = json.dumps({"jobs": jobs}).encode()
-    req = urllib.request.Request(
-        jobs_url, data=body, method="POST", headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(req, timeout=120) as resp:
-        answer = json.loads(resp.read())
-    return str(answer["batch_id"]), [str(j["id"]) for j in answer["jobs"]]
 
 
 # ----------------------------------------------------------------- display (pure)
@@ -235,6 +121,7 @@ def summary_lines(
     deliveries: Mapping[str, int],
     config: DemoConfig,
     wall_s: float,
+    platform: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """The end-of-demo summary (pure, so its wording is tested)."""
     counts = counts_by_status(records)
@@ -269,9 +156,18 @@ def summary_lines(
         f"GCS calls        {gcs_total}   ({kinds}; {gcs_total / max(total, 1):.1f} per job)",
         f"Pub/Sub          {publishes} doorbell publishes ({publishes / max(total, 1):.2f} per "
         f"job); {deliveries.get('push_attempts', 0)} pushes, "
-        f"{deliveries.get('push_failures', 0)} refused (429: no free slot, redelivered)",
-        f"wall time        {wall_s:.1f} s",
+        f"{deliveries.get('push_failures', 0)} refused (redelivered)",
     ]
+    if platform:
+        starts = platform.get("startup_s") or []
+        lines.append(
+            f"Cloud Run        claim peaked at {platform['instances']['peak']} instance(s); "
+            f"{platform['cold_starts']} cold start(s)"
+            + (f" ({_span('', starts)})" if starts else "")
+            + f"; {platform['requests']['refused']} refused by the platform (429 after "
+            f"pending); {platform['billing']['instance_seconds']:.1f} billable instance-seconds"
+        )
+    lines.append(f"wall time        {wall_s:.1f} s")
     not_terminal = total - sum(counts.get(s, 0) for s in TERMINAL_STATUSES)
     if not_terminal:
         lines.append(f"NOT TERMINAL     {not_terminal} job(s): the demo failed")
@@ -322,8 +218,9 @@ def _jobs(config: DemoConfig) -> list[dict[str, Any]]:
 
 def _cloud_config(config: DemoConfig, gcs_port: int, proxy_url: str) -> CloudConfig:
     return CloudConfig(
-        claim_instances=config.instances,
-        max_concurrent=config.max_concurrent,
+        max_instances=config.max_instances,
+        concurrency=config.concurrency,
+        cloudrun_admin_port=0,
         stale_seconds=config.stale_seconds,
         sweep_interval_seconds=config.sweep_interval_seconds,
         emulator_admin_port=0,
@@ -347,6 +244,7 @@ class _Replay:
         self.t0 = time.monotonic()
         self.first_claim: float | None = None
         self.killed_index: int | None = None
+        self.seen_instances: set[int] = set()
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
@@ -358,6 +256,7 @@ class _Replay:
         deadline = self.t0 + self.config.timeout_s
         while time.monotonic() < deadline:
             records = self.watch.snapshot(ids)
+            self._note_instances()
             self._maybe_kill(records)
             for line in self.rescue.update(records):
                 self.screen.event(self.elapsed(), line)
@@ -368,6 +267,17 @@ class _Replay:
         self.screen.done()
         self.watch.close()
         return records, self.elapsed()
+
+    def _note_instances(self) -> None:
+        """Say when the autoscaler brought an instance up (a cold start)."""
+        for inst in self.cloud.service("claim").instances():
+            if inst["state"] == "serving" and inst["id"] not in self.seen_instances:
+                self.seen_instances.add(inst["id"])
+                self.screen.event(
+                    self.elapsed(),
+                    f"claim-{inst['id']} started (scale-out from the pending requests; "
+                    f"cold start {inst['startup_s']:.1f} s)",
+                )
 
     def _maybe_kill(self, records: dict[str, dict[str, Any]]) -> None:
         if self.killed_index is not None:
@@ -384,7 +294,7 @@ class _Replay:
         if index is None or not busy[index]:
             return
         self.rescue.kill_at = datetime.now(UTC)
-        self.cloud.kill_claim(index)
+        self.cloud.service("claim").reclaim(index, graceful=False)
         self.killed_index = index
         self.rescue.killed = busy[index]
         self.screen.event(
@@ -392,22 +302,14 @@ class _Replay:
             f"SIGKILL claim-{index}: the platform reclaimed it with "
             f"{len(busy[index])} jobs running (" + ", ".join(j[:8] for j in busy[index]) + ")",
         )
-        threading.Thread(target=self._scale_out, name="scale-out", daemon=True).start()
-
-    def _scale_out(self) -> None:
-        started = time.monotonic()
-        index = self.cloud.start_claim()
-        self.screen.event(
-            self.elapsed(),
-            f"claim-{index} started (scale-out; cold start {time.monotonic() - started:.1f} s)",
-        )
 
 
 def run(config: DemoConfig, out: TextIO = sys.stdout) -> int:
     """The whole demo; returns the process exit status."""
     out.write(
-        f"reclaim demo: {config.jobs} jobs over {config.instances} claim instances "
-        f"(MAX_CONCURRENT {config.max_concurrent}); one instance will be SIGKILLed mid-batch.\n"
+        f"reclaim demo: {config.jobs} jobs to a claim service scaled to zero (at most "
+        f"{config.max_instances} instances x concurrency {config.concurrency}); the busiest "
+        "instance will be SIGKILLed mid-batch.\n"
         f"stale after {config.stale_seconds:g} s, sweep every "
         f"{config.sweep_interval_seconds:g} s. Starting the local cloud...\n"
     )
@@ -429,6 +331,7 @@ def run(config: DemoConfig, out: TextIO = sys.stdout) -> int:
             replay = _Replay(cloud, proxy, config, out)
             records, wall = replay.run()
             stats = emulator_stats(cloud.endpoints["emulator_admin"])
+            platform = cloud.service("claim").stats()
         finally:
             cloud.stop()
         publishes = topic_count(stats, cloud.endpoints["jobs_topic"], "published")
@@ -437,7 +340,7 @@ def run(config: DemoConfig, out: TextIO = sys.stdout) -> int:
             (v for k, v in subs.items() if k.endswith(wiring.CLAIM_SUBSCRIPTION)), {}
         )
         lines = summary_lines(
-            records, replay.rescue, proxy.counts(), publishes, deliveries, config, wall
+            records, replay.rescue, proxy.counts(), publishes, deliveries, config, wall, platform
         )
     out.write("\nsummary\n" + "\n".join("  " + line for line in lines) + "\n")
     out.flush()
@@ -448,21 +351,21 @@ def main(argv: list[str] | None = None) -> int:
     d = DemoConfig()
     p = argparse.ArgumentParser(prog="python -m local.demo", description=__doc__.split("\n")[0])
     p.add_argument("--jobs", type=int, default=d.jobs)
-    p.add_argument("--instances", type=int, default=d.instances)
-    p.add_argument("--max-concurrent", type=int, default=d.max_concurrent)
+    p.add_argument("--max-instances", type=int, default=d.max_instances)
+    p.add_argument("--concurrency", type=int, default=d.concurrency)
     p.add_argument("--stale-seconds", type=float, default=d.stale_seconds)
     p.add_argument("--sweep-interval", type=float, default=d.sweep_interval_seconds)
     p.add_argument("--sleep", type=float, default=d.sleep_s, help="seconds per stage")
     p.add_argument("--timeout", type=float, default=d.timeout_s)
     a = p.parse_args(argv)
-    if a.jobs < 1 or a.instances < 1 or a.max_concurrent < 1:
-        p.error("--jobs, --instances and --max-concurrent must be >= 1")
+    if a.jobs < 1 or a.max_instances < 1 or a.concurrency < 1:
+        p.error("--jobs, --max-instances and --concurrency must be >= 1")
     if a.stale_seconds < 3 or a.sweep_interval <= 0 or a.sleep < 0 or a.timeout <= 0:
         p.error("--stale-seconds must be >= 3; --sweep-interval and --timeout > 0; --sleep >= 0")
     config = DemoConfig(
         jobs=a.jobs,
-        instances=a.instances,
-        max_concurrent=a.max_concurrent,
+        max_instances=a.max_instances,
+        concurrency=a.concurrency,
         stale_seconds=a.stale_seconds,
         sweep_interval_seconds=a.sweep_interval,
         sleep_s=a.sleep,

@@ -1,4 +1,4 @@
-"""What the local HTTP proxies (the claim balancer, the GCS fault proxy) share."""
+"""What the local HTTP proxies (the Cloud Run fronts, the GCS fault proxy) share."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def end_to_end(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
 
 class ProxyHandler(BaseHTTPRequestHandler):
     """A quiet, kept-alive HTTP/1.1 handler that reads any request body (plain or
-    chunked): what the balancer and the fault proxy both serve with."""
+    chunked): what the fronts and the fault proxy both serve with."""
 
     protocol_version = "HTTP/1.1"
 

@@ -73,6 +73,6 @@ def start_fake_gcs(
         import os
 
         env = {**os.environ, "PUBSUB_EMULATOR_HOST": pubsub_emulator_host}
-    proc = spawn(args, env=env, log_path=log_path)
+    proc = spawn(args, env=env, log_path=log_path, die_with_parent=True)
     wait_for_port(host, port, proc=proc)
     return proc

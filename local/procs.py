@@ -44,15 +44,19 @@ def spawn(
     log_path: Path | None = None,
     cwd: Path | None = None,
     die_with_parent: bool = False,
+    long_lived_thread: bool = False,
 ) -> subprocess.Popen[bytes]:
     """Start a child in its own process group, so stop() can take its children too.
 
     die_with_parent asks the kernel to SIGTERM the child if this process dies
     without cleaning up (kill -9 of the launcher). Linux ties that signal to the
-    spawning THREAD, so it is only honoured from the main thread.
+    spawning THREAD, so it is only honoured from the main thread, or from a thread
+    the caller vouches for (long_lived_thread: it lives as long as the child should,
+    like the local Cloud Run platform's spawner).
     """
     args = list(args)
-    if die_with_parent and threading.current_thread() is threading.main_thread():
+    trusted = long_lived_thread or threading.current_thread() is threading.main_thread()
+    if die_with_parent and trusted:
         setpriv = shutil.which("setpriv")
         if setpriv:
             args = [setpriv, "--pdeathsig", "TERM", "--", *args]
@@ -147,6 +151,14 @@ def stop_all(procs: Sequence[subprocess.Popen[bytes]], timeout: float = 5.0) -> 
             proc.wait(max(0.0, deadline - time.monotonic()))
     for proc in procs:
         stop(proc, timeout=1.0)  # SIGKILLs what lingers and reaps every group
+
+
+def reap(proc: subprocess.Popen[bytes]) -> None:
+    """After a kill: collect the child's exit status and SIGKILL what is left of its group."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    _reap_group(proc.pid)
 
 
 def _reap_group(pgid: int, timeout: float = 5.0) -> None:

@@ -1,4 +1,5 @@
-"""reclaim's library: the policy, the storage seam, the doorbell and the runners.
+"""reclaim's library: the pure policy, the storage seam, the doorbell, the runners.
 
-The function entry points in ``functions/`` are thin wrappers over this package.
+Its front door is ``shared.queue.Queue``; the function entry points in
+``functions/`` and the ``reclaim`` CLI are thin wrappers over it.
 """

@@ -1,24 +1,34 @@
 """Settings from environment variables, validated once at start.
 
 Every variable the functions read is declared in ``ENV_VARS`` and read only
-here, so terraform can be checked against this one table.
+here, so terraform (and the README's table) can be checked against this one
+table. ``read_env`` is the generic loader: any table of ``EnvVar``s, read
+from any mapping, with one clear error naming the bad variable; the local
+cloud's launcher reads its LOCAL_* table with it too.
+
+Timings that follow from the stale time are properties of ``Settings``, each
+documented once, so no module re-derives them.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from shared.errors import ConfigError
+from shared.jobs import JobStatus
 
-class ConfigError(ValueError):
-    """A setting is missing or malformed; the message names the variable."""
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class EnvVar:
-    """One setting: its variable, default, parser and what it means."""
+    """One setting: its variable, the Settings field it fills, default, parser and meaning.
+
+    ``parse`` raises ValueError with a readable reason; ``minimum`` bounds a number.
+    """
 
     name: str
     field: str
@@ -26,6 +36,30 @@ class EnvVar:
     parse: Callable[[str], Any]
     doc: str
     minimum: float | None = None
+
+
+def read_env(table: Iterable[EnvVar], env: Mapping[str, str]) -> dict[str, Any]:
+    """field -> parsed value for every variable of `table` (its default when unset).
+
+    Raises ConfigError naming the first variable that does not parse or is out of bounds.
+    """
+    values: dict[str, Any] = {}
+    for var in table:
+        raw = env.get(var.name, var.default).strip()
+        try:
+            value = var.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{var.name}={raw!r} is invalid: {exc}") from None
+        if var.minimum is not None and value < var.minimum:
+            raise ConfigError(f"{var.name}={raw!r} is invalid: must be >= {var.minimum:g}")
+        values[var.field] = value
+    return values
+
+
+def unknown_names(table: Iterable[EnvVar], env: Mapping[str, str], prefix: str) -> list[str]:
+    """Variables set with the table's prefix that the table does not know (likely typos)."""
+    known = {var.name for var in table}
+    return sorted(name for name in env if name.startswith(prefix) and name not in known)
 
 
 def _name(value: str) -> str:
@@ -42,170 +76,199 @@ def _modules(value: str) -> tuple[str, ...]:
     return names
 
 
+def _log_level(value: str) -> str:
+    level = value.upper()
+    if level not in LOG_LEVELS:
+        raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
+    return level
+
+
+def _metrics_source(value: str) -> str:
+    kind, sep, where = value.partition(":")
+    if value and (not sep or kind not in ("monitoring", "logs") or not where):
+        raise ValueError("must be monitoring:<metric prefix>, logs:<folder>, or empty")
+    return value
+
+
 ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar(
-        "RECLAIM_PROJECT",
-        "project",
-        "reclaim-local",
-        _name,
-        "GCP project that owns the jobs topic.",
+        name="RECLAIM_PROJECT",
+        field="project",
+        default="reclaim-local",
+        parse=_name,
+        doc="GCP project that owns the jobs topic.",
     ),
     EnvVar(
-        "RECLAIM_RECORDS_BUCKET",
-        "records_bucket",
-        "reclaim-records",
-        _name,
-        "Bucket holding jobs/, pending/, batches/ and outputs/.",
+        name="RECLAIM_RECORDS_BUCKET",
+        field="records_bucket",
+        default="reclaim-records",
+        parse=_name,
+        doc="Bucket holding jobs/, pending/, batches/ and outputs/.",
     ),
     EnvVar(
-        "RECLAIM_JOBS_TOPIC",
-        "jobs_topic",
-        "reclaim-jobs",
-        _name,
-        "Topic id of the doorbell (job ids only).",
+        name="RECLAIM_JOBS_TOPIC",
+        field="jobs_topic",
+        default="reclaim-jobs",
+        parse=_name,
+        doc="Topic id of the doorbell (job ids only).",
     ),
     EnvVar(
-        "RECLAIM_MAX_CONCURRENT",
-        "max_concurrent",
-        "4",
-        int,
-        "Jobs one instance runs at once; must match the function's request concurrency.",
-        1,
+        name="RECLAIM_MAX_CONCURRENT",
+        field="max_concurrent",
+        default="4",
+        parse=int,
+        doc="Jobs one instance runs at once; must match the function's request concurrency.",
+        minimum=1,
     ),
     EnvVar(
-        "RECLAIM_STALE_SECONDS",
-        "stale_seconds",
-        "120",
-        float,
-        "A pending job whose record has not advanced for this long has lost its owner.",
-        3,
+        name="RECLAIM_STALE_SECONDS",
+        field="stale_seconds",
+        default="120",
+        parse=float,
+        doc="A pending job whose record has not advanced for this long has lost its owner.",
+        minimum=3,
     ),
     EnvVar(
-        "RECLAIM_MAX_ATTEMPTS",
-        "max_attempts",
-        "3",
-        int,
-        "Claims a job may take before it fails (a job's own max_attempts wins).",
-        1,
+        name="RECLAIM_MAX_ATTEMPTS",
+        field="max_attempts",
+        default="3",
+        parse=int,
+        doc="Claims a job may take before it fails (a job's own max_attempts wins).",
+        minimum=1,
     ),
     EnvVar(
-        "RECLAIM_BACKOFF_BASE_SECONDS",
-        "backoff_base_seconds",
-        "5",
-        float,
-        "First retry delay after a stage error; doubles each attempt, with jitter.",
-        0,
+        name="RECLAIM_BACKOFF_BASE_SECONDS",
+        field="backoff_base_seconds",
+        default="5",
+        parse=float,
+        doc="First retry delay after a stage error; doubles each attempt, with jitter.",
+        minimum=0,
     ),
     EnvVar(
-        "RECLAIM_BACKOFF_MAX_SECONDS",
-        "backoff_max_seconds",
-        "300",
-        float,
-        "Upper bound of the retry delay.",
-        0,
+        name="RECLAIM_BACKOFF_MAX_SECONDS",
+        field="backoff_max_seconds",
+        default="300",
+        parse=float,
+        doc="Upper bound of the retry delay.",
+        minimum=0,
     ),
     EnvVar(
-        "RECLAIM_CLOCK_SKEW_SECONDS",
-        "clock_skew_seconds",
-        "300",
-        float,
-        "A timestamp further than this in the future is treated as undated (stale).",
-        0,
+        name="RECLAIM_CLOCK_SKEW_SECONDS",
+        field="clock_skew_seconds",
+        default="300",
+        parse=float,
+        doc="A timestamp further than this in the future is treated as undated (stale).",
+        minimum=0,
     ),
     EnvVar(
-        "RECLAIM_MIN_WRITE_INTERVAL_SECONDS",
-        "min_write_interval_seconds",
-        "1.0",
-        float,
-        "Checkpoint writes to one record are coalesced to at most one per interval.",
-        0,
+        name="RECLAIM_MIN_WRITE_INTERVAL_SECONDS",
+        field="min_write_interval_seconds",
+        default="1.0",
+        parse=float,
+        doc="Checkpoint writes to one record are coalesced to at most one per interval.",
+        minimum=0,
     ),
     EnvVar(
-        "RECLAIM_SWEEP_MAX_JOBS",
-        "sweep_max_jobs",
-        "1000",
-        int,
-        "Pending entries one sweep run examines at most.",
-        1,
+        name="RECLAIM_SWEEP_MAX_JOBS",
+        field="sweep_max_jobs",
+        default="1000",
+        parse=int,
+        doc="Pending entries one sweep run examines at most.",
+        minimum=1,
     ),
     EnvVar(
-        "RECLAIM_SWEEP_MAX_SECONDS",
-        "sweep_max_seconds",
-        "45",
-        float,
-        "Wall-time budget of one sweep run.",
-        1,
+        name="RECLAIM_SWEEP_MAX_SECONDS",
+        field="sweep_max_seconds",
+        default="45",
+        parse=float,
+        doc="Wall-time budget of one sweep run.",
+        minimum=1,
     ),
     EnvVar(
-        "RECLAIM_DRAIN_MAX_JOBS",
-        "drain_max_jobs",
-        "3",
-        int,
-        "Overdue jobs a claim instance takes from the pending index when a slot frees.",
-        0,
+        name="RECLAIM_DRAIN_MAX_JOBS",
+        field="drain_max_jobs",
+        default="3",
+        parse=int,
+        doc="Overdue jobs a claim instance takes from the pending index when a slot frees.",
+        minimum=0,
     ),
     EnvVar(
-        "RECLAIM_MAX_BODY_BYTES",
-        "max_body_bytes",
-        "1048576",
-        int,
-        "Largest request body submit accepts.",
-        1,
+        name="RECLAIM_MAX_BODY_BYTES",
+        field="max_body_bytes",
+        default="1048576",
+        parse=int,
+        doc="Largest request body submit accepts.",
+        minimum=1,
     ),
     EnvVar(
-        "RECLAIM_MAX_BATCH_JOBS",
-        "max_batch_jobs",
-        "1000",
-        int,
-        "Most jobs one POST /jobs may create.",
-        1,
+        name="RECLAIM_MAX_BATCH_JOBS",
+        field="max_batch_jobs",
+        default="1000",
+        parse=int,
+        doc="Most jobs one POST /jobs may create.",
+        minimum=1,
     ),
     EnvVar(
-        "RECLAIM_RETENTION_DAYS_DONE",
-        "retention_days_done",
-        "30",
-        int,
-        "Days a done record is kept; the store stamps its custom time for the bucket's "
+        name="RECLAIM_RETENTION_DAYS_DONE",
+        field="retention_days_done",
+        default="30",
+        parse=int,
+        doc="Days a done record is kept; the store stamps its custom time for the bucket's "
         "lifecycle rule.",
-        1,
+        minimum=1,
     ),
     EnvVar(
-        "RECLAIM_RETENTION_DAYS_FAILED",
-        "retention_days_failed",
-        "90",
-        int,
-        "Days a failed record is kept (custom time, as above).",
-        1,
+        name="RECLAIM_RETENTION_DAYS_FAILED",
+        field="retention_days_failed",
+        default="90",
+        parse=int,
+        doc="Days a failed record is kept (custom time, as above).",
+        minimum=1,
     ),
     EnvVar(
-        "RECLAIM_RETENTION_DAYS_CANCELLED",
-        "retention_days_cancelled",
-        "30",
-        int,
-        "Days a cancelled record is kept (custom time, as above).",
-        1,
+        name="RECLAIM_RETENTION_DAYS_CANCELLED",
+        field="retention_days_cancelled",
+        default="30",
+        parse=int,
+        doc="Days a cancelled record is kept (custom time, as above).",
+        minimum=1,
     ),
     EnvVar(
-        "RECLAIM_PIPELINE_MODULES",
-        "pipeline_modules",
-        "",
-        _modules,
-        "Comma-separated modules imported at start so that their pipelines register "
+        name="RECLAIM_PIPELINE_MODULES",
+        field="pipeline_modules",
+        default="",
+        parse=_modules,
+        doc="Comma-separated modules imported at start so that their pipelines register "
         "(the built-ins need none).",
     ),
     EnvVar(
-        "RECLAIM_LOG_LEVEL",
-        "log_level",
-        "INFO",
-        str.upper,
-        "Lowest severity written to the log (DEBUG, INFO, WARNING, ERROR).",
+        name="RECLAIM_DEAD_LETTER_SUBSCRIPTION",
+        field="dead_letter_subscription",
+        default="reclaim-dead-letter-hold",
+        parse=_name,
+        doc="Pull subscription holding what was dead-lettered (the dashboard peeks at it).",
+    ),
+    EnvVar(
+        name="RECLAIM_METRICS_SOURCE",
+        field="metrics_source",
+        default="",
+        parse=_metrics_source,
+        doc="Where the dashboard's charts come from: monitoring:<metric prefix> (Cloud "
+        "Monitoring, on GCP), logs:<folder> (the local cloud's log files), or empty (none).",
+    ),
+    EnvVar(
+        name="RECLAIM_LOG_LEVEL",
+        field="log_level",
+        default="INFO",
+        parse=_log_level,
+        doc="Lowest severity written to the log (DEBUG, INFO, WARNING, ERROR).",
     ),
 )
 
 
 @dataclass(frozen=True)
 class Settings:
-    """The validated settings of one process."""
+    """The validated settings of one process, and the timings derived from them."""
 
     project: str
     records_bucket: str
@@ -226,41 +289,89 @@ class Settings:
     retention_days_failed: int
     retention_days_cancelled: int
     pipeline_modules: tuple[str, ...]
+    dead_letter_subscription: str
+    metrics_source: str
     log_level: str
 
-    @property
-    def retention_days(self) -> dict[str, int]:
-        """Days each terminal state's record is kept before the lifecycle rule deletes it."""
-        return {
-            "done": self.retention_days_done,
-            "failed": self.retention_days_failed,
-            "cancelled": self.retention_days_cancelled,
-        }
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Read and validate every setting; raise ConfigError naming the bad one.
+
+        `overrides` replace fields after reading (tests, the CLI's flags).
+        """
+        values = read_env(ENV_VARS, os.environ if env is None else env)
+        values.update(overrides)
+        if values["backoff_max_seconds"] < values["backoff_base_seconds"]:
+            raise ConfigError("RECLAIM_BACKOFF_MAX_SECONDS must be >= RECLAIM_BACKOFF_BASE_SECONDS")
+        return cls(**values)
 
     @property
     def topic_path(self) -> str:
         return f"projects/{self.project}/topics/{self.jobs_topic}"
 
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
-        """Read and validate every setting; raise ConfigError naming the bad one."""
-        env = os.environ if env is None else env
-        values: dict[str, Any] = {}
-        for var in ENV_VARS:
-            raw = env.get(var.name, var.default).strip()
-            try:
-                value = var.parse(raw)
-            except ValueError as exc:
-                raise ConfigError(f"{var.name}={raw!r} is invalid: {exc}") from None
-            if var.minimum is not None and value < var.minimum:
-                raise ConfigError(f"{var.name}={raw!r} is invalid: must be >= {var.minimum:g}")
-            values[var.field] = value
-        values.update(overrides)
-        if values["log_level"] not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-            raise ConfigError(f"RECLAIM_LOG_LEVEL={values['log_level']!r} is invalid")
-        if values["backoff_max_seconds"] < values["backoff_base_seconds"]:
-            raise ConfigError("RECLAIM_BACKOFF_MAX_SECONDS must be >= RECLAIM_BACKOFF_BASE_SECONDS")
-        return cls(**values)
+    @property
+    def retention_days(self) -> dict[JobStatus, int]:
+        """Days each terminal state's record is kept before the lifecycle rule deletes it."""
+        return {
+            JobStatus.DONE: self.retention_days_done,
+            JobStatus.FAILED: self.retention_days_failed,
+            JobStatus.CANCELLED: self.retention_days_cancelled,
+        }
+
+    # --- timings derived from the stale time (one definition each)
+
+    @property
+    def heartbeat_seconds(self) -> float:
+        """How often a running job's owner proves it is alive (a write to its record):
+        a third of the stale time, so two heartbeats may be lost before the job looks
+        abandoned."""
+        return self.stale_seconds / 3
+
+    @property
+    def heartbeat_tick_seconds(self) -> float:
+        """How often the heartbeat thread wakes to flush a coalesced checkpoint or write
+        a heartbeat that is due: twice per write interval (or per heartbeat, when that
+        is shorter), and at least every 5 s."""
+        due = min(self.heartbeat_seconds, max(self.min_write_interval_seconds, 0.05))
+        return min(due / 2, 5.0)
+
+    @property
+    def ownership_confirm_seconds(self) -> float:
+        """How long a proof of ownership stays good: before an output is committed (or
+        a stage calls check()) with an older one, the owner writes a fencing heartbeat,
+        so a paused zombie learns it lost the job before it commits anything."""
+        return self.stale_seconds / 2
+
+    @property
+    def busy_retry_after_seconds(self) -> float:
+        """Retry-After of a doorbell refused for want of a slot (429): a quarter of the
+        stale time, between 1 and 30 s."""
+        return max(1.0, min(self.stale_seconds / 4, 30.0))
+
+    @property
+    def drain_interval_seconds(self) -> float:
+        """Least time between two drains' listings of the pending index in one process
+        (outside a backlog)."""
+        return self.stale_seconds / 4
+
+    @property
+    def backlog_window_seconds(self) -> float:
+        """How long after a refused doorbell the process counts as backlogged (every
+        freed slot then takes a due job from the pending index itself)."""
+        return self.stale_seconds
+
+    @property
+    def overdue_after_seconds(self) -> float:
+        """How long a queued job may have been due before the drain takes it (a fresh
+        doorbell is probably on its way for anything younger); pending markers younger
+        than this are skipped without a read."""
+        return self.stale_seconds / 2
+
+    @property
+    def orphan_marker_grace_seconds(self) -> float:
+        """Age after which the sweep removes a pending marker that has no record (a
+        crashed submit); younger ones may belong to a submit in flight."""
+        return 2 * self.stale_seconds
 
 
 assert {v.field for v in ENV_VARS} == {f.name for f in fields(Settings)}

@@ -3,6 +3,9 @@
 A ring only says "look at this record"; the record decides. A lost ring is
 repaired by the sweep, a duplicate is harmless, so callers may treat a failed
 ring as a warning once the record and pending marker are written.
+
+A ring carries the job's trace context (its record's ``traceparent``) as an
+attribute, so the delivery that arrives at claim is already in the job's trace.
 """
 
 from __future__ import annotations
@@ -10,8 +13,11 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from shared import tracing
+from shared.errors import DoorbellError, InvalidInput
 
 if TYPE_CHECKING:
     from shared.config import Settings
@@ -20,20 +26,30 @@ RING_TIMEOUT_S = 10.0  # wait for the publish answer at most this long
 MAX_LATENCY_S = 0.01  # batch window: a doorbell should leave at once
 
 
-class DoorbellError(Exception):
-    """A ring was not confirmed by Pub/Sub (missing topic, no connection, timeout)."""
+class Ringer(Protocol):
+    """The doorbell as the queue uses it (Doorbell; the unit tests pass a recorder)."""
 
-    def __init__(self, job_id: str, reason: str):
-        super().__init__(f"doorbell for {job_id} failed: {reason}")
-        self.job_id = job_id
-        self.reason = reason
+    def ring(self, job_id: str, traceparent: str | None = None) -> None:
+        """Publish one doorbell; DoorbellError if Pub/Sub did not accept it."""
+        ...
+
+    def ring_many(
+        self, job_ids: Iterable[str], traceparents: Mapping[str, str] | None = None
+    ) -> list[str]:
+        """Publish several at once (each with its trace, if known); returns the ids
+        whose ring failed."""
+        ...
 
 
-def message_for(job_id: str) -> tuple[bytes, dict[str, str]]:
-    """The doorbell message: JSON {"job_id": id} and the same id as an attribute."""
+def message_for(job_id: str, traceparent: str | None = None) -> tuple[bytes, dict[str, str]]:
+    """The doorbell message: JSON {"job_id": id}, the same id as an attribute and the
+    job's valid traceparent, if any, as another."""
     if not isinstance(job_id, str) or not job_id:
-        raise ValueError(f"job id must be a non-empty string, got {job_id!r}")
-    return json.dumps({"job_id": job_id}).encode("utf-8"), {"job_id": job_id}
+        raise InvalidInput(f"job id must be a non-empty string, got {job_id!r}", "job id")
+    attrs = {"job_id": job_id}
+    if tracing.parse(traceparent) is not None:
+        attrs[tracing.TRACEPARENT_HEADER] = str(traceparent)
+    return json.dumps({"job_id": job_id}).encode("utf-8"), attrs
 
 
 _PUBLISHER: Any = None
@@ -64,21 +80,24 @@ class Doorbell:
         self._timeout = timeout
         self._lock = threading.Lock()
 
-    def ring(self, job_id: str) -> None:
+    def ring(self, job_id: str, traceparent: str | None = None) -> None:
         """Publish one doorbell and wait for Pub/Sub to accept it."""
-        future = self._publish(job_id)
+        future = self._publish(job_id, traceparent)
         self._wait(job_id, future)
 
-    def ring_many(self, job_ids: Iterable[str]) -> list[str]:
+    def ring_many(
+        self, job_ids: Iterable[str], traceparents: Mapping[str, str] | None = None
+    ) -> list[str]:
         """Publish all (they batch together), then wait; returns the ids that failed."""
         ids = list(job_ids)
+        traces = traceparents or {}
         for job_id in ids:
             message_for(job_id)  # a bad id is a bug: raise before anything is published
         pending: list[tuple[str, Any]] = []
         failed: list[str] = []
         for job_id in ids:
             try:
-                pending.append((job_id, self._publish(job_id)))
+                pending.append((job_id, self._publish(job_id, traces.get(job_id))))
             except DoorbellError:
                 failed.append(job_id)
         for job_id, future in pending:
@@ -88,22 +107,33 @@ class Doorbell:
                 failed.append(job_id)
         return failed
 
-    def _publish(self, job_id: str) -> Any:
-        data, attrs = message_for(job_id)
+    def _publish(self, job_id: str, traceparent: str | None = None) -> Any:
+        data, attrs = message_for(job_id, traceparent)
         with self._lock:
             self.calls["publish"] += 1
             if self._publisher is None:
                 self._publisher = shared_publisher()
         try:
             return self._publisher.publish(self.topic_path, data, timeout=self._timeout, **attrs)
-        except Exception as exc:  # the client raises on a closed publisher, bad topic path
+        except _publish_failures() as exc:
             raise DoorbellError(job_id, f"{type(exc).__name__}: {exc}") from exc
 
     def _wait(self, job_id: str, future: Any) -> None:
         try:
             future.result(timeout=self._timeout)
-        except Exception as exc:  # NotFound, DeadlineExceeded, TimeoutError, ...
+        except _publish_failures() as exc:
             raise DoorbellError(job_id, f"{type(exc).__name__}: {exc}") from exc
+
+
+def _publish_failures() -> tuple[type[BaseException], ...]:
+    """What the publisher raises, or sets on a future, when a publish did not go through:
+    API errors after its retries (NotFound topic, DeadlineExceeded, PublishError),
+    transport and credential errors, RuntimeError for a stopped publisher or a
+    cancelled batch, and our own wait's TimeoutError."""
+    from google.api_core import exceptions as gexc
+    from google.auth import exceptions as auth_exc
+
+    return (gexc.GoogleAPIError, auth_exc.GoogleAuthError, RuntimeError, TimeoutError, OSError)
 
 
 _DOORBELLS: dict[str, Doorbell] = {}

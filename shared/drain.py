@@ -1,10 +1,11 @@
 """The drain: when a slot frees, the claim instance takes overdue jobs from the
 pending index itself, so a lost or held-back doorbell does not leave work idle.
 
-Normally rate-limited per process (one listing per stale_s/4, markers too young
-to be overdue skipped without a read). While doorbells are being refused (a
-backlog, the instance answered 429 recently) every freed slot takes due queued
-jobs at once, one per fresh listing, reading its own shuffled order of the page.
+Normally rate-limited per process (one listing per drain interval, markers too
+young to be overdue skipped without a read; Settings documents both timings).
+While doorbells are being refused (a backlog, the instance answered 429
+recently) every freed slot takes due queued jobs at once, one per fresh
+listing, reading its own shuffled order of the page.
 """
 
 from __future__ import annotations
@@ -14,14 +15,17 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
 
 from shared import job_queue
+from shared.clock import Clock
 from shared.config import Settings
-from shared.logs import log
-from shared.outcome import RACED, Outcome
-from shared.records import InvalidInput
-from shared.storage import CorruptRecord, NotFound, PendingEntry, Store, Stored
+from shared.errors import CorruptRecord, InvalidInput, NotFound, StorageError
+from shared.jobs import JobRecord, JobStatus
+from shared.logs import get_logger
+from shared.outcome import Outcome, OutcomeKind
+from shared.storage import PendingEntry, Store, Stored
+
+log = get_logger(__name__)
 
 Take = Callable[[str, Stored], Outcome]  # claim and run this job (the runner's attempt)
 
@@ -67,29 +71,25 @@ BACKLOG_READS = 4  # records one backlog pass may read to find a due job
 _SHUFFLE = random.Random()
 
 
-def overdue(
-    job: dict[str, Any], now: datetime, settings: Settings, *, backlogged: bool = False
-) -> bool:
+def overdue(job: JobRecord, now: datetime, settings: Settings, *, backlogged: bool = False) -> bool:
     """Worth taking from the pending index: claimable, and either a running job whose
-    owner went silent or a queued job that has been due for half a stale period
+    owner went silent or a queued job that has been due for settings.overdue_after_seconds
     (a fresh doorbell is probably on its way for anything younger). In a backlog
     every due queued job qualifies: its doorbell is being held back by Pub/Sub."""
     max_attempts = job_queue.max_attempts_of(job, settings.max_attempts)
     skew = settings.clock_skew_seconds
     if not job_queue.claimable(job, now, settings.stale_seconds, max_attempts, skew_s=skew):
         return False
-    if job.get("status") == "running" or backlogged:
+    if job.get("status") == JobStatus.RUNNING or backlogged:
         return True
-    grace = settings.stale_seconds / 2
+    grace = settings.overdue_after_seconds
     return job_queue.stale_action(job, now, grace, max_attempts, skew_s=skew) == "requeue"
 
 
 class _Drain:
     """One drain, run in the slot of the request that just finished its own job."""
 
-    def __init__(
-        self, store: Store, settings: Settings, clock: Callable[[], datetime], take: Take
-    ) -> None:
+    def __init__(self, store: Store, settings: Settings, clock: Clock, take: Take) -> None:
         self.store = store
         self.settings = settings
         self.clock = clock
@@ -103,7 +103,11 @@ class _Drain:
             return None  # the sweep repairs and reports these (a foreign name too)
         if not overdue(stored.record, self.clock(), self.settings, backlogged=backlogged):
             return None
-        log("INFO", "draining an overdue job", job_id=job_id)
+        log.info(
+            "draining an overdue job",
+            job_id=job_id,
+            traceparent=stored.record.get("traceparent"),
+        )
         return self.take(job_id, stored)
 
     def drain(self, gate: DrainGate, *, skip: str | None = None) -> list[Outcome]:
@@ -117,8 +121,8 @@ class _Drain:
         s = self.settings
         outcomes: list[Outcome] = []
         while len(outcomes) < s.drain_max_jobs:
-            backlogged = gate.backlogged(s.stale_seconds)
-            if not (backlogged or gate.try_enter(s.stale_seconds / 4)):
+            backlogged = gate.backlogged(s.backlog_window_seconds)
+            if not (backlogged or gate.try_enter(s.drain_interval_seconds)):
                 break
             want = 1 if backlogged else s.drain_max_jobs - len(outcomes)
             found, whole_index = self._drain_pass(backlogged, want, skip)
@@ -138,8 +142,8 @@ class _Drain:
         try:
             limit = BACKLOG_LISTING if backlogged else s.drain_max_jobs * 5
             entries = self.store.list_pending(limit=limit)
-        except Exception as exc:  # the drain is a bonus; the sweep covers the rest
-            log("WARNING", "drain could not list pending jobs", error=repr(exc))
+        except StorageError as exc:  # the drain is a bonus; the sweep covers the rest
+            log.warning("drain could not list pending jobs", error=str(exc))
             return [], False
         whole_index = len(entries) < limit
         reads = len(entries)
@@ -159,15 +163,12 @@ class _Drain:
             reads -= 1
             try:
                 outcome = self._drain_one(entry.job_id, backlogged)
-            except Exception as exc:  # the request's own job is settled; don't fail it
-                log(
-                    "WARNING",
-                    "drain stopped on an error",
-                    job_id=entry.job_id,
-                    error=f"{type(exc).__name__}: {exc}",
-                )
+            except Exception:  # the request's own job is already settled and its outcome
+                # must reach Pub/Sub; whatever stopped this bonus job, the record decides
+                # and the sweep recovers it
+                log.exception("drain stopped on an error", job_id=entry.job_id)
                 break
-            if outcome is not None and outcome.kind != RACED:
+            if outcome is not None and outcome.kind != OutcomeKind.RACED:
                 outcomes.append(outcome)
         return outcomes, whole_index
 
@@ -175,7 +176,7 @@ class _Drain:
 def drain(
     store: Store,
     settings: Settings,
-    clock: Callable[[], datetime],
+    clock: Clock,
     take: Take,
     gate: DrainGate | None = None,
     *,
@@ -186,8 +187,8 @@ def drain(
 
 
 def _too_young(entry: PendingEntry, now: datetime, settings: Settings) -> bool:
-    """A marker younger than half a stale period cannot be overdue (its record was
-    written after it), so the drain skips it without paying for a read."""
+    """A marker younger than settings.overdue_after_seconds cannot be overdue (its record
+    was written after it), so the drain skips it without paying for a read."""
     if entry.created is None:
         return False
-    return (now - entry.created).total_seconds() < settings.stale_seconds / 2
+    return (now - entry.created).total_seconds() < settings.overdue_after_seconds

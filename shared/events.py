@@ -26,6 +26,7 @@ from google.events.cloud.storage_v1 import StorageObjectData
 from google.protobuf import json_format
 
 from shared import records
+from shared.errors import BadEvent, IgnoredEvent, InvalidInput
 
 PUBSUB_PUBLISHED = "google.cloud.pubsub.topic.v1.messagePublished"
 STORAGE_FINALIZED = "google.cloud.storage.object.v1.finalized"
@@ -36,22 +37,6 @@ _BINARY_HEADERS = ("ce-specversion", "ce-type", "ce-source", "ce-id")
 # field we never use must not turn a real upload into a 400.
 _OBJECT_FIELDS = ("bucket", "name", "generation", "contentType", "size")
 _MAX_REASON = 300
-
-
-class BadEvent(ValueError):
-    """The request is not a delivery we can read; `reason` says why."""
-
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
-
-
-class IgnoredEvent(Exception):
-    """A valid event that needs no work (e.g. an object deleted); ack it."""
-
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
 
 
 class Headers(Protocol):
@@ -142,7 +127,7 @@ def job_id_from_delivery(delivery: PubsubDelivery) -> str:
         raise BadEvent("message carries no job_id (neither in data nor in attributes)")
     try:
         return records.validate_job_id(job_id)
-    except records.InvalidInput as exc:
+    except InvalidInput as exc:
         raise BadEvent(exc.reason) from None
 
 

@@ -1,43 +1,168 @@
-"""What every HTTP entry point shares: settings loaded once, JSON answers and refusals.
+"""The HTTP edge every function shares: settings loaded once, JSON answers, and the
+one place where errors become refusals.
 
 Every refusal has the same shape, {"error": short, "reason": a sentence}, so a
-client (or Pub/Sub's dead-letter reader) always learns why.
+client (or Pub/Sub's dead-letter reader) always learns why. ``entry_point``
+wraps each function: the library's ReclaimErrors map to their status codes
+here, and only here; anything else is a logged 500. ``framework_errors`` gives
+the refusals functions-framework makes itself the same shape. A function may
+render a refusal its own way (the dashboard, a browser's app, as a page).
+
+Pub/Sub push treats 102, 200, 201, 202 and 204 as an acknowledgement and any
+other status as a negative one, so a refused or failed push is redelivered
+(https://cloud.google.com/pubsub/docs/push#receive_push).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import flask
 
-from shared import logs
-from shared.config import ConfigError, Settings
-from shared.logs import log
-from shared.pipelines import PipelineModuleError, load_modules
+from shared import logs, metrics
+from shared.config import Settings
+from shared.errors import (
+    BadEvent,
+    BatchNotFound,
+    ConfigError,
+    Conflict,
+    CorruptRecord,
+    DoorbellError,
+    IgnoredEvent,
+    InvalidInput,
+    JobNotFound,
+    PipelineModuleError,
+    ReclaimError,
+    StorageError,
+    SubmitError,
+)
+from shared.pipelines import load_modules
+from shared.queue import Queue
+
+log = logs.get_logger(__name__)
+
+Handler = Callable[[flask.Request], flask.Response]
 
 
-class Refusal(Exception):
+class Refusal(ReclaimError):
     """An HTTP refusal raised from a helper; the entry point turns it into the answer."""
 
-    def __init__(self, status: int, error: str, reason: str, headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        status: int,
+        error: str,
+        reason: str,
+        headers: dict[str, str] | None = None,
+        *,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(reason)
         self.status = status
         self.error = error
         self.reason = reason
         self.headers = headers or {}
+        self.extra = extra or {}  # more fields of the JSON answer
 
     def answer(self) -> flask.Response:
-        return refuse(self.status, self.error, self.reason, self.headers)
+        return answer(
+            self.status, {"error": self.error, "reason": self.reason, **self.extra}, self.headers
+        )
+
+
+Render = Callable[[flask.Request, Refusal], flask.Response]
+"""How a function answers a refusal: JSON for the API functions (json_refusal)."""
+
+
+def json_refusal(request: flask.Request, refusal: Refusal) -> flask.Response:
+    """The API functions' answer to every refusal: {"error", "reason", ...} as JSON."""
+    return refusal.answer()
+
+
+def entry_point(
+    function: str, *, retry_after_s: int = 5, render: Render = json_refusal
+) -> Callable[[Handler], Handler]:
+    """Wrap a function's handler: its errors become refusals (see refusal_for), an
+    unexpected one a 500 with the traceback logged, each answered by `render`.
+    `retry_after_s` is the Retry-After of a 503 (an outage worth retrying)."""
+
+    def wrap(handler: Handler) -> Handler:
+        @functools.wraps(handler)
+        def run(request: flask.Request) -> flask.Response:
+            try:
+                return handler(request)
+            except IgnoredEvent as exc:  # valid, and nothing to do: acknowledge it
+                log.info(f"{function}: event ignored", reason=exc.reason)
+                return answer(200, {"ignored": True, "reason": exc.reason})
+            except ReclaimError as exc:
+                refusal = refusal_for(exc, retry_after_s)
+                failed = refusal.status >= 500
+                log.log(
+                    logging.ERROR if failed else logging.WARNING,
+                    f"{function} refused a request",
+                    path=request.path,
+                    error=refusal.error,
+                    reason=refusal.reason,
+                    **(
+                        metrics.request_error(function, refusal.status)
+                        if failed
+                        else {"status": refusal.status}
+                    ),
+                )
+                return render(request, refusal)
+            except Exception:  # the entry point: a bug must answer a refusal and be logged
+                log.exception(
+                    f"{function} failed", path=request.path, **metrics.request_error(function, 500)
+                )
+                bug = Refusal(500, "internal error", "the request failed unexpectedly")
+                return render(request, bug)
+
+        return run
+
+    return wrap
+
+
+def refusal_for(exc: ReclaimError, retry_after_s: int = 5) -> Refusal:
+    """The HTTP answer to a library error: its status code, short error and reason."""
+    if isinstance(exc, Refusal):
+        return exc
+    if isinstance(exc, SubmitError):
+        extra = {"problems": exc.problems} if len(exc.problems) > 1 else {}
+        if isinstance(exc, Conflict):
+            return Refusal(409, "conflict", exc.reason, extra=extra)
+        return Refusal(400, "invalid request", exc.reason, extra=extra)
+    if isinstance(exc, BadEvent):
+        return Refusal(400, "bad event", exc.reason)
+    if isinstance(exc, InvalidInput):
+        return Refusal(400, f"invalid {exc.what}", exc.reason)
+    if isinstance(exc, JobNotFound | BatchNotFound):
+        return Refusal(404, "not found", str(exc))
+    if isinstance(exc, CorruptRecord):
+        reason = (
+            f"the record of job {exc.job_id!r} cannot be read ({exc.reason}); it is left "
+            "untouched for a person to repair"
+        )
+        return Refusal(409, "record unreadable", reason, extra={"id": exc.job_id})
+    if isinstance(exc, ConfigError | PipelineModuleError):
+        return Refusal(500, "misconfigured", str(exc))
+    if isinstance(exc, StorageError | DoorbellError):  # an outage: worth retrying
+        headers = {"Retry-After": str(retry_after_s)}
+        return Refusal(503, "unavailable", "storage or Pub/Sub is unavailable; retry", headers)
+    return Refusal(500, "internal error", f"{type(exc).__name__}: {exc}")
 
 
 class SettingsOnce:
-    """A function's settings, validated once per process; a bad variable is logged once."""
+    """A function's settings (and its Queue), validated once per process; a bad
+    variable is logged once and answered as a 500 naming it."""
 
     def __init__(self, function: str):
         self._function = function
         self._settings: Settings | None = None
+        self._queue: Queue | None = None
         self._error: str | None = None
         self._lock = threading.Lock()
 
@@ -49,13 +174,21 @@ class SettingsOnce:
                     settings = Settings.from_env()
                     load_modules(settings.pipeline_modules)
                     self._settings = settings
-                    logs.configure(settings.log_level)
+                    logs.configure(settings.log_level, project=settings.project)
                 except (ConfigError, PipelineModuleError) as exc:
                     self._error = str(exc)
-                    log("ERROR", f"{self._function} is misconfigured", reason=self._error)
+                    log.error(f"{self._function} is misconfigured", reason=self._error)
             if self._settings is None:
                 raise Refusal(500, "misconfigured", self._error or "settings are invalid")
             return self._settings
+
+    def queue(self) -> Queue:
+        """The process's Queue (its store and doorbell are made on first use)."""
+        settings = self.get()
+        with self._lock:
+            if self._queue is None:
+                self._queue = Queue.from_settings(settings)
+            return self._queue
 
     def validate_now(self) -> None:
         """Called at import, so a bad deployment logs at once rather than at first request."""
@@ -100,8 +233,8 @@ def read_body(request: flask.Request, limit: int) -> bytes:
     return bytes(data)
 
 
-def json_framework_errors() -> None:
-    """Make functions-framework's own refusals JSON too.
+def framework_errors(render: Render = json_refusal) -> None:
+    """Make functions-framework's own refusals the function's too (JSON by default).
 
     Its router answers Werkzeug's HTML page for a request it cannot route to the
     function at all (a path holding a percent-encoded newline, for one), which
@@ -118,8 +251,8 @@ def json_framework_errors() -> None:
         return
 
     def refusal(exc: HTTPException) -> flask.Response:
-        code = exc.code or 500
-        reason = exc.description or exc.name
-        return refuse(code, exc.name.lower(), str(reason))
+        allow = {k: v for k, v in exc.get_headers() if k.lower() == "allow"}
+        reason = str(exc.description or exc.name)
+        return render(flask.request, Refusal(exc.code or 500, exc.name.lower(), reason, allow))
 
     register(HTTPException)(refusal)

@@ -3,19 +3,33 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
-# Outcome kinds. Only "busy" asks for a redelivery; everything else is decided (ack).
-BUSY = "busy"  # no free slot: answer 429
-MISSING = "missing"  # no record (yet, or any more): ack
-CORRUPT = "corrupt"  # unreadable record: ack, left for a person
-SKIPPED = "skipped"  # not claimable: duplicate doorbell, running-and-fresh, finished, backing off
-RECOVERED = "recovered"  # not claimable but stale: the watchdog acted (e.g. failed, exhausted)
-RACED = "raced"  # another owner won the claim CAS
-DONE = "done"
-FAILED = "failed"
-REQUEUED = "requeued"
-LOST = "lost"  # we lost the job mid-run (re-claimed, rescued or cancelled): wrote nothing more
+
+class OutcomeKind(StrEnum):
+    """What became of a delivery. Only BUSY asks for a redelivery; the rest are decided (ack)."""
+
+    BUSY = "busy"
+    """No free slot: the claim function answers 429."""
+    MISSING = "missing"
+    """No record (yet, or any more)."""
+    CORRUPT = "corrupt"
+    """Unreadable record, left for a person."""
+    SKIPPED = "skipped"
+    """Not claimable: a duplicate doorbell, running-and-fresh, finished, backing off."""
+    RECOVERED = "recovered"
+    """Not claimable but stale: the watchdog acted (e.g. failed it, out of attempts)."""
+    RACED = "raced"
+    """Another owner won the claim's compare-and-swap."""
+    DONE = "done"
+    """Ran to the end; the record is done."""
+    FAILED = "failed"
+    """Failed for good (a permanent error, or out of attempts)."""
+    REQUEUED = "requeued"
+    """A stage failed and attempts are left: queued again, with backoff."""
+    LOST = "lost"
+    """This owner lost the job mid-run (re-claimed, rescued or cancelled): wrote nothing more."""
 
 
 @dataclass
@@ -23,7 +37,7 @@ class Outcome:
     """What handle_delivery decided for one job (and the jobs it drained after it)."""
 
     job_id: str
-    kind: str
+    kind: OutcomeKind
     detail: str = ""
     owner: str | None = None
     attempt: int | None = None
@@ -32,7 +46,7 @@ class Outcome:
 
     @property
     def busy(self) -> bool:
-        return self.kind == BUSY
+        return self.kind == OutcomeKind.BUSY
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"job_id": self.job_id, "outcome": self.kind}

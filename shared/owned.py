@@ -17,19 +17,18 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Callable
-from datetime import datetime
-from typing import Any
+from typing import Literal
 
 from shared import job_queue
+from shared.clock import Clock
+from shared.errors import LostRace, NotFound, OwnerLost, Unavailable
+from shared.jobs import JobRecord, JsonObject
 from shared.logs import JobLogger
-from shared.storage import LostRace, NotFound, Store, Stored
+from shared.storage import Store, Stored
 
-Clock = Callable[[], datetime]
-Build = Callable[[dict[str, Any]], dict[str, Any]]
-
-
-class OwnerLost(Exception):
-    """This owner's claim is gone: someone else wrote the record."""
+Build = Callable[[JobRecord], JobRecord]  # the fields a write merges into the record
+Write = Literal["checkpoint", "heartbeat", "fence", "done", "failed", "requeued"]
+"""What an owner's write is, as its log lines name it."""
 
 
 class OwnedRecord:
@@ -58,7 +57,7 @@ class OwnedRecord:
         self._lock = threading.Lock()
         self._lost = threading.Event()
         self._closed = False
-        self._pending: tuple[str, int, dict[str, Any], list[str]] | None = None
+        self._pending: tuple[str, int, JsonObject, list[str]] | None = None
         self._last_write = self._seconds()
         self.writes = 0
 
@@ -84,7 +83,7 @@ class OwnedRecord:
         self,
         stage: str,
         next_stage: int,
-        state: dict[str, Any],
+        state: JsonObject,
         outputs: list[str] | None = None,
     ) -> bool:
         """Record a stage boundary; True if written now, False if deferred (coalesced).
@@ -123,7 +122,7 @@ class OwnedRecord:
                 return
             self._write(lambda job: job_queue.heartbeat_fields(job, self._clock()), "fence")
 
-    def finish(self, build: Build, event: str, *, fold: bool = True) -> Stored:
+    def finish(self, build: Build, event: Write, *, fold: bool = True) -> Stored:
         """The final write (done/failed/requeued), at once; with fold, a pending
         checkpoint goes into the same write so the next attempt resumes after it."""
         with self._lock:
@@ -132,8 +131,8 @@ class OwnedRecord:
             if not fold:
                 pending = None
 
-            def merged(job: dict[str, Any]) -> dict[str, Any]:
-                fields: dict[str, Any] = {}
+            def merged(job: JobRecord) -> JobRecord:
+                fields: JobRecord = {}
                 if pending is not None:
                     fields = job_queue.checkpoint_fields(job, self._clock(), *pending)
                 return {**fields, **build({**job, **fields})}
@@ -159,26 +158,24 @@ class OwnedRecord:
         assert self._pending is not None
         pending = self._pending
 
-        def build(job: dict[str, Any]) -> dict[str, Any]:
+        def build(job: JobRecord) -> JobRecord:
             return job_queue.checkpoint_fields(job, self._clock(), *pending)
 
         try:
             self._write(build, "checkpoint")
-        except OwnerLost:
-            raise
-        except Exception as exc:
+        except Unavailable as exc:
             if not transient_ok:
                 raise
-            self._log.warning("checkpoint write failed; will retry", error=repr(exc))
+            self._log.warning("checkpoint write failed; will retry", error=str(exc))
             return False
         self._pending = None
         return True
 
-    def _write(self, build: Build, event: str) -> None:
+    def _write(self, build: Build, event: Write) -> None:
         job = self._stored.record
-        fields = build(job)
+        new: JobRecord = {**job, **build(job)}
         try:
-            self._stored = self._store.update({**job, **fields}, self._stored.generation)
+            self._stored = self._store.update(new, self._stored.generation)
         except (LostRace, NotFound) as exc:
             self._lost.set()
             self._log.warning(
@@ -221,5 +218,8 @@ class Heartbeat:
             except OwnerLost:
                 self._log.warning("heartbeat lost the job; stopping")
                 return
-            except Exception as exc:  # a transient storage error must not kill the job
-                self._log.warning("heartbeat write failed", error=repr(exc))
+            except Unavailable as exc:  # a storage hiccup: the next tick tries again
+                self._log.warning("heartbeat write failed", error=str(exc))
+            except Exception:  # this thread is the job's proof of life: a bug here must
+                # not end it silently (the job would be rescued while its owner lives)
+                self._log.exception("heartbeat tick failed")

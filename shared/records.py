@@ -15,9 +15,12 @@ import re
 import sys
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from shared.job_queue import MAX_ATTEMPTS_LIMIT, STATES, format_time
+from shared import tracing
+from shared.errors import InvalidInput, InvalidRecord
+from shared.job_queue import MAX_ATTEMPTS_LIMIT, format_time
+from shared.jobs import JobRecord, JobStatus, JsonObject
 
 SCHEMA_VERSION = 1
 ID_MAX_LEN = 128
@@ -32,22 +35,7 @@ MAX_RECORD_DEPTH = 2 * MAX_PAYLOAD_DEPTH
 _DOUBLE_MAX = sys.float_info.max
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-
-
-class InvalidInput(ValueError):
-    """Bad user input (ids, names, payloads); `.reason` is safe to show the user."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class InvalidRecord(ValueError):
-    """Stored bytes are not a valid record; report it, never overwrite or delete it."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+_STATUSES = frozenset(JobStatus)
 
 
 # --------------------------------------------------------------------------- ids
@@ -56,19 +44,20 @@ class InvalidRecord(ValueError):
 def validate_job_id(value: object, what: str = "job id") -> str:
     """The id itself, when it is safe as an object name segment; else InvalidInput."""
     if not isinstance(value, str):
-        raise InvalidInput(f"{what} must be a string, not {type(value).__name__}")
+        raise InvalidInput(f"{what} must be a string, not {type(value).__name__}", what)
     if not value:
-        raise InvalidInput(f"{what} must not be empty")
+        raise InvalidInput(f"{what} must not be empty", what)
     shown = value if len(value) <= 40 else value[:40] + "..."
     if len(value) > ID_MAX_LEN:
-        raise InvalidInput(f"{what} {shown!r} is too long: at most {ID_MAX_LEN} characters")
+        raise InvalidInput(f"{what} {shown!r} is too long: at most {ID_MAX_LEN} characters", what)
     if not _ID.fullmatch(value):
         raise InvalidInput(
             f"{what} {shown!r} is invalid: only letters, digits, '.', '_' and '-' are allowed"
-            f" (max {ID_MAX_LEN}), starting with a letter or digit"
+            f" (max {ID_MAX_LEN}), starting with a letter or digit",
+            what,
         )
     if ".." in value:
-        raise InvalidInput(f"{what} {shown!r} is invalid: it must not contain '..'")
+        raise InvalidInput(f"{what} {shown!r} is invalid: it must not contain '..'", what)
     return value
 
 
@@ -166,15 +155,19 @@ def _explain(value: object, max_depth: int, where: str) -> str:
 def new_record(
     job_id: str,
     pipeline: str,
-    payload: dict[str, Any],
+    payload: JsonObject,
     now: datetime,
     *,
     batch_id: str | None = None,
     client_id: str | None = None,
     max_attempts: int | None = None,
-    source: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """A fresh schema-1 record, queued with no attempts; raises InvalidInput."""
+    source: JsonObject | None = None,
+    traceparent: str | None = None,
+) -> JobRecord:
+    """A fresh schema-1 record, queued with no attempts; raises InvalidInput.
+
+    `traceparent` (shared.tracing) is the job's trace context; a record without
+    one (written before traces existed) is still a valid schema-1 record."""
     validate_job_id(job_id)
     validate_job_id(pipeline, "pipeline")
     if batch_id is not None:
@@ -182,15 +175,21 @@ def new_record(
     if client_id is not None:
         validate_job_id(client_id, "client id")
     if not isinstance(payload, dict):
-        raise InvalidInput(f"payload must be a JSON object, not {type(payload).__name__}")
+        raise InvalidInput(
+            f"payload must be a JSON object, not {type(payload).__name__}", "payload"
+        )
     if max_attempts is not None and not (
         type(max_attempts) is int and 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
     ):
-        raise InvalidInput(f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}")
+        raise InvalidInput(
+            f"max_attempts must be an integer from 1 to {MAX_ATTEMPTS_LIMIT}", "max_attempts"
+        )
     if source is not None and not isinstance(source, dict):
-        raise InvalidInput(f"source must be an object, not {type(source).__name__}")
+        raise InvalidInput(f"source must be an object, not {type(source).__name__}", "source")
+    if traceparent is not None and tracing.parse(traceparent) is None:
+        raise InvalidInput(f"traceparent {traceparent!r} is not a W3C traceparent", "traceparent")
     at = format_time(now)
-    record: dict[str, Any] = {
+    record: JobRecord = {
         "schema": SCHEMA_VERSION,
         "id": job_id,
         "pipeline": pipeline,
@@ -198,7 +197,7 @@ def new_record(
         "batch_id": batch_id,
         "client_id": client_id,
         "source": source,
-        "status": "queued",
+        "status": JobStatus.QUEUED,
         "stage": None,
         "attempts": 0,
         "max_attempts": max_attempts,
@@ -212,14 +211,16 @@ def new_record(
         "error": None,
         "history": [{"at": at, "event": "submitted"}],
     }
+    if traceparent is not None:
+        record["traceparent"] = traceparent
     try:
         _dumps(record)
     except InvalidRecord as exc:
-        raise InvalidInput(f"payload is not plain JSON: {exc.reason}") from None
+        raise InvalidInput(f"payload is not plain JSON: {exc.reason}", "payload") from None
     return record
 
 
-def validate_record(obj: object, job_id: str | None = None) -> dict[str, Any]:
+def validate_record(obj: object, job_id: str | None = None) -> JobRecord:
     """`obj` itself when it is a usable record; InvalidRecord says why not."""
     if not isinstance(obj, dict):
         raise InvalidRecord(f"record must be a JSON object, not {type(obj).__name__}")
@@ -237,21 +238,22 @@ def validate_record(obj: object, job_id: str | None = None) -> dict[str, Any]:
     if not isinstance(pipeline, str) or not pipeline:
         raise InvalidRecord(f"pipeline must be a non-empty string, not {pipeline!r}")
     status = obj.get("status")
-    if not isinstance(status, str) or status not in STATES:
-        raise InvalidRecord(f"unknown status {status!r} (known: {', '.join(STATES)})")
+    if not isinstance(status, str) or status not in _STATUSES:
+        raise InvalidRecord(f"unknown status {status!r} (known: {', '.join(JobStatus)})")
     payload = obj.get("payload")
     if not isinstance(payload, dict):
         raise InvalidRecord(f"payload must be an object, not {type(payload).__name__}")
-    return obj
+    return cast(JobRecord, obj)
 
 
-def encode(record: dict[str, Any]) -> bytes:
+def encode(record: JobRecord) -> bytes:
     """Compact UTF-8 JSON of a valid record (never writes junk)."""
     return _dumps(validate_record(record))
 
 
-def decode(data: bytes | bytearray | memoryview, job_id: str | None = None) -> dict[str, Any]:
-    """A validated record from stored bytes; InvalidRecord on anything else."""
+def decode(data: bytes | bytearray | memoryview, job_id: str | None = None) -> JobRecord:
+    """A validated record from stored bytes (its status a JobStatus); InvalidRecord on
+    anything else."""
     if not isinstance(data, bytes | bytearray | memoryview):
         raise InvalidRecord(f"record data must be bytes, not {type(data).__name__}")
     try:
@@ -267,7 +269,9 @@ def decode(data: bytes | bytearray | memoryview, job_id: str | None = None) -> d
     problem = json_problem(obj, MAX_RECORD_DEPTH, "record")
     if problem is not None:  # e.g. 1e400, read as inf: it could never be written back
         raise InvalidRecord(problem)
-    return validate_record(obj, job_id)
+    record = validate_record(obj, job_id)
+    record["status"] = JobStatus(record["status"])
+    return record
 
 
 def _reject_constant(name: str) -> Any:
@@ -275,7 +279,7 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
-def _dumps(record: dict[str, Any]) -> bytes:
+def _dumps(record: JobRecord) -> bytes:
     problem = json_problem(record, MAX_RECORD_DEPTH, "record")
     if problem is not None:  # what decode would refuse is never written
         raise InvalidRecord(f"record is not plain JSON: {problem}")

@@ -1,4 +1,4 @@
-"""The watchdog's one move on one record, shared by the sweep and status reads.
+"""The watchdog's one move on one record, shared by the sweep, status reads and claim.
 
 stale_action decides; this applies it with a generation-matched write, so any
 number of sweeps, status reads and owners can race on a record and at most one
@@ -7,32 +7,26 @@ of them changes it. Losing that race is fine: someone else acted.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
 
-from shared import job_queue
+from shared import job_queue, metrics
 from shared.config import Settings
-from shared.doorbell import DoorbellError
-from shared.logs import log
-from shared.storage import LostRace, NotFound, Store, Stored
+from shared.doorbell import Ringer
+from shared.errors import AttemptsExhausted, DoorbellError, LostRace, NotFound, StorageError
+from shared.jobs import JobRecord, JobStatus, WatchdogAction
+from shared.logs import get_logger
+from shared.storage import Store, Stored
 
-
-class Ringer(Protocol):
-    """What recovery needs of shared.doorbell.Doorbell (tests pass a recorder)."""
-
-    def ring(self, job_id: str) -> None: ...
-
-
-class AttemptsExhausted(Exception):
-    """The job's owner went silent and no attempt is left."""
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True)
 class Recovery:
-    """What recover_one did: action is "requeue", "fail" or None (nothing written)."""
+    """What recover_one did: the action it wrote (None: nothing written), the record now."""
 
-    action: str | None
+    action: WatchdogAction | None
     stored: Stored
     rescued: bool = False  # a running job whose owner went silent was handed back
     rang: bool = False  # the doorbell of a requeued job was accepted by Pub/Sub
@@ -47,7 +41,7 @@ def recover(
     now: datetime,
     *,
     clean_marker: bool = False,
-) -> tuple[str | None, Stored]:
+) -> tuple[WatchdogAction | None, Stored]:
     """Apply stale_action to one record: ("requeue"|"fail"|None, the record now).
 
     None with a fresh read means healthy, terminal, or someone else acted first.
@@ -73,11 +67,11 @@ def recover_one(
     if job_queue.is_terminal(job):
         if clean_marker:
             store.remove_pending(job_id)
-            log(
-                "INFO",
+            log.info(
                 "removed the pending marker of a finished job",
                 job_id=job_id,
                 status=job.get("status"),
+                traceparent=job.get("traceparent"),
             )
         return Recovery(None, stored, unmarked=clean_marker)
     max_attempts = job_queue.max_attempts_of(job, settings.max_attempts)
@@ -96,31 +90,34 @@ def _requeue(store: Store, doorbell: Ringer, stored: Stored, now: datetime) -> R
     back to queued with a fresh updated_at, then rung."""
     job = stored.record
     job_id = str(job["id"])
-    rescued = job.get("status") == "running"
-    fields = job_queue.requeue_fields(job, now, rescued=rescued)
+    rescued = job.get("status") == JobStatus.RUNNING
+    new: JobRecord = {**job, **job_queue.requeue_fields(job, now, rescued=rescued)}
     try:
-        new = store.update({**job, **fields}, stored.generation)
+        written = store.update(new, stored.generation)
     except (LostRace, NotFound):
         return Recovery(None, store.read(job_id))
-    log(
-        "WARNING" if rescued else "INFO",
+    trace = job.get("traceparent")
+    log.log(
+        logging.WARNING if rescued else logging.INFO,
         "rescued a job whose owner went silent" if rescued else "re-rang a queued job",
         job_id=job_id,
         owner=job.get("owner"),
         attempt=job_queue.attempts_of(job),
+        traceparent=trace,
+        **(metrics.rescued(job) if rescued else {}),
     )
     try:
-        doorbell.ring(job_id)
+        doorbell.ring(job_id, trace)
         rang = True
     except DoorbellError as exc:
-        log(
-            "WARNING",
+        log.warning(
             "doorbell failed; the next sweep rings again",
             job_id=job_id,
             error=exc.reason,
+            traceparent=trace,
         )
         rang = False
-    return Recovery("requeue", new, rescued=rescued, rang=rang)
+    return Recovery("requeue", written, rescued=rescued, rang=rang)
 
 
 def _fail(store: Store, stored: Stored, now: datetime, max_attempts: int) -> Recovery:
@@ -132,26 +129,34 @@ def _fail(store: Store, stored: Stored, now: datetime, max_attempts: int) -> Rec
     exc = AttemptsExhausted(
         f"the owner went silent and the job is out of attempts ({shown} of {max_attempts})"
     )
+    stage = job.get("stage")
     error = job_queue.error_info(
         exc,
-        stage=job.get("stage") if isinstance(job.get("stage"), str) else None,
+        stage=stage if isinstance(stage, str) else None,
         attempt=attempts if attempts != job_queue.ATTEMPTS_UNREADABLE else -1,
         now=now,
         retryable=False,
     )
+    new: JobRecord = {**job, **job_queue.fail_fields(job, now, error)}
     try:
-        new = store.update({**job, **job_queue.fail_fields(job, now, error)}, stored.generation)
+        written = store.update(new, stored.generation)
     except (LostRace, NotFound):
         return Recovery(None, store.read(job_id))
-    log(
-        "ERROR",
+    log.error(
         "failed a job: attempts exhausted",
         job_id=job_id,
         owner=job.get("owner"),
         attempt=error["attempt"],
+        traceparent=job.get("traceparent"),
+        **metrics.finished(job, metrics.Outcome.FAILED),
     )
     try:
         store.remove_pending(job_id)
-    except Exception as exc:  # the next sweep removes it
-        log("WARNING", "could not remove the pending marker", job_id=job_id, error=repr(exc))
-    return Recovery("fail", new)
+    except StorageError as exc:  # the next sweep removes it
+        log.warning(
+            "could not remove the pending marker",
+            job_id=job_id,
+            error=str(exc),
+            traceparent=job.get("traceparent"),
+        )
+    return Recovery("fail", written)

@@ -19,45 +19,38 @@ import json
 import os
 import secrets
 import socket
+import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from shared import job_queue, records
+from shared import job_queue, metrics, records
+from shared.clock import Clock, utcnow
 from shared.config import Settings
-from shared.doorbell import DoorbellError
+from shared.doorbell import Ringer
 from shared.drain import GATE, DrainGate, drain
-from shared.logs import JobLogger, log
-from shared.outcome import (
-    BUSY,
-    CORRUPT,
-    DONE,
-    FAILED,
-    LOST,
-    MISSING,
-    RACED,
-    RECOVERED,
-    REQUEUED,
-    SKIPPED,
-    Outcome,
-)
-from shared.owned import Heartbeat, OwnedRecord, OwnerLost
-from shared.pipelines import (
+from shared.errors import (
+    CorruptRecord,
+    DoorbellError,
+    IllegalTransition,
+    LostRace,
+    NotFound,
+    OwnerLost,
     PermanentError,
-    Pipeline,
-    StageContext,
     Stopped,
-    get_pipeline,
+    StorageError,
+    Unavailable,
 )
-from shared.recovery import Ringer, recover
+from shared.jobs import JobRecord, JobStatus, JsonObject
+from shared.logs import JobLogger, get_logger
+from shared.outcome import Outcome, OutcomeKind
+from shared.owned import Heartbeat, OwnedRecord
+from shared.pipelines import Pipeline, StageContext, get_pipeline
+from shared.recovery import recover
 from shared.slots import Slots, get_slots
-from shared.storage import CorruptRecord, LostRace, NotFound, Store, Stored
+from shared.storage import Store, Stored
 
-Clock = Callable[[], datetime]
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
+log = get_logger(__name__)
 
 
 # --------------------------------------------------------------------------- owner ids
@@ -97,8 +90,8 @@ def handle_delivery(
     """Handle one doorbell for job_id; never waits for a slot.
 
     `owner` is the instance id (default: this process's); each claim appends a
-    suffix. `now` is the clock (injectable for tests). Raises records.InvalidInput
-    for a malformed id, and lets unexpected storage errors propagate (500:
+    suffix. `now` is the clock (injectable for tests). Raises InvalidInput for a
+    malformed id, and lets storage errors propagate (the function answers 503 and
     Pub/Sub redelivers; the record is still the truth).
     """
     records.validate_job_id(job_id)
@@ -107,8 +100,8 @@ def handle_delivery(
     slot = pool.try_acquire()
     if slot is None:
         gate.note_refusal()
-        retry = max(1.0, min(settings.stale_seconds / 4, 30.0))
-        return Outcome(job_id, BUSY, "no free slot", retry_after_s=retry)
+        retry = settings.busy_retry_after_seconds
+        return Outcome(job_id, OutcomeKind.BUSY, "no free slot", retry_after_s=retry)
     runner = _Runner(store, doorbell, settings, owner or instance_id(), now)
     with slot:
         outcome = runner.attempt(job_id)
@@ -137,11 +130,11 @@ class _Runner:
             try:
                 stored = self.store.read(job_id)
             except NotFound:
-                log("INFO", "no such record; acked", job_id=job_id)
-                return Outcome(job_id, MISSING, "no record")
+                log.info("no such record; acked", job_id=job_id)
+                return Outcome(job_id, OutcomeKind.MISSING, "no record")
             except CorruptRecord as exc:
-                log("ERROR", "corrupt record left untouched", job_id=job_id, reason=exc.reason)
-                return Outcome(job_id, CORRUPT, exc.reason)
+                log.error("corrupt record left untouched", job_id=job_id, reason=exc.reason)
+                return Outcome(job_id, OutcomeKind.CORRUPT, exc.reason)
         job = stored.record
         now = self.clock()
         s = self.settings
@@ -165,32 +158,43 @@ class _Runner:
         if action is not None:
             done, _ = recover(self.store, self.doorbell, stored, s, now, clean_marker=False)
             if done is not None:
-                return Outcome(job_id, RECOVERED, done)
-        reason = str(job.get("status"))
-        if job.get("status") == "queued" and not job_queue.is_due(
+                return Outcome(job_id, OutcomeKind.RECOVERED, done)
+        status = job.get("status")
+        reason = str(status)
+        if status == JobStatus.QUEUED and not job_queue.is_due(
             job, now, skew_s=s.clock_skew_seconds
         ):
             reason = "backing off"
-        elif job.get("status") == "running":
+        elif status == JobStatus.RUNNING:
             reason = "running and fresh"
-        log("INFO", "not claimable; acked", job_id=job_id, reason=reason)
-        return Outcome(job_id, SKIPPED, reason)
+        log.info(
+            "not claimable; acked",
+            job_id=job_id,
+            reason=reason,
+            traceparent=job.get("traceparent"),
+        )
+        return Outcome(job_id, OutcomeKind.SKIPPED, reason)
 
     def _claim_and_run(self, job_id: str, stored: Stored, now: datetime) -> Outcome:
         job = stored.record
         owner = new_owner(self.instance)
         try:
-            fields = job_queue.claim_fields(job, owner, now)
-        except job_queue.IllegalTransition as exc:
-            return Outcome(job_id, SKIPPED, str(exc))
+            new: JobRecord = {**job, **job_queue.claim_fields(job, owner, now)}
+        except IllegalTransition as exc:
+            return Outcome(job_id, OutcomeKind.SKIPPED, str(exc))
         try:
-            claimed = self.store.update({**job, **fields}, stored.generation)
+            claimed = self.store.update(new, stored.generation)
         except (LostRace, NotFound):
-            log("INFO", "lost the claim race; acked", job_id=job_id, owner=owner)
-            return Outcome(job_id, RACED, "another owner won", owner=owner)
+            log.info(
+                "lost the claim race; acked",
+                job_id=job_id,
+                owner=owner,
+                traceparent=job.get("traceparent"),
+            )
+            return Outcome(job_id, OutcomeKind.RACED, "another owner won", owner=owner)
         attempt = int(claimed.record["attempts"])
-        jlog = JobLogger(job_id, owner, attempt)
-        jlog.info("claimed", pipeline=job.get("pipeline"), rescues=job.get("rescues"))
+        jlog = JobLogger(job_id, owner, attempt, job.get("traceparent"))
+        jlog.info("claimed", rescues=job.get("rescues"), **metrics.claimed(job, now, attempt))
         s = self.settings
         owned = OwnedRecord(
             self.store,
@@ -199,7 +203,7 @@ class _Runner:
             attempt=attempt,
             clock=self.clock,
             min_interval_s=s.min_write_interval_seconds,
-            heartbeat_s=s.stale_seconds / 3,
+            heartbeat_s=s.heartbeat_seconds,
             log=jlog,
         )
         try:
@@ -231,7 +235,7 @@ class _Outputs:
         return written
 
 
-def _require_plain(state: dict[str, Any], result: dict[str, Any]) -> None:
+def _require_plain(state: JsonObject, result: JsonObject) -> None:
     """A stage must leave state and result the record can hold (a stage error if not)."""
     depth = records.MAX_RECORD_DEPTH - 2  # state sits at level 3 of the record
     for where, value in (("state", state), ("result", result)):
@@ -262,9 +266,10 @@ class _Job:
         self.log = jlog
         self.job = owned.stored.record
         self.job_id = str(self.job["id"])
-        self.confirm_s = runner.settings.stale_seconds / 2
+        self.confirm_s = runner.settings.ownership_confirm_seconds
         # outputs of committed stages, earlier attempts' included: the job's deliverables
         self.outputs = job_queue.checkpoint_outputs(self.job)
+        self.started = time.monotonic()  # the attempt's run time (a metric) counts from here
 
     def run(self) -> Outcome:
         next_stage, state = job_queue.checkpoint_of(self.job)
@@ -276,9 +281,8 @@ class _Job:
             return self._fail(exc, stage=None)
         if next_stage > len(stages):
             next_stage = len(stages)
-        result: dict[str, Any] = {}
-        period = min(self.owned.heartbeat_s, max(self.owned.min_interval_s, 0.05)) / 2
-        with Heartbeat(self.owned, min(period, 5.0), self.log):
+        result: JsonObject = {}
+        with Heartbeat(self.owned, self.r.settings.heartbeat_tick_seconds, self.log):
             for index in range(next_stage, len(stages)):
                 name, fn = stages[index]
                 outcome = self._stage(pipeline, index, len(stages), name, fn, state, result)
@@ -293,8 +297,8 @@ class _Job:
         total: int,
         name: str,
         fn: Callable[[StageContext], None],
-        state: dict[str, Any],
-        result: dict[str, Any],
+        state: JsonObject,
+        result: JsonObject,
     ) -> Outcome | None:
         """Run one stage and its checkpoint; an Outcome ends the job, None goes on."""
         self.log.stage = name
@@ -318,7 +322,8 @@ class _Job:
             return self._lost("stage stopped")
         except PermanentError as exc:
             return self._fail(exc, stage=name)
-        except Exception as exc:
+        except Exception as exc:  # the stage is the pipeline's own code: whatever it
+            # raises is a stage error, retried with backoff until attempts run out
             return self._retry_or_fail(exc, stage=name)
         self.log.info("stage finished", index=index, outputs=outputs.written or None)
         self.outputs.extend(outputs.written)
@@ -336,13 +341,13 @@ class _Job:
             self.owned.confirm(self.confirm_s)
         except OwnerLost:
             return True
-        except Exception as exc:  # storage hiccup: not proof of loss; the CAS writes decide
-            self.log.warning("could not confirm ownership", error=repr(exc))
+        except Unavailable as exc:  # a storage hiccup is no proof of loss; the CAS writes decide
+            self.log.warning("could not confirm ownership", error=str(exc))
         return False
 
     # --- final writes
 
-    def _done(self, result: dict[str, Any]) -> Outcome:
+    def _done(self, result: JsonObject) -> Outcome:
         now = self.r.clock()
         try:
             self.owned.finish(
@@ -352,9 +357,9 @@ class _Job:
             )
         except OwnerLost:
             return self._lost("done refused")
-        self.log.info("done")
+        self.log.info("done", **self._finished(metrics.Outcome.DONE))
         self._unmark()
-        return self._outcome(DONE)
+        return self._outcome(OutcomeKind.DONE)
 
     def _fail(self, exc: BaseException, *, stage: str | None) -> Outcome:
         now = self.r.clock()
@@ -365,9 +370,14 @@ class _Job:
             self.owned.finish(lambda job: job_queue.fail_fields(job, now, error), "failed")
         except OwnerLost:
             return self._lost("fail refused")
-        self.log.error("failed", error_type=error["type"], error=error["message"])
+        self.log.error(
+            "failed",
+            error_type=error["type"],
+            error=error["message"],
+            **self._finished(metrics.Outcome.FAILED),
+        )
         self._unmark()
-        return self._outcome(FAILED, error["message"])
+        return self._outcome(OutcomeKind.FAILED, error["message"])
 
     def _retry_or_fail(self, exc: BaseException, *, stage: str) -> Outcome:
         s = self.r.settings
@@ -381,7 +391,7 @@ class _Job:
             self.owned.attempt, s.backoff_base_seconds, s.backoff_max_seconds
         )
 
-        def build(job: dict[str, Any]) -> dict[str, Any]:
+        def build(job: JobRecord) -> JobRecord:
             return job_queue.requeue_fields(job, now, delay_s=delay, error=error)
 
         try:
@@ -393,30 +403,34 @@ class _Job:
             error_type=error["type"],
             error=error["message"],
             delay_s=round(delay, 3),
+            **self._finished(metrics.Outcome.REQUEUED),
         )
         if delay <= 0:
             self._ring()
-        return self._outcome(REQUEUED, error["message"])
+        return self._outcome(OutcomeKind.REQUEUED, error["message"])
+
+    def _finished(self, outcome: metrics.Outcome) -> dict[str, Any]:
+        return metrics.finished(self.job, outcome, run_s=time.monotonic() - self.started)
 
     def _lost(self, why: str) -> Outcome:
         self.owned.close()
         self.log.warning("stopped: this owner lost the job", why=why)
-        return self._outcome(LOST, why)
+        return self._outcome(OutcomeKind.LOST, why)
 
     def _unmark(self) -> None:
         """Drop the pending marker, strictly after the final write (sweep repairs a leftover)."""
         try:
             self.r.store.remove_pending(self.job_id)
-        except Exception as exc:
-            self.log.warning("could not remove the pending marker", error=repr(exc))
+        except StorageError as exc:
+            self.log.warning("could not remove the pending marker", error=str(exc))
 
     def _ring(self) -> None:
         try:
-            self.r.doorbell.ring(self.job_id)
+            self.r.doorbell.ring(self.job_id, self.job.get("traceparent"))
         except DoorbellError as exc:
             self.log.warning("doorbell failed; the sweep will ring", error=exc.reason)
 
-    def _outcome(self, kind: str, detail: str = "") -> Outcome:
+    def _outcome(self, kind: OutcomeKind, detail: str = "") -> Outcome:
         return Outcome(
             self.job_id, kind, detail, owner=self.owned.owner, attempt=self.owned.attempt
         )

@@ -1,13 +1,13 @@
-"""GET /jobs/<id> and GET /batches/<id>: readable views, with the watchdog.
+"""Reading jobs and batches as their owners see them, with the watchdog.
 
 A status read applies the same stale_action as the sweep (shared.recovery), so
 a client polling a job whose owner vanished gets it requeued or failed without
 waiting for the scheduler. The watchdog is best effort on a read: if it cannot
-write, the client still gets the record as read.
+write, the reader still gets the record as read.
 
-A record that cannot be decoded is answered with 409 (the stored state of the
-resource conflicts with its schema; retrying will not help, a person must fix
-it) and is never rewritten or deleted here.
+A record that cannot be decoded raises CorruptRecord (the HTTP API answers 409:
+the stored state conflicts with its schema, a person must fix it) and is never
+rewritten or deleted here.
 """
 
 from __future__ import annotations
@@ -16,16 +16,26 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from shared import job_queue, records
 from shared.config import Settings
-from shared.logs import log
-from shared.records import InvalidInput
+from shared.doorbell import Ringer
+from shared.errors import (
+    BatchNotFound,
+    CorruptRecord,
+    InvalidInput,
+    JobNotFound,
+    NotFound,
+    ReclaimError,
+)
+from shared.jobs import MEMBER_MISSING, MEMBER_UNREADABLE, JobRecord, WatchdogAction
+from shared.logs import get_logger
 from shared.recovery import recover
-from shared.storage import CorruptRecord, NotFound, Store, Stored
+from shared.storage import Store, Stored
 
-CORRUPT_STATUS = 409
+log = get_logger(__name__)
+
 BATCH_LIST_LIMIT = 10_000
 _WORKERS = 8
 _VIEW_FIELDS = (
@@ -45,109 +55,125 @@ _VIEW_FIELDS = (
     "rescues",
     "history",
 )
-
-
-class Ringer(Protocol):
-    """The doorbell, as recovery needs it (requeue rings)."""
-
-    def ring(self, job_id: str) -> None: ...
+_MEMBER_FIELDS = ("id", "pipeline", "status", "stage", "attempts", "updated_at")
 
 
 @dataclass(frozen=True)
-class View:
-    """An HTTP answer: status code and JSON body."""
+class JobView:
+    """A job as a status read sees it: its record after the watchdog, and what it did."""
 
-    status: int
-    body: dict[str, Any]
+    record: JobRecord
+    max_attempts: int  # the job's own, else the deployment's
+    watchdog: WatchdogAction | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The public view (GET /jobs/<id>, `reclaim status`)."""
+        body = render_job(self.record, self.max_attempts)
+        if self.watchdog:
+            body["watchdog"] = self.watchdog
+        return body
 
 
-def job_view(
+@dataclass(frozen=True)
+class BatchView:
+    """Every member of a batch, each summarised (its status may be MEMBER_MISSING or
+    MEMBER_UNREADABLE besides a JobStatus)."""
+
+    batch_id: str
+    members: list[dict[str, Any]]
+    truncated: bool  # the batch has more members than one read lists
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Members by status, sorted by status."""
+        return dict(sorted(Counter(str(m["status"]) for m in self.members).items()))
+
+    @property
+    def done(self) -> bool:
+        """Every member is terminal."""
+        return all(m["status"] in job_queue.TERMINAL_STATUSES for m in self.members)
+
+    def to_json(self) -> dict[str, Any]:
+        """The public view (GET /batches/<id>)."""
+        return {
+            "batch_id": self.batch_id,
+            "total": len(self.members),
+            "counts": self.counts,
+            "done": self.done,
+            "truncated": self.truncated,
+            "jobs": self.members,
+        }
+
+
+def read_job(
     store: Store, doorbell: Ringer, settings: Settings, job_id: str, now: datetime
-) -> View:
-    """The job's record as a readable view, after the read-path watchdog."""
-    try:
-        records.validate_job_id(job_id)
-    except records.InvalidInput as exc:
-        return View(400, {"error": "invalid job id", "reason": exc.reason})
+) -> JobView:
+    """The job after the read-path watchdog; InvalidInput, JobNotFound or CorruptRecord."""
+    records.validate_job_id(job_id)
     try:
         stored = store.read(job_id)
     except NotFound:
-        return View(404, {"error": "not found", "reason": f"no job {job_id!r}"})
+        raise JobNotFound(job_id) from None
     except CorruptRecord as exc:
-        log("ERROR", "record unreadable; left for a person", job_id=job_id, reason=exc.reason)
-        return View(CORRUPT_STATUS, _unreadable(job_id, exc.reason))
+        log.error("record unreadable; left for a person", job_id=job_id, reason=exc.reason)
+        raise
     action, stored = _watchdog(store, doorbell, settings, stored, now)
-    body = render_job(stored.record, settings)
-    if action:
-        body["watchdog"] = action
-    return View(200, body)
+    max_attempts = job_queue.max_attempts_of(stored.record, settings.max_attempts)
+    return JobView(stored.record, max_attempts, action)
 
 
-def batch_view(
+def read_batch(
     store: Store, doorbell: Ringer, settings: Settings, batch_id: str, now: datetime
-) -> View:
-    """Every member of a batch (O(batch): its markers, then its records in parallel)."""
-    try:
-        records.validate_batch_id(batch_id)
-    except records.InvalidInput as exc:
-        return View(400, {"error": "invalid batch id", "reason": exc.reason})
+) -> BatchView:
+    """Every member of a batch (O(batch): its markers, then its records in parallel);
+    InvalidInput or BatchNotFound."""
+    records.validate_batch_id(batch_id)
     ids = store.list_batch(batch_id, limit=BATCH_LIST_LIMIT)
     if not ids:
-        return View(404, {"error": "not found", "reason": f"no batch {batch_id!r}"})
+        raise BatchNotFound(batch_id)
     with ThreadPoolExecutor(max_workers=min(_WORKERS, len(ids))) as pool:
-        found = list(pool.map(lambda i: _member(store, doorbell, settings, i, now), ids))
-    # a marker is only an index: the record decides (a stray marker is not membership)
-    jobs = [j for j in found if j is not None and j.get("batch_id", batch_id) == batch_id]
-    for j in jobs:
-        j.pop("batch_id", None)
-    if not jobs:
-        return View(404, {"error": "not found", "reason": f"no batch {batch_id!r}"})
-    counts = Counter(str(j["status"]) for j in jobs)
-    done = all(j["status"] in job_queue.TERMINAL_STATUSES for j in jobs)
-    return View(
-        200,
-        {
-            "batch_id": batch_id,
-            "total": len(jobs),
-            "counts": dict(sorted(counts.items())),
-            "done": done,
-            "truncated": len(ids) >= BATCH_LIST_LIMIT,
-            "jobs": jobs,
-        },
-    )
+        found = pool.map(lambda i: _member(store, doorbell, settings, batch_id, i, now), ids)
+        members = [m for m in found if m is not None]
+    if not members:  # only stray markers: no record names this batch
+        raise BatchNotFound(batch_id)
+    return BatchView(batch_id, members, truncated=len(ids) >= BATCH_LIST_LIMIT)
 
 
-def render_job(record: dict[str, Any], settings: Settings) -> dict[str, Any]:
+def render_job(record: JobRecord, max_attempts: int) -> dict[str, Any]:
     """The public view of a record; tolerant of hand-edited field types."""
     body: dict[str, Any] = {"id": record.get("id")}
     body.update({k: record.get(k) for k in _VIEW_FIELDS})
-    body["max_attempts"] = job_queue.max_attempts_of(record, settings.max_attempts)
+    body["max_attempts"] = max_attempts
     body["outputs"] = _outputs(record)
     body["status_url"] = f"/jobs/{record.get('id')}"
     return body
 
 
 def _member(
-    store: Store, doorbell: Ringer, settings: Settings, job_id: str, now: datetime
+    store: Store, doorbell: Ringer, settings: Settings, batch_id: str, job_id: str, now: datetime
 ) -> dict[str, Any] | None:
+    """One member's summary; None for what only looks like one: a foreign object
+    under batches/<id>/, or a stray marker whose record names another batch (a
+    marker is only an index; the record decides the membership)."""
     try:
         stored = store.read(job_id)
     except NotFound:  # marker written, record not (yet): the sweep repairs or it lands
-        return {"id": job_id, "status": "missing", "status_url": f"/jobs/{job_id}"}
+        return {"id": job_id, "status": MEMBER_MISSING, "status_url": f"/jobs/{job_id}"}
     except InvalidInput:  # a foreign object under batches/<id>/: not a member
-        log("WARNING", "foreign object in a batch skipped; remove it by hand", name=job_id)
+        log.warning("foreign object in a batch skipped; remove it by hand", name=job_id)
         return None
     except CorruptRecord as exc:
         return {
             "id": job_id,
-            "status": "unreadable",
+            "status": MEMBER_UNREADABLE,
             "reason": exc.reason,
             "status_url": f"/jobs/{job_id}",
         }
+    if stored.record.get("batch_id") != batch_id:  # a stray marker: not a member
+        return None
     _action, stored = _watchdog(store, doorbell, settings, stored, now)
     rec = stored.record
-    out = {k: rec.get(k) for k in ("id", "pipeline", "status", "stage", "attempts", "updated_at")}
-    out["batch_id"] = rec.get("batch_id")  # checked against the batch, then dropped
+    out: dict[str, Any] = {k: rec.get(k) for k in _MEMBER_FIELDS}
     out["status_url"] = f"/jobs/{job_id}"
     if rec.get("error") is not None:
         out["error"] = rec.get("error")
@@ -156,41 +182,36 @@ def _member(
 
 def _watchdog(
     store: Store, doorbell: Ringer, settings: Settings, stored: Stored, now: datetime
-) -> tuple[str | None, Stored]:
-    """recover() the record if it is stale; on any failure show it as read."""
+) -> tuple[WatchdogAction | None, Stored]:
+    """recover() the record if it is stale; if that fails, show it as read."""
     try:
         action, after = recover(store, doorbell, stored, settings, now)
-    except Exception as exc:  # best effort: a read must answer even if the write fails
-        log(
-            "WARNING",
+    except ReclaimError as exc:  # best effort: a read must answer even if the write fails
+        log.warning(
             "status watchdog could not act",
             job_id=stored.record.get("id"),
             error=f"{type(exc).__name__}: {exc}",
+            traceparent=stored.record.get("traceparent"),
         )
         return None, stored
     if action:
-        log("INFO", f"status read applied {action}", job_id=stored.record.get("id"))
+        log.info(
+            f"status read applied {action}",
+            job_id=stored.record.get("id"),
+            traceparent=stored.record.get("traceparent"),
+        )
     return action, after
 
 
-def _outputs(record: dict[str, Any]) -> list[Any]:
+def _outputs(record: JobRecord) -> list[Any]:
     """Output object names: the record's own list, else those the result points at."""
-    found = record.get("outputs")
+    found: object = record.get("outputs")
     if isinstance(found, list):
         return found
-    result = record.get("result")
+    result: object = record.get("result")
     if not isinstance(result, dict):
         return []
     listed = result.get("outputs")
     if isinstance(listed, list):
         return listed
     return [v for v in result.values() if isinstance(v, str) and v.startswith("outputs/")]
-
-
-def _unreadable(job_id: str, reason: str) -> dict[str, Any]:
-    return {
-        "error": "record unreadable",
-        "reason": f"the record of job {job_id!r} cannot be read ({reason}); it is left "
-        "untouched for a person to repair",
-        "id": job_id,
-    }

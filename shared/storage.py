@@ -1,7 +1,6 @@
 """The storage seam: the only module that talks to Cloud Storage.
 
-INTERFACE CONTRACT (implementation owned by the storage work; keep these names):
-every record mutation is create-only or generation-matched, and each write
+The contract: every record mutation is create-only or generation-matched, and each write
 stamps a fresh ``write_id`` into the record so that a 412 after the client's
 own transparent retry can be recognised as "my write landed" by re-reading.
 
@@ -14,15 +13,17 @@ Layout of the records bucket:
 Ids, batch ids and output names are validated here too (``records.InvalidInput``),
 so no caller can address an object outside its prefix.
 
-Errors: NotFound, AlreadyExists, LostRace, CorruptRecord (never deleted or
-overwritten here), and Unavailable when a call failed after the bounded retry
-(a write's outcome is then unknown: re-read). 412 is never retried blindly.
+Errors (shared.errors' StorageError family): NotFound, AlreadyExists, LostRace,
+CorruptRecord (never deleted or overwritten here), and Unavailable when a call
+failed after the bounded retry (a write's outcome is then unknown: re-read).
+412 is never retried blindly.
 GcsStore shares one client per process (the client is documented thread-safe).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import uuid
 from collections import Counter
@@ -32,6 +33,17 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from shared import records
+from shared.errors import (
+    AlreadyExists,
+    CorruptRecord,
+    InvalidInput,
+    InvalidRecord,
+    LostRace,
+    NotFound,
+    StorageError,
+    Unavailable,
+)
+from shared.jobs import JobRecord, JobStatus
 
 if TYPE_CHECKING:
     from google.cloud.storage import Bucket, Client
@@ -48,49 +60,23 @@ SWEEP_CURSOR = "sweep/cursor"  # where the next sweep resumes when the backlog e
 RECORD_CONTENT_TYPE = "application/json"
 
 HTTP_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds per HTTP request
-RETRY_INITIAL_S = 0.2
+# Connections the storage client keeps open per host: every call one process may have in
+# flight. submit is the widest: its request concurrency (terraform submit_function, 8) x
+# one request's thread pool (shared.submission._WORKERS, 16). requests keeps 10 by
+# default and opens-and-discards the rest. tests/terraform keeps concurrency x workers
+# within it (terraform/README.md, "Sizing submit for a 1000-job batch").
+HTTP_POOL_SIZE = 128
 RETRY_MAX_DELAY_S = 4.0
 RETRY_DEADLINE_S = 30.0
+_TOKEN_REFRESH_TIMEOUT_S = 300  # what google-cloud-core gives the session it builds itself
 _OUTPUT_NAME_MAX = 512
-
-
-class StorageError(Exception):
-    """Base of the seam's named errors."""
-
-
-class NotFound(StorageError):
-    """No such record or object."""
-
-
-class AlreadyExists(StorageError):
-    """A create-only write found the object already there."""
-
-
-class LostRace(StorageError):
-    """A generation-matched write lost: someone else wrote the record first."""
-
-
-class Unavailable(StorageError):
-    """A call failed for another reason (retries exhausted, network, permission).
-
-    The outcome of a failed write is unknown: re-read before acting on it.
-    """
-
-
-class CorruptRecord(StorageError):
-    """The record is not valid JSON or not a valid record; left for a person."""
-
-    def __init__(self, job_id: str, reason: str):
-        super().__init__(f"record {job_id} is unreadable: {reason}")
-        self.job_id = job_id
-        self.reason = reason
 
 
 @dataclass(frozen=True)
 class Stored:
     """A record as read or written, with the generation that fences the next write."""
 
-    record: dict[str, Any]
+    record: JobRecord
     generation: int
 
 
@@ -108,8 +94,8 @@ class Store(Protocol):
     calls: Counter[str]
 
     def read(self, job_id: str) -> Stored: ...
-    def create(self, record: dict[str, Any]) -> Stored: ...
-    def update(self, record: dict[str, Any], generation: int) -> Stored: ...
+    def create(self, record: JobRecord) -> Stored: ...
+    def update(self, record: JobRecord, generation: int) -> Stored: ...
     def add_pending(self, job_id: str) -> None: ...
     def remove_pending(self, job_id: str) -> None: ...
     def list_pending(
@@ -154,7 +140,7 @@ def batch_object(batch_id: str, job_id: str) -> str:
 def output_object(job_id: str, attempt: int, name: str) -> str:
     """Where an attempt's output lives; keyed by attempt so a zombie never clobbers the winner."""
     if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0:
-        raise records.InvalidInput(f"attempt must be a non-negative integer, got {attempt!r}")
+        raise InvalidInput(f"attempt must be a non-negative integer, got {attempt!r}", "attempt")
     parts = name.split("/") if isinstance(name, str) else []
     if (
         not parts
@@ -162,28 +148,30 @@ def output_object(job_id: str, attempt: int, name: str) -> str:
         or any(p in ("", ".", "..") for p in parts)
         or any(ord(c) < 32 or c == "\x7f" for c in name)
     ):
-        raise records.InvalidInput(f"output name {name!r} is not a safe relative object name")
+        raise InvalidInput(
+            f"output name {name!r} is not a safe relative object name", "output name"
+        )
     return f"{OUTPUTS_PREFIX}{records.validate_job_id(job_id)}/{attempt}/{name}"
 
 
-def record_id(record: dict[str, Any]) -> str:
+def record_id(record: JobRecord) -> str:
     """The validated id a record will be stored under."""
     if not isinstance(record, dict):
-        raise records.InvalidRecord("a record must be a JSON object")
+        raise InvalidRecord("a record must be a JSON object")
     return records.validate_job_id(record.get("id"))
 
 
-def stamped(record: dict[str, Any]) -> dict[str, Any]:
+def stamped(record: JobRecord) -> JobRecord:
     """A copy with a fresh write_id, so a 412 can be told apart from our own retried write."""
     return {**record, "write_id": uuid.uuid4().hex}
 
 
-def decode_record(job_id: str, data: bytes) -> dict[str, Any]:
+def decode_record(job_id: str, data: bytes) -> JobRecord:
     """Decode stored bytes or raise CorruptRecord (the caller must leave the object alone)."""
     try:
         return records.decode(data, job_id)
-    except ValueError as exc:  # InvalidRecord, and anything else the decoder rejects
-        raise CorruptRecord(job_id, str(exc)) from exc
+    except InvalidRecord as exc:
+        raise CorruptRecord(job_id, exc.reason) from exc
 
 
 def names_to_ids(names: list[str], prefix: str, suffix: str = "") -> list[str]:
@@ -229,21 +217,52 @@ class CallCounter:
 def default_retry() -> Any:
     """Bounded retry of transient errors (429/5xx/connection), used on every call.
 
+    The library's own predicate and its own delays, so no retry starts sooner than the
+    library's would: Cloud Storage takes about one write per second to one object name
+    (https://cloud.google.com/storage/quotas), and a 429 retried sooner only meets that
+    limit again. ``DEFAULT_RETRY`` (google-cloud-storage ``retry.py``) keeps
+    google-api-core's defaults: a first delay of 1.0 s that doubles
+    (``google/api_core/retry/retry_base.py``, ``_DEFAULT_INITIAL_DELAY``,
+    ``_DEFAULT_DELAY_MULTIPLIER``), each sleep drawn at random below it (full jitter;
+    https://cloud.google.com/storage/docs/retry-strategy). Ours are only the longest
+    delay and the deadline (RETRY_DEADLINE_S rather than 120 s), so a call gives up in
+    time for the caller's own budget.
+
     Passed explicitly so generation-matched writes are retried too; that is safe
     because a 412 after a retry is resolved by the write_id re-read, never retried.
     """
     from google.cloud.storage.retry import DEFAULT_RETRY
 
-    return DEFAULT_RETRY.with_delay(
-        initial=RETRY_INITIAL_S, maximum=RETRY_MAX_DELAY_S, multiplier=2.0
-    ).with_timeout(RETRY_DEADLINE_S)
+    return DEFAULT_RETRY.with_delay(maximum=RETRY_MAX_DELAY_S).with_timeout(RETRY_DEADLINE_S)
 
 
 def make_client(project: str | None) -> Client:
-    """A storage client: anonymous on STORAGE_EMULATOR_HOST (the library reads it), else ADC."""
-    from google.cloud import storage
+    """A storage client whose HTTP session keeps HTTP_POOL_SIZE connections per host.
 
-    return storage.Client(project=project)
+    Credentials as the client picks them: anonymous when STORAGE_EMULATOR_HOST is set
+    (fake-gcs-server), else Application Default Credentials with the client's scopes.
+    The session is the one the client would build itself (google-auth's
+    AuthorizedSession, mutual TLS configured when enabled), with a bigger pool: the
+    client has no public pool setting, and takes a session as ``_http``
+    (googleapis/python-storage#253 sizes the pool the same way).
+    """
+    import google.auth
+    from google.auth.credentials import AnonymousCredentials, Credentials
+    from google.auth.transport.requests import AuthorizedSession
+    from google.cloud import storage
+    from requests.adapters import HTTPAdapter
+
+    credentials: Credentials
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        credentials = AnonymousCredentials()
+    else:
+        credentials, _ = google.auth.default(scopes=storage.Client.SCOPE)
+    session = AuthorizedSession(credentials, refresh_timeout=_TOKEN_REFRESH_TIMEOUT_S)
+    adapter = HTTPAdapter(pool_maxsize=HTTP_POOL_SIZE)
+    session.mount("https://", adapter)
+    session.mount("http://", adapter)  # the emulator
+    session.configure_mtls_channel()  # a no-op unless enabled; it keeps the pool size
+    return storage.Client(project=project, credentials=credentials, _http=session)
 
 
 class GcsStore(CallCounter):
@@ -256,7 +275,7 @@ class GcsStore(CallCounter):
         *,
         retry: Any = None,
         timeout: Any = HTTP_TIMEOUT,
-        retention_days: Mapping[str, float] | None = None,
+        retention_days: Mapping[JobStatus, float] | None = None,
     ) -> None:
         super().__init__()
         self._retention_days = dict(retention_days or {})
@@ -316,7 +335,7 @@ class GcsStore(CallCounter):
         )
         return Stored(decode_record(job_id, data), int(blob.generation or 0))
 
-    def create(self, record: dict[str, Any]) -> Stored:
+    def create(self, record: JobRecord) -> Stored:
         job_id = record_id(record)
         new = stamped(record)
         try:
@@ -328,7 +347,7 @@ class GcsStore(CallCounter):
             raise AlreadyExists(f"record {job_id} already exists")
         return mine
 
-    def update(self, record: dict[str, Any], generation: int) -> Stored:
+    def update(self, record: JobRecord, generation: int) -> Stored:
         job_id = record_id(record)
         if isinstance(generation, bool) or not isinstance(generation, int) or generation < 1:
             raise ValueError(f"generation must be a positive integer, got {generation!r}")
@@ -342,17 +361,18 @@ class GcsStore(CallCounter):
             raise LostRace(f"record {job_id} changed since generation {generation}")
         return mine
 
-    def expires_at(self, record: dict[str, Any]) -> datetime | None:
+    def expires_at(self, record: JobRecord) -> datetime | None:
         """When a terminal record may go: the custom time the lifecycle rule deletes after.
 
         Pending records get none, so no rule can ever delete a job that still owes work.
         """
-        days = self._retention_days.get(str(record.get("status")))
+        status = record.get("status")
+        days = None if status is None else self._retention_days.get(status)
         if days is None:
             return None
         return datetime.now(UTC) + timedelta(days=days)
 
-    def _put_record(self, job_id: str, record: dict[str, Any], generation: int) -> Stored:
+    def _put_record(self, job_id: str, record: JobRecord, generation: int) -> Stored:
         data = records.encode(record)
         name = job_object(job_id)
         expires = self.expires_at(record)
@@ -487,8 +507,8 @@ class GcsStore(CallCounter):
         return data, blob.content_type
 
 
-class _Precondition(Exception):
-    """Internal: the write got 412."""
+class _Precondition(StorageError):
+    """Internal: the write got 412 (create-only or generation-matched)."""
 
 
 def _failure_types() -> tuple[type[BaseException], ...]:

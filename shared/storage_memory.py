@@ -10,18 +10,16 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from shared import records
+from shared.errors import AlreadyExists, LostRace, NotFound
+from shared.jobs import JobRecord
 from shared.storage import (
     JOBS_PREFIX,
     PENDING_PREFIX,
     RECORD_CONTENT_TYPE,
     SWEEP_CURSOR,
-    AlreadyExists,
     CallCounter,
-    LostRace,
-    NotFound,
     PendingEntry,
     Stored,
     batch_object,
@@ -131,7 +129,7 @@ class MemoryStore(CallCounter):
             raise NotFound(f"no record {job_id}")
         return Stored(decode_record(job_id, obj.data), obj.generation)
 
-    def create(self, record: dict[str, Any]) -> Stored:
+    def create(self, record: JobRecord) -> Stored:
         job_id = record_id(record)
         new = stamped(record)
         data = records.encode(new)
@@ -144,7 +142,7 @@ class MemoryStore(CallCounter):
         self._fire("write", after=True)
         return Stored(records.decode(data, job_id), gen)
 
-    def update(self, record: dict[str, Any], generation: int) -> Stored:
+    def update(self, record: JobRecord, generation: int) -> Stored:
         job_id = record_id(record)
         if isinstance(generation, bool) or not isinstance(generation, int) or generation < 1:
             raise ValueError(f"generation must be a positive integer, got {generation!r}")

@@ -12,61 +12,41 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, TypeVar
 
-from shared import records
+from shared import records, tracing
 from shared.config import Settings
-from shared.logs import log
-from shared.pipelines import UnknownPipeline, get_pipeline, pipeline_names
-from shared.storage import AlreadyExists, CorruptRecord, NotFound, Store
+from shared.doorbell import Ringer
+from shared.errors import (
+    AlreadyExists,
+    Conflict,
+    CorruptRecord,
+    DoorbellError,
+    InvalidInput,
+    InvalidSubmission,
+    NotFound,
+    UnknownPipeline,
+)
+from shared.jobs import JobRecord, JobStatus, JsonObject
+from shared.logs import get_logger
+from shared.pipelines import get_pipeline, pipeline_names
+from shared.storage import Store
+
+log = get_logger(__name__)
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 JOB_KEYS = frozenset({"pipeline", "payload", "id", "batch_id", "max_attempts"})
 BATCH_KEYS = frozenset({"batch_id", "jobs"})
 MAX_ATTEMPTS = 100
 MAX_PAYLOAD_BYTES = 256 * 1024
 UPLOAD_PIPELINE = "upload-digest"
-_WORKERS = 8
+_WORKERS = 16  # calls of one request in flight (terraform/README.md, "Sizing submit")
 _MAX_PROBLEMS = 10
-
-
-class Ringer(Protocol):
-    """What submission needs from shared.doorbell.Doorbell."""
-
-    def ring(self, job_id: str) -> None: ...
-    def ring_many(self, job_ids: Iterable[str]) -> list[str]: ...
-
-
-class SubmitError(ValueError):
-    """A request we refuse; `status`, `error` and `reason` become the JSON answer."""
-
-    status = 400
-    error = "invalid request"
-
-    def __init__(self, reason: str, problems: list[str] | None = None):
-        super().__init__(reason)
-        self.reason = reason
-        self.problems = problems or []
-
-    def body(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"error": self.error, "reason": self.reason}
-        if len(self.problems) > 1:
-            out["problems"] = self.problems
-        return out
-
-
-class InvalidSubmission(SubmitError):
-    """400: the body breaks the schema; nothing was written."""
-
-
-class Conflict(SubmitError):
-    """409: a client id already names a job with other content."""
-
-    status = 409
-    error = "conflict"
 
 
 @dataclass(frozen=True)
@@ -74,7 +54,7 @@ class JobSpec:
     """One validated job of a request."""
 
     pipeline: str
-    payload: dict[str, Any]
+    payload: JsonObject
     client_id: str | None = None
     batch_id: str | None = None
     max_attempts: int | None = None
@@ -90,15 +70,16 @@ class Submission:
 
 
 @dataclass(frozen=True)
-class Outcome:
-    """What became of one job of the request."""
+class SubmittedJob:
+    """What became of one job of a submission: created now, or found already there."""
 
     job_id: str
-    status: str
+    status: JobStatus | str  # a JobStatus; "unknown" if the existing record cannot be read
     created: bool
     batch_id: str | None = None
+    traceparent: str | None = None  # the job's trace (logs, doorbell); not in the answer
 
-    def view(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "id": self.job_id,
             "status": self.status,
@@ -112,10 +93,31 @@ class Outcome:
 
 @dataclass(frozen=True)
 class SubmitResult:
-    """The HTTP answer: 202 if anything was created, 200 if it all existed."""
+    """What a submission did: each job, in the order submitted."""
 
-    status: int
-    body: dict[str, Any]
+    jobs: tuple[SubmittedJob, ...]
+    batch_id: str | None
+    is_batch: bool
+
+    @property
+    def created(self) -> bool:
+        """At least one job was created (else every one already existed)."""
+        return any(job.created for job in self.jobs)
+
+    def to_json(self) -> dict[str, Any]:
+        """POST /jobs's answer: the job, or the batch and its jobs."""
+        if not self.is_batch:
+            body = self.jobs[0].to_json()
+            if self.jobs[0].batch_id is not None:
+                body["batch_url"] = f"/batches/{self.jobs[0].batch_id}"
+            return body
+        return {
+            "batch_id": self.batch_id,
+            "batch_url": f"/batches/{self.batch_id}",
+            "created": sum(job.created for job in self.jobs),
+            "existing": sum(not job.created for job in self.jobs),
+            "jobs": [job.to_json() for job in self.jobs],
+        }
 
 
 # ------------------------------------------------------------------ validation
@@ -233,19 +235,23 @@ def _check_payload(
         get_pipeline(pipeline).check_payload(payload)
     except UnknownPipeline:
         return  # a test passed its own names; nothing to check the payload against
-    except Exception as exc:  # a pipeline's validator is user-facing: any failure is a 400
+    except (ValueError, TypeError, LookupError) as exc:  # the validator's verdict on odd data
         problems.append(f"{where}payload rejected by pipeline {pipeline!r}: {exc}")
 
 
 def _optional_id(
-    obj: dict[str, Any], key: str, where: str, problems: list[str], check: Any
+    obj: dict[str, Any],
+    key: str,
+    where: str,
+    problems: list[str],
+    check: Callable[[object], str],
 ) -> str | None:
     value = obj.get(key)
     if value is None:
         return None
     try:
-        return str(check(value))
-    except records.InvalidInput as exc:
+        return check(value)
+    except InvalidInput as exc:
         problems.append(f"{where}{key}: {exc.reason}")
         return None
 
@@ -273,33 +279,35 @@ def _batch_id_for(specs: list[JobSpec]) -> str:
 # ------------------------------------------------------------------ creation
 
 
-def submit(store: Store, doorbell: Ringer, submission: Submission, now: datetime) -> SubmitResult:
-    """Create the jobs of a validated submission; Conflict (409) before any write
-    if a client id names a job with other content."""
+def submit(
+    store: Store,
+    doorbell: Ringer,
+    submission: Submission,
+    now: datetime,
+    *,
+    traceparent: str | None = None,
+) -> SubmitResult:
+    """Create the jobs of a validated submission; Conflict before any write if a
+    client id names a job with other content.
+
+    Each new job's trace is a child span of the request's `traceparent` (the W3C
+    header), or a new trace of its own when the request carried none."""
     planned = _plan(store, submission)
     todo = [(job_id, spec) for job_id, spec, found in planned if found is None]
-    built = [(spec, _new_record(job_id, spec, now)) for job_id, spec in todo]  # before any write
-    created = {o.job_id: o for o in _create_all(store, built)}
+    traces = {job_id: tracing.for_job(traceparent).traceparent for job_id, _ in todo}
+    built = [(spec, _new_record(job_id, spec, now, traces[job_id])) for job_id, spec in todo]
+    created = {o.job_id: o for o in _create_all(store, built)}  # every record built first
     _map(lambda p: _mark_batch(store, p[0], p[1]), [(i, s) for i, s, f in planned if f])
-    _ring(doorbell, [o.job_id for o in created.values() if o.created], submission.is_batch)
-    outcomes = [found or created[job_id] for job_id, _spec, found in planned]
-    status = 202 if any(o.created for o in outcomes) else 200
-    if not submission.is_batch:
-        body = outcomes[0].view()
-        if outcomes[0].batch_id is not None:
-            body["batch_url"] = f"/batches/{outcomes[0].batch_id}"
-        return SubmitResult(status, body)
-    batch_id = str(submission.batch_id)
-    return SubmitResult(
-        status,
-        {
-            "batch_id": batch_id,
-            "batch_url": f"/batches/{batch_id}",
-            "created": sum(o.created for o in outcomes),
-            "existing": sum(not o.created for o in outcomes),
-            "jobs": [o.view() for o in outcomes],
-        },
-    )
+    _ring(doorbell, [o for o in created.values() if o.created], submission.is_batch)
+    jobs = tuple(found or created[job_id] for job_id, _spec, found in planned)
+    for job in jobs:
+        log.info(
+            "job created" if job.created else "job already existed",
+            job_id=job.job_id,
+            batch_id=job.batch_id,
+            traceparent=job.traceparent,
+        )
+    return SubmitResult(jobs, submission.batch_id, submission.is_batch)
 
 
 def create_upload_job(
@@ -312,8 +320,10 @@ def create_upload_job(
     content_type: str | None,
     size: int | None,
     now: datetime,
-) -> Outcome:
-    """The upload-digest job of one object version; a redelivered event finds it."""
+    traceparent: str | None = None,
+) -> SubmittedJob:
+    """The upload-digest job of one object version; a redelivered event finds it.
+    Its trace is a child of the notification push's `traceparent`, or a new one."""
     job_id = records.upload_job_id(bucket, name, generation)
     payload = {
         "bucket": bucket,
@@ -330,35 +340,44 @@ def create_upload_job(
     except CorruptRecord as exc:
         raise Conflict(f"job {job_id} exists but its record is unreadable: {exc.reason}") from None
     else:
-        return Outcome(job_id, str(existing.record.get("status")), created=False)
-    record = records.new_record(job_id, UPLOAD_PIPELINE, payload, now, source=source)
+        return SubmittedJob(
+            job_id,
+            existing.record["status"],
+            created=False,
+            traceparent=existing.record.get("traceparent"),
+        )
+    trace = tracing.for_job(traceparent).traceparent
+    record = records.new_record(
+        job_id, UPLOAD_PIPELINE, payload, now, source=source, traceparent=trace
+    )
     store.add_pending(job_id)
     try:
         stored = store.create(record)
     except AlreadyExists:
-        return Outcome(job_id, _status_of(store, job_id), created=False)
-    _ring(doorbell, [job_id], batch=False)
-    return Outcome(job_id, str(stored.record.get("status")), created=True)
+        return SubmittedJob(job_id, _status_of(store, job_id), created=False)
+    job = SubmittedJob(job_id, stored.record["status"], created=True, traceparent=trace)
+    _ring(doorbell, [job], batch=False)
+    return job
 
 
-def _plan(store: Store, submission: Submission) -> list[tuple[str, JobSpec, Outcome | None]]:
+def _plan(store: Store, submission: Submission) -> list[tuple[str, JobSpec, SubmittedJob | None]]:
     """(job id, spec, existing job or None) per job; raises Conflict before any write."""
     ids = [spec.client_id or records.new_job_id() for spec in submission.jobs]
     pairs = list(zip(ids, submission.jobs, strict=True))
-    found: list[Outcome | str | None] = _map(
+    found: list[SubmittedJob | str | None] = _map(
         lambda pair: _existing(store, *pair) if pair[1].client_id else None, pairs
     )
     conflicts = [f for f in found if isinstance(f, str)]
     if conflicts:
         raise Conflict(conflicts[0], conflicts[:_MAX_PROBLEMS])
     return [
-        (job_id, spec, f if isinstance(f, Outcome) else None)
+        (job_id, spec, f if isinstance(f, SubmittedJob) else None)
         for (job_id, spec), f in zip(pairs, found, strict=True)
     ]
 
 
-def _existing(store: Store, job_id: str, spec: JobSpec) -> Outcome | str | None:
-    """The existing job's Outcome, None if absent, or a conflict reason."""
+def _existing(store: Store, job_id: str, spec: JobSpec) -> SubmittedJob | str | None:
+    """The existing job, None if absent, or a conflict reason."""
     try:
         stored = store.read(job_id)
     except NotFound:
@@ -368,24 +387,33 @@ def _existing(store: Store, job_id: str, spec: JobSpec) -> Outcome | str | None:
     return _compare(job_id, spec, stored.record)
 
 
-def _compare(job_id: str, spec: JobSpec, record: dict[str, Any]) -> Outcome | str:
+def _compare(job_id: str, spec: JobSpec, record: JobRecord) -> SubmittedJob | str:
     """max_attempts is not compared: an operator's retry may have raised it."""
+    theirs: dict[str, object] = {
+        "pipeline": record.get("pipeline"),
+        "payload": record.get("payload"),
+        "batch_id": record.get("batch_id"),
+    }
     for key, mine in (
         ("pipeline", spec.pipeline),
         ("payload", spec.payload),
         ("batch_id", spec.batch_id),
     ):
-        if record.get(key) != mine:
+        if theirs[key] != mine:
             return (
                 f"id {job_id!r} already names a job with a different {key}; "
                 "use another id or resubmit the original content"
             )
-    return Outcome(
-        job_id, str(record.get("status")), created=False, batch_id=record.get("batch_id")
+    return SubmittedJob(
+        job_id,
+        record["status"],
+        created=False,
+        batch_id=record.get("batch_id"),
+        traceparent=record.get("traceparent"),
     )
 
 
-def _new_record(job_id: str, spec: JobSpec, now: datetime) -> dict[str, Any]:
+def _new_record(job_id: str, spec: JobSpec, now: datetime, traceparent: str) -> JobRecord:
     """The record to create; InvalidSubmission (400) before anything is written."""
     try:
         return records.new_record(
@@ -396,20 +424,21 @@ def _new_record(job_id: str, spec: JobSpec, now: datetime) -> dict[str, Any]:
             batch_id=spec.batch_id,
             client_id=spec.client_id,
             max_attempts=spec.max_attempts,
+            traceparent=traceparent,
         )
-    except records.InvalidInput as exc:
+    except InvalidInput as exc:
         raise InvalidSubmission(exc.reason) from None
 
 
-def _create_all(store: Store, jobs: list[tuple[JobSpec, dict[str, Any]]]) -> list[Outcome]:
+def _create_all(store: Store, jobs: list[tuple[JobSpec, JobRecord]]) -> list[SubmittedJob]:
     outcomes = _map(lambda pair: _create_one(store, pair[0], pair[1]), jobs)
     conflicts = [o for o in outcomes if isinstance(o, str)]
     if conflicts:  # lost a race with a concurrent submit of the same id
         raise Conflict(conflicts[0], conflicts[:_MAX_PROBLEMS])
-    return [o for o in outcomes if isinstance(o, Outcome)]
+    return [o for o in outcomes if isinstance(o, SubmittedJob)]
 
 
-def _create_one(store: Store, spec: JobSpec, record: dict[str, Any]) -> Outcome | str:
+def _create_one(store: Store, spec: JobSpec, record: JobRecord) -> SubmittedJob | str:
     """Pending marker, create-only record, then the batch marker.
 
     The batch marker comes last: only a record that names the batch proves the
@@ -424,11 +453,17 @@ def _create_one(store: Store, spec: JobSpec, record: dict[str, Any]) -> Outcome 
             found = _compare(job_id, spec, store.read(job_id).record)
         except (NotFound, CorruptRecord) as exc:
             return f"id {job_id!r} was created concurrently and cannot be read: {exc}"
-        if isinstance(found, Outcome):  # the same job: its marker may not be there yet
+        if isinstance(found, SubmittedJob):  # the same job: its marker may not be there yet
             _mark_batch(store, job_id, spec)
         return found
     _mark_batch(store, job_id, spec)
-    return Outcome(job_id, str(stored.record.get("status")), created=True, batch_id=spec.batch_id)
+    return SubmittedJob(
+        job_id,
+        stored.record["status"],
+        created=True,
+        batch_id=spec.batch_id,
+        traceparent=record.get("traceparent"),
+    )
 
 
 def _mark_batch(store: Store, job_id: str, spec: JobSpec) -> None:
@@ -437,24 +472,27 @@ def _mark_batch(store: Store, job_id: str, spec: JobSpec) -> None:
         store.add_to_batch(spec.batch_id, job_id)
 
 
-def _ring(doorbell: Ringer, job_ids: list[str], batch: bool) -> None:
+def _ring(doorbell: Ringer, jobs: list[SubmittedJob], batch: bool) -> None:
     """A failed ring is only a warning: the record is durable and the sweep re-rings."""
-    if not job_ids:
+    if not jobs:
         return
+    job_ids = [job.job_id for job in jobs]
+    traces = {job.job_id: job.traceparent for job in jobs if job.traceparent}
     try:
-        failed = doorbell.ring_many(job_ids) if batch else _ring_one(doorbell, job_ids[0])
-    except Exception as exc:  # any publisher failure; the record already exists
-        log(
-            "WARNING",
+        if batch:
+            failed = doorbell.ring_many(job_ids, traces)
+        else:
+            failed = _ring_one(doorbell, job_ids[0], traces.get(job_ids[0]))
+    except DoorbellError as exc:  # the record already exists; the sweep rings it
+        log.warning(
             "doorbell failed; the sweep will ring again",
             job_id=job_ids[0] if len(job_ids) == 1 else None,
             count=len(job_ids),
-            error=f"{type(exc).__name__}: {exc}",
+            error=exc.reason,
         )
         return
     if failed:
-        log(
-            "WARNING",
+        log.warning(
             "doorbell failed; the sweep will ring again",
             job_id=failed[0] if len(failed) == 1 else None,
             count=len(failed),
@@ -462,14 +500,14 @@ def _ring(doorbell: Ringer, job_ids: list[str], batch: bool) -> None:
         )
 
 
-def _ring_one(doorbell: Ringer, job_id: str) -> list[str]:
-    doorbell.ring(job_id)
+def _ring_one(doorbell: Ringer, job_id: str, traceparent: str | None) -> list[str]:
+    doorbell.ring(job_id, traceparent)
     return []
 
 
-def _status_of(store: Store, job_id: str) -> str:
+def _status_of(store: Store, job_id: str) -> JobStatus | str:
     try:
-        return str(store.read(job_id).record.get("status"))
+        return store.read(job_id).record["status"]
     except (NotFound, CorruptRecord):
         return "unknown"
 
@@ -477,7 +515,7 @@ def _status_of(store: Store, job_id: str) -> str:
 # ------------------------------------------------------------------ helpers
 
 
-def _map(fn: Any, items: list[Any]) -> list[Any]:
+def _map(fn: Callable[[_T], _R], items: list[_T]) -> list[_R]:
     """Map in a small thread pool: a batch's GCS round trips overlap."""
     if len(items) <= 1:
         return [fn(i) for i in items]

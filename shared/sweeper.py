@@ -9,8 +9,8 @@ Index repair. Submit writes the marker first and the record second; the owner
 writes the final record first and drops the marker second. So the leftovers a
 crash can leave are:
 - a marker without a record (crash between marker and record create): removed
-  once the marker is older than a grace of 2 * stale_s (younger ones may be a
-  submit in flight);
+  once the marker is older than Settings.orphan_marker_grace_seconds (younger
+  ones may be a submit in flight);
 - a marker of a terminal record (crash between final write and marker delete):
   removed.
 The third kind, a pending record without a marker, cannot arise: nothing
@@ -18,6 +18,12 @@ deletes a marker before the record is terminal (and retry_fields re-adding a
 marker is the retry path's job). Corrupt records are counted, listed and left
 alone: never rewritten, never deleted, and their marker stays so the next sweep
 reports them again until a person acts.
+
+Gauges. The records the sweep reads anyway are the queue's pending jobs, so each
+run logs one ``queue`` metric line per pipeline (queued, running, the age of the
+oldest due job: shared.metrics) and one ``sweep`` line; the log-based metrics and
+alerts are built on those (docs/seeing.md). A truncated run's gauges cover the
+window it examined, and say so.
 """
 
 from __future__ import annotations
@@ -28,11 +34,17 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from shared import job_queue, metrics
 from shared.config import Settings
-from shared.logs import log
-from shared.records import InvalidInput
-from shared.recovery import Ringer, recover_one
-from shared.storage import CorruptRecord, NotFound, PendingEntry, Store
+from shared.doorbell import Ringer
+from shared.errors import CorruptRecord, InvalidInput, NotFound, ReclaimError, StorageError
+from shared.jobs import JobRecord
+from shared.logs import get_logger
+from shared.pipelines import pipeline_names
+from shared.recovery import recover_one
+from shared.storage import PendingEntry, Store
+
+log = get_logger(__name__)
 
 MAX_CORRUPT_LISTED = 100
 
@@ -66,12 +78,16 @@ def run_once(
     *,
     monotonic: Callable[[], float] = time.monotonic,
 ) -> SweepResult:
-    """One sweep over the pending index; per-entry errors are counted, never raised."""
+    """One sweep over the pending index; per-entry errors are counted, never raised.
+
+    Only the listing's own failure (a storage outage) propagates.
+    """
     start = monotonic()
     now = now if now is not None else datetime.now(UTC)
     result = SweepResult()
     entries, backlog = pending_window(store, settings.sweep_max_jobs)
     last: str | None = None
+    pending: list[JobRecord] = []  # what the pending records are after this run
     for entry in entries:
         if monotonic() - start > settings.sweep_max_seconds:
             result.truncated = True
@@ -79,27 +95,41 @@ def run_once(
         result.examined += 1
         last = entry.job_id
         try:
-            _sweep_entry(store, doorbell, settings, now, entry, result)
-        except Exception as exc:
+            record = _sweep_entry(store, doorbell, settings, now, entry, result)
+        except ReclaimError as exc:  # a storage hiccup or an odd record: the next run retries
             result.errors += 1
-            log(
-                "ERROR",
+            log.error(
                 "sweep could not handle a job",
                 job_id=entry.job_id,
                 error=f"{type(exc).__name__}: {exc}",
             )
+        else:
+            if record is not None:
+                pending.append(record)
     if backlog:
         result.truncated = True
         if last is not None:
             _save_cursor(store, next_cursor(last))
     result.elapsed = monotonic() - start
-    log(
-        "INFO",
+    _log_gauges(pending, now, settings, truncated=result.truncated)
+    log.info(
         "sweep finished",
         **{k: v for k, v in result.to_json().items() if k != "corrupt"},
         corrupt=len(result.corrupt),
+        **metrics.sweep_run(),
     )
     return result
+
+
+def _log_gauges(
+    pending: list[JobRecord], now: datetime, settings: Settings, *, truncated: bool
+) -> None:
+    """One ``queue`` line per known pipeline (zeros included) and per pipeline seen."""
+    gauges = metrics.queue_gauges(
+        pending, now, pipelines=pipeline_names(), skew_s=settings.clock_skew_seconds
+    )
+    for gauge in gauges.values():
+        log.info("queue gauge", **gauge.fields(truncated=truncated))
 
 
 def pending_window(store: Store, limit: int) -> tuple[list[PendingEntry], bool]:
@@ -133,20 +163,21 @@ def _sweep_entry(
     now: datetime,
     entry: PendingEntry,
     result: SweepResult,
-) -> None:
+) -> JobRecord | None:
+    """Recover one entry; returns its record afterwards if the job is still pending."""
     try:
         stored = store.read(entry.job_id)
     except NotFound:
         if _orphan_marker_expired(entry, now, settings):
             store.remove_pending(entry.job_id)
             result.repaired += 1
-            log("WARNING", "removed a pending marker without a record", job_id=entry.job_id)
-        return
+            log.warning("removed a pending marker without a record", job_id=entry.job_id)
+        return None
     except (CorruptRecord, InvalidInput) as exc:  # or a foreign name in pending/
         if len(result.corrupt) < MAX_CORRUPT_LISTED:
             result.corrupt.append(entry.job_id)
-        log("ERROR", "corrupt record left for a person", job_id=entry.job_id, reason=exc.reason)
-        return
+        log.error("corrupt record left for a person", job_id=entry.job_id, reason=exc.reason)
+        return None
     done = recover_one(store, doorbell, stored, settings, now, clean_marker=True)
     if done.unmarked:
         result.repaired += 1
@@ -159,13 +190,14 @@ def _sweep_entry(
             result.requeued += 1
         if done.rang:
             result.rung += 1
+    return None if job_queue.is_terminal(done.stored.record) else done.stored.record
 
 
 def _save_cursor(store: Store, cursor: str) -> None:
     try:
         store.write_sweep_cursor(cursor)
-    except Exception as exc:  # only a hint: the next run starts from the top instead
-        log("WARNING", "sweep cursor not saved", error=f"{type(exc).__name__}: {exc}")
+    except StorageError as exc:  # only a hint: the next run starts from the top instead
+        log.warning("sweep cursor not saved", error=f"{type(exc).__name__}: {exc}")
 
 
 def _orphan_marker_expired(entry: PendingEntry, now: datetime, settings: Settings) -> bool:
@@ -173,4 +205,4 @@ def _orphan_marker_expired(entry: PendingEntry, now: datetime, settings: Setting
     if entry.created is None:
         return False  # cannot date it: leave it (it costs one read per sweep)
     created = entry.created if entry.created.tzinfo else entry.created.replace(tzinfo=UTC)
-    return (now - created).total_seconds() > 2 * settings.stale_seconds
+    return (now - created).total_seconds() > settings.orphan_marker_grace_seconds

@@ -36,7 +36,7 @@ resource "google_storage_bucket" "records" {
   }
 
   # Finished records expire: the store stamps a terminal record's custom time with
-  # terminal time + retention_days[state] (README "Retention"); queued/running
+  # terminal time + retention_days[state] (terraform/README.md, "Retention of finished jobs"); queued/running
   # records carry no custom time, so no rule here can ever delete a pending job.
   lifecycle_rule {
     condition {

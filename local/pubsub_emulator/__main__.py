@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from local.pubsub_emulator.admin import AdminServer
 from local.pubsub_emulator.broker import Broker
 from local.pubsub_emulator.faults import FaultError, Faults
+from local.pubsub_emulator.policy import INITIAL_PUSH_WINDOW, WINDOW_MODES
 from local.pubsub_emulator.push import Pusher
 from local.pubsub_emulator.server import build_server
 
@@ -25,6 +26,20 @@ def _env_fraction(name: str) -> float:
         return float(raw) if raw.strip() else 0.0
     except ValueError:
         raise SystemExit(f"{name} must be a number between 0 and 1, got {raw!r}") from None
+
+
+def _count(raw: str) -> int:
+    if not raw.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {raw!r}")
+    return int(raw)
+
+
+def _env_count(name: str) -> int:
+    raw = os.environ.get(name, "")
+    try:
+        return _count(raw) if raw.strip() else 0
+    except argparse.ArgumentTypeError as exc:
+        raise SystemExit(f"{name} {exc}") from None
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -41,7 +56,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--push-concurrency",
         type=int,
         default=32,
-        help="pushes in flight per subscription (default 32)",
+        help="largest push window (pushes in flight) per subscription (default 32)",
+    )
+    p.add_argument(
+        "--push-window",
+        choices=WINDOW_MODES,
+        default=os.environ.get("PUBSUB_EMULATOR_PUSH_WINDOW") or "adaptive",
+        help="adaptive: the service's flow control (starts small, grows on acks, halves on "
+        "failures); fixed: always --push-concurrency (default adaptive)",
+    )
+    p.add_argument(
+        "--push-window-initial",
+        type=int,
+        default=INITIAL_PUSH_WINDOW,
+        help=f"first push window of an adaptive subscription (default {INITIAL_PUSH_WINDOW})",
     )
     p.add_argument(
         "--pull-wait",
@@ -61,6 +89,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=_env_fraction("PUBSUB_EMULATOR_DROP_PUBLISH_FRACTION"),
         help="test-only: answer OK but drop this fraction of published messages",
     )
+    p.add_argument(
+        "--max-pull-messages",
+        type=_count,
+        default=_env_count("PUBSUB_EMULATOR_MAX_PULL_MESSAGES"),
+        help="test-only: a Pull answers at most this many messages (0 = what was asked)",
+    )
     p.add_argument("--seed", type=int, default=None, help="seed of the fault knobs' randomness")
     p.add_argument("--verbose", action="store_true", help="log every call outcome to stderr")
     return p.parse_args(argv)
@@ -73,6 +107,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
+    if args.push_concurrency < 1 or args.push_window_initial < 1:
+        print(
+            "pubsub emulator: --push-concurrency and --push-window-initial must be >= 1",
+            file=sys.stderr,
+        )
+        return 2
+    if args.push_window not in WINDOW_MODES:
+        print(f"pubsub emulator: --push-window must be one of {WINDOW_MODES}", file=sys.stderr)
+        return 2
     try:
         faults = Faults(args.duplicate_fraction, args.drop_publish_fraction, args.seed)
     except FaultError as exc:
@@ -80,7 +123,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     broker = Broker(faults=faults)
     try:
-        server, port = build_server(broker, args.host, args.port, pull_wait=args.pull_wait)
+        server, port = build_server(
+            broker,
+            args.host,
+            args.port,
+            pull_wait=args.pull_wait,
+            max_pull_messages=args.max_pull_messages,
+        )
         admin = None
         if args.admin_port is not None:
             admin = AdminServer(broker, args.host, args.admin_port)
@@ -91,7 +140,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    pusher = Pusher(broker, args.push_concurrency)
+    pusher = Pusher(
+        broker,
+        args.push_concurrency,
+        adaptive=args.push_window == "adaptive",
+        initial_window=args.push_window_initial,
+    )
     server.start()
     pusher.start()
     if admin is not None:

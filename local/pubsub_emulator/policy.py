@@ -7,6 +7,7 @@ hot paths never re-read proto fields or re-apply defaults.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -26,6 +27,102 @@ DEFAULT_RETENTION = dt.timedelta(days=7)
 # even without a retry policy; without it a dead endpoint would be hammered.
 PUSH_BACKOFF_MIN = 0.1
 PUSH_BACKOFF_MAX = 60.0
+
+
+PUSH_DOC = "https://cloud.google.com/pubsub/docs/push"
+INITIAL_PUSH_WINDOW = 4
+"""The service starts a push subscription with "a small single-digit window size"
+(PUSH_DOC, delivery rate: the push window grows on each success, shrinks on failure)."""
+LINGER_FACTOR = 3.0
+LINGER_FLOOR_S = 2.0
+"""A push outstanding longer than max(LINGER_FLOOR_S, LINGER_FACTOR x the typical
+latency of acked pushes) stops counting against the window (see PushWindow)."""
+LATENCY_WEIGHT = 0.2
+"""Weight of the newest acked push in the typical latency (an exponential average)."""
+WINDOW_MODES = ("adaptive", "fixed")
+
+
+@dataclass(frozen=True)
+class PushTicket:
+    """What the window remembers about one push it let out."""
+
+    epoch: int
+    started: float
+
+
+class PushWindow:
+    """How many pushes of one subscription may be in flight (pure; the pusher locks it).
+
+    Adaptive (the service's flow control, PUSH_DOC): it starts small
+    (INITIAL_PUSH_WINDOW), grows by one per acked push up to `maximum` (so a fully
+    used window doubles every round trip: the slow start), and halves on a failed
+    push (a non-ack status, a refused connection, no answer within the ack
+    deadline), never below one. Failures of pushes let out before the last
+    halving do not halve it again: a burst of refusals from one overloaded moment
+    is one signal, not twenty.
+
+    A push counts against the window only while it is younger than `linger_after()`
+    (max(2 s, 3x the typical acked latency)). A hung endpoint (a SIGSTOPped
+    instance behind the front) holds its pushes until the ack deadline; without
+    this they would fill a window narrowed by failures and starve every other
+    delivery, which is how an earlier adaptive window failed the chaos test. Long
+    but healthy pushes (claim holds one for its whole job) are not starved either:
+    once they outlast the typical latency, new pushes go out beside them.
+
+    Fixed: the window is always `maximum` and every outstanding push counts
+    (the emulator's behaviour before flow control; --push-window fixed).
+    """
+
+    def __init__(
+        self,
+        maximum: int,
+        initial: int = INITIAL_PUSH_WINDOW,
+        *,
+        adaptive: bool = True,
+        linger_factor: float = LINGER_FACTOR,
+        linger_floor_s: float = LINGER_FLOOR_S,
+    ) -> None:
+        self.maximum = max(maximum, 1)
+        self.adaptive = adaptive
+        self.size = min(max(initial, 1), self.maximum) if adaptive else self.maximum
+        self.epoch = 0
+        self.typical_s: float | None = None
+        self.linger_factor = linger_factor
+        self.linger_floor_s = linger_floor_s
+
+    def linger_after(self) -> float | None:
+        """Age past which a push stops counting (None: every push counts)."""
+        if not self.adaptive:
+            return None
+        return max(self.linger_floor_s, self.linger_factor * (self.typical_s or 0.0))
+
+    def counted(self, started: Iterable[float], now: float) -> int:
+        """How many of the outstanding pushes (their start times) count now."""
+        limit = self.linger_after()
+        return sum(1 for t in started if limit is None or now - t < limit)
+
+    def room(self, started: Iterable[float], now: float) -> int:
+        """How many more pushes may start now."""
+        return max(self.size - self.counted(started, now), 0)
+
+    def ticket(self, now: float) -> PushTicket:
+        return PushTicket(self.epoch, now)
+
+    def acked(self, ticket: PushTicket, now: float) -> int:
+        if self.adaptive:
+            latency = max(0.0, now - ticket.started)
+            if self.typical_s is None:
+                self.typical_s = latency
+            else:
+                self.typical_s += LATENCY_WEIGHT * (latency - self.typical_s)
+            self.size = min(self.size + 1, self.maximum)
+        return self.size
+
+    def failed(self, ticket: PushTicket, now: float) -> int:
+        if self.adaptive and ticket.epoch == self.epoch:
+            self.size = max(self.size // 2, 1)
+            self.epoch += 1
+        return self.size
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from shared.cli.context import (
     LOCAL_STORAGE_EMULATOR_HOST,
     CliError,
 )
+from shared.jobs import JobStatus
 
 _DESCRIPTION = """\
 Operate a reclaim job queue from a terminal.
@@ -147,8 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
         "submit",
         c.cmd_submit,
         "create a job, or a batch of jobs from a JSONL file",
-        "Goes through the same submission code as POST /jobs: pending marker, batch\n"
-        "marker, record, then the doorbell. Prints the job id(s).",
+        "Goes through the same submission code as POST /jobs: pending marker, record,\n"
+        "batch marker, then the doorbell. Prints the job id(s).",
     )
     p.add_argument("pipeline", help="registered pipeline name (e.g. demo)")
     p.add_argument("--batch", metavar="B", help="batch id to group the jobs under (for watch)")
@@ -215,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--status",
-        choices=("queued", "running", "done", "failed", "cancelled"),
+        choices=[status.value for status in JobStatus],
         help="only jobs in this status",
     )
     p.add_argument("--batch", metavar="B", help="only this batch's jobs")
@@ -262,7 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
         "dlq",
         cli_dlq.cmd_dlq,
         "show (and optionally re-ring) what the dead-letter subscription holds",
-        "Pulls from the dead-letter pull subscription and shows each message's job id,\n"
+        "Pulls from the dead-letter pull subscription until a pull comes back empty and\n"
+        "shows each message (once, by message id) with its job id,\n"
         "delivery count and source. Without --requeue nothing is acknowledged: the\n"
         "messages go straight back (nothing is lost). With --requeue a job that still\n"
         "owes work is re-rung and its message acked; a terminal job's message is acked;\n"
@@ -311,7 +313,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _report(str(exc), exc.code, as_json)
     except KeyboardInterrupt:
         return _report("interrupted", EXIT_INTERRUPTED, as_json)
-    except Exception as exc:
+    except Exception as exc:  # the entry point: an error the user can act on (ours or a
+        # cloud client's) becomes a message and an exit code; anything else a traceback
         known = explain(exc)
         if known is None:
             raise

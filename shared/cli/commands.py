@@ -11,16 +11,9 @@ import sys
 import time
 from typing import Any
 
-from shared.cli import ops as cli_ops
 from shared.cli import render as cli_render
-from shared.cli.context import (
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_TIMEOUT,
-    EXIT_USAGE,
-    CliError,
-    Context,
-)
+from shared.cli.context import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, CliError, Context
+from shared.jobs import MEMBER_UNREADABLE, JobStatus
 
 # ----------------------------------------------------------------------- submit
 
@@ -78,18 +71,13 @@ def submission_body(args: argparse.Namespace, payloads: list[dict[str, Any]]) ->
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    """Create the job(s) through shared.submission, exactly as POST /jobs does."""
-    from shared import submission
+    """Create the job(s) through the queue, exactly as POST /jobs does."""
+    from shared.submission import parse_submission
 
     ctx = Context(args)
     body = submission_body(args, _read_payloads(args))
-    try:
-        parsed = submission.parse_submission(body, ctx.settings)
-        result = submission.submit(ctx.store, ctx.doorbell, parsed, cli_ops.utcnow())
-    except submission.SubmitError as exc:
-        problems = "".join(f"\n  - {p}" for p in exc.problems) if len(exc.problems) > 1 else ""
-        raise CliError(f"{exc.error}: {exc.reason}{problems}") from None
-    answer = result.body
+    parsed = parse_submission(body, ctx.settings)  # a bad request fails before any cloud call
+    answer = ctx.queue().submit(parsed).to_json()
     jobs = answer.get("jobs", [answer])
     lines = [
         f"{j['id']}  {j['status']}{'' if j.get('created') else '  (already existed)'}" for j in jobs
@@ -109,30 +97,14 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """One job, through the status view (with its read-path watchdog), as GET /jobs/<id>."""
-    from shared import status
-
+    """One job, with the read-path watchdog, as GET /jobs/<id> shows it."""
     ctx = Context(args)
-    view = status.job_view(
-        ctx.store, ctx.watchdog_doorbell(), ctx.settings, args.job, cli_ops.utcnow()
-    )
-    _refuse_view(view.status, view.body, "job")
-    record = view.body
+    record = ctx.queue(ring=False).get(args.job).to_json()
     text = cli_render.job_text(record, ctx.settings.max_attempts)
     if record.get("watchdog"):
         text += f"\n\n(this read applied the watchdog: {record['watchdog']})"
     ctx.emit(record, text)
     return EXIT_OK
-
-
-def _refuse_view(code: int, body: dict[str, Any], what: str) -> None:
-    """A status view's 4xx as a CLI error (404 unknown, 409 unreadable, 400 bad id)."""
-    if code < 400:
-        return
-    reason = str(body.get("reason") or body.get("error") or code)
-    if code == 404:
-        reason = f"unknown {what} ({reason})"
-    raise CliError(reason, EXIT_USAGE)
 
 
 # ----------------------------------------------------------------------- list
@@ -141,7 +113,8 @@ def _refuse_view(code: int, body: dict[str, Any], what: str) -> None:
 def cmd_list(args: argparse.Namespace) -> int:
     """Jobs by status and/or batch; unreadable members are reported, not hidden."""
     ctx = Context(args)
-    listing = cli_ops.list_jobs(ctx.store, status=args.status, batch=args.batch, limit=args.limit)
+    status = JobStatus(args.status) if args.status else None
+    listing = ctx.queue(ring=False).list_jobs(status=status, batch=args.batch, limit=args.limit)
     for job_id, reason in listing.corrupt.items():
         ctx.warn(f"record {job_id} is unreadable ({reason}); left for a person")
     rows = [cli_render.job_row(r, ctx.settings.max_attempts) for r in listing.records]
@@ -157,33 +130,24 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_cancel(args: argparse.Namespace) -> int:
     """queued|running -> cancelled, by a CAS that outlasts the owner's heartbeats."""
     ctx = Context(args)
-    stored = cli_ops.cancel_job(ctx.store, args.job, by=ctx.by(), reason=args.reason)
-    was_running = bool(stored.record.get("owner"))
+    record = ctx.queue(ring=False).cancel(args.job, by=ctx.by(), reason=args.reason)
+    was_running = bool(record.get("owner"))
     note = " (its owner stops at its next heartbeat or stage boundary)" if was_running else ""
-    ctx.emit(stored.record, f"cancelled {args.job}{note}")
+    ctx.emit(record, f"cancelled {args.job}{note}")
     return EXIT_OK
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
     """failed|cancelled -> queued with a fresh budget, then ring the doorbell."""
-    from shared.doorbell import DoorbellError
-
     ctx = Context(args)
-    doorbell = ctx.doorbell  # reachable before anything is written
-    stored = cli_ops.retry_job(
-        ctx.store, args.job, by=ctx.by(), default_max_attempts=ctx.settings.max_attempts
-    )
-    rung = True
-    try:
-        doorbell.ring(args.job)
-    except DoorbellError as exc:
-        rung = False
-        ctx.warn(f"{exc}; the job is queued and the sweep will ring it")
-    record = stored.record
+    retried = ctx.queue().retry(args.job, by=ctx.by())  # the doorbell is checked first
+    if not retried.rung:
+        ctx.warn(f"{retried.ring_error}; the job is queued and the sweep will ring it")
+    record = retried.record
     ctx.emit(
-        {**record, "rung": rung},
+        {**record, "rung": retried.rung},
         f"requeued {args.job}: attempts used {record.get('attempts')}, allowed now "
-        f"{record.get('max_attempts')}; doorbell {'rung' if rung else 'NOT rung'}",
+        f"{record.get('max_attempts')}; doorbell {'rung' if retried.rung else 'NOT rung'}",
     )
     return EXIT_OK
 
@@ -193,10 +157,8 @@ def cmd_retry(args: argparse.Namespace) -> int:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """One sweeper pass, the same as Cloud Scheduler's POST /sweep."""
-    from shared import sweeper
-
     ctx = Context(args)
-    result = sweeper.run_once(ctx.store, ctx.doorbell, ctx.settings, cli_ops.utcnow())
+    result = ctx.queue().sweep_once()
     data = result.to_json()
     shown = {**data, "corrupt": ", ".join(result.corrupt) or 0}
     ctx.emit(data, "one sweep pass:\n" + cli_render.counts_text(shown))
@@ -269,7 +231,7 @@ def _finish_watch(ctx: Context, snapshot: dict[str, str], verdict: str) -> int:
     """Name the jobs that need a person, then the exit code."""
     if verdict == "ok":
         return EXIT_OK
-    for status in ("failed", "unreadable"):
+    for status in (JobStatus.FAILED, MEMBER_UNREADABLE):
         ids = sorted(i for i, s in snapshot.items() if s == status)
         if ids and not ctx.as_json:
             shown = ", ".join(ids[:10]) + (f" (+{len(ids) - 10} more)" if len(ids) > 10 else "")
@@ -278,11 +240,6 @@ def _finish_watch(ctx: Context, snapshot: dict[str, str], verdict: str) -> int:
 
 
 def _batch_snapshot(ctx: Context, batch: str) -> dict[str, str]:
-    """job id -> status of every member, through the status view's batch read (O(batch))."""
-    from shared import status
-
-    view = status.batch_view(
-        ctx.store, ctx.watchdog_doorbell(), ctx.settings, batch, cli_ops.utcnow()
-    )
-    _refuse_view(view.status, view.body, "batch")
-    return {str(job["id"]): str(job.get("status")) for job in view.body["jobs"]}
+    """job id -> status of every member, through the queue's batch read (O(batch))."""
+    view = ctx.queue(ring=False).get_batch(batch)
+    return {str(job["id"]): str(job.get("status")) for job in view.members}

@@ -19,10 +19,12 @@ from urllib.parse import urlsplit
 
 from shared.cli import render as cli_render
 from shared.config import Settings
+from shared.errors import ReclaimError
 from shared.pipelines import load_modules
 
 if TYPE_CHECKING:
     from shared.doorbell import Doorbell
+    from shared.queue import Queue
     from shared.storage import GcsStore
 
 # Exit codes (also listed in --help).
@@ -40,7 +42,7 @@ LOCAL_PUBSUB_EMULATOR_HOST = "127.0.0.1:8085"
 DEFAULT_DEAD_LETTER_SUBSCRIPTION = "reclaim-dead-letter-hold"
 
 
-class CliError(Exception):
+class CliError(ReclaimError):
     """A failure the user can act on: printed as is, with its exit code."""
 
     def __init__(self, message: str, code: int = EXIT_USAGE):
@@ -52,7 +54,7 @@ _REACH_TIMEOUT_S = 2.0
 
 
 class Context:
-    """Settings and lazily created clients of one CLI run."""
+    """Settings, and the queue over lazily created clients, of one CLI run."""
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -77,12 +79,13 @@ class Context:
         from google.api_core import exceptions as gexc
 
         from shared import storage
+        from shared.errors import NotFound
 
         check_reachable("STORAGE_EMULATOR_HOST", "storage emulator")
         store = storage.get_store(self.settings)
         try:
             store.list_pending(limit=1)  # one cheap call: credentials and bucket exist
-        except (gexc.NotFound, storage.NotFound):  # a listing only 404s for a missing bucket
+        except (gexc.NotFound, NotFound):  # a listing only 404s for a missing bucket
             raise CliError(
                 f"records bucket {self.settings.records_bucket!r} does not exist "
                 "(set --bucket or RECLAIM_RECORDS_BUCKET; `make dev` creates reclaim-records)",
@@ -97,11 +100,15 @@ class Context:
         check_reachable("PUBSUB_EMULATOR_HOST", "Pub/Sub emulator")
         return get_doorbell(self.settings)
 
-    def watchdog_doorbell(self) -> Doorbell:
-        """The doorbell for a read's watchdog: best effort, so not checked up front."""
+    def queue(self, *, ring: bool = True) -> Queue:
+        """The queue over this run's store and doorbell. With ring, the doorbell must be
+        reachable before anything is written (submit, retry, sweep ring it); without,
+        it is only the best-effort ring of a read's watchdog, not checked up front."""
         from shared.doorbell import get_doorbell
+        from shared.queue import Queue
 
-        return get_doorbell(self.settings)
+        doorbell = self.doorbell if ring else get_doorbell(self.settings)
+        return Queue(self.store, doorbell, self.settings)
 
     def by(self) -> str:
         """Who to name in a history entry."""
@@ -150,26 +157,34 @@ def explain(exc: BaseException) -> tuple[str, int] | None:
 
 
 def _explain_queue(exc: BaseException) -> tuple[str, int] | None:
-    from shared import job_queue, records, storage
-    from shared.config import ConfigError
-    from shared.pipelines import PipelineModuleError, UnknownPipeline, pipeline_names
+    from shared import errors
+    from shared.pipelines import pipeline_names
 
-    if isinstance(exc, job_queue.IllegalTransition):
+    if isinstance(exc, errors.IllegalTransition):
         return f"illegal transition: {exc}", EXIT_USAGE
-    if isinstance(exc, records.InvalidInput):
+    if isinstance(exc, errors.InvalidInput):
         return exc.reason, EXIT_USAGE
-    if isinstance(exc, UnknownPipeline):
-        name = exc.args[0] if exc.args else ""
-        return f"unknown pipeline {name!r} (known: {', '.join(pipeline_names())})", EXIT_USAGE
-    if isinstance(exc, storage.CorruptRecord):
+    if isinstance(exc, errors.SubmitError):
+        problems = "".join(f"\n  - {p}" for p in exc.problems) if len(exc.problems) > 1 else ""
+        kind = "conflict" if isinstance(exc, errors.Conflict) else "invalid request"
+        return f"{kind}: {exc.reason}{problems}", EXIT_USAGE
+    if isinstance(exc, errors.UnknownPipeline):
+        known = ", ".join(pipeline_names())
+        return f"unknown pipeline {exc.name!r} (known: {known})", EXIT_USAGE
+    if isinstance(exc, errors.CorruptRecord):
         return f"{exc} (left untouched for a person to inspect)", EXIT_USAGE
-    if isinstance(exc, storage.NotFound):
-        return f"unknown job: {exc}", EXIT_USAGE
-    if isinstance(exc, storage.LostRace):
+    if isinstance(exc, errors.JobNotFound | errors.BatchNotFound):
+        what = "job" if isinstance(exc, errors.JobNotFound) else "batch"
+        return f"unknown {what} ({exc})", EXIT_USAGE
+    if isinstance(exc, errors.NotFound):
+        return f"not found: {exc}", EXIT_UNAVAILABLE
+    if isinstance(exc, errors.LostRace):
         return str(exc), EXIT_UNAVAILABLE
-    if isinstance(exc, storage.Unavailable):
+    if isinstance(exc, errors.Unavailable):
         return f"Cloud Storage unavailable: {exc}", EXIT_UNAVAILABLE
-    if isinstance(exc, ConfigError | PipelineModuleError):
+    if isinstance(exc, errors.DoorbellError):
+        return f"{exc} (is the topic there and Pub/Sub reachable?)", EXIT_UNAVAILABLE
+    if isinstance(exc, errors.ConfigError | errors.PipelineModuleError):
         return str(exc), EXIT_USAGE
     return None
 
@@ -179,8 +194,6 @@ def _explain_cloud(exc: BaseException) -> tuple[str, int] | None:
     from google.auth import exceptions as auth_exc
     from requests import exceptions as req_exc
 
-    from shared.doorbell import DoorbellError
-
     if isinstance(exc, auth_exc.DefaultCredentialsError):
         return (
             "no Google credentials found: run `gcloud auth application-default login` "
@@ -189,8 +202,6 @@ def _explain_cloud(exc: BaseException) -> tuple[str, int] | None:
         ), EXIT_UNAVAILABLE
     if isinstance(exc, auth_exc.GoogleAuthError):
         return f"Google credentials were refused: {exc}", EXIT_UNAVAILABLE
-    if isinstance(exc, DoorbellError):
-        return f"{exc} (is the topic there and Pub/Sub reachable?)", EXIT_UNAVAILABLE
     if isinstance(exc, gexc.NotFound):
         return f"not found: {exc.message}", EXIT_UNAVAILABLE
     if isinstance(exc, gexc.Forbidden | gexc.PermissionDenied | gexc.Unauthorized):

@@ -1,55 +1,44 @@
 """`reclaim dlq`: show, and optionally re-ring, what the dead-letter subscription holds.
 
-A synchronous pull with the official client. Nothing is acknowledged unless
---requeue decided so; everything else is handed back with deadline 0, so looking
-never loses a message.
+Synchronous pulls with the official client, until one comes back empty. Nothing is
+acknowledged unless --requeue decided so; everything else is handed back with
+deadline 0, so looking never loses a message.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from shared.cli import ops as cli_ops
+from shared import deadletters, job_queue
 from shared.cli import render as cli_render
 from shared.cli.context import EXIT_OK, Context, check_reachable
+from shared.deadletters import DeadLetter
+from shared.errors import CorruptRecord, DoorbellError, InvalidInput, JobNotFound
 
-_PULL_TIMEOUT_S = 5.0
+if TYPE_CHECKING:
+    from shared.queue import Queue
 
-
-def _pull(subscriber: Any, path: str, most: int) -> Iterator[Any]:
-    """Synchronous pulls until `most` messages, or an answer short of what was asked
-    (the backlog is drained, or Pub/Sub has no more to give right now)."""
-    from google.api_core import exceptions as gexc
-
-    got = 0
-    while got < most:
-        asked = min(most - got, 1000)
-        try:
-            response = subscriber.pull(
-                request={"subscription": path, "max_messages": asked}, timeout=_PULL_TIMEOUT_S
-            )
-        except gexc.DeadlineExceeded:
-            return  # nothing arrived within the timeout: the subscription is empty
-        for received in response.received_messages:
-            got += 1
-            yield received
-        if len(response.received_messages) < asked:
-            return
+Decision = Literal["ring", "drop", "keep"]
 
 
-def _dead_letter(received: Any) -> cli_ops.DeadLetter:
-    msg = received.message
-    published = msg.publish_time.isoformat() if msg.publish_time else None
-    return cli_ops.decode_dead_letter(
-        received.ack_id,
-        msg.message_id,
-        bytes(msg.data),
-        dict(msg.attributes),
-        int(received.delivery_attempt or 0),
-        published,
-    )
+def requeue_decision(queue: Queue, job_id: str | None) -> tuple[Decision, str | None]:
+    """What --requeue does with one dead letter: ("ring"|"drop"|"keep", status).
+
+    ring: the job still owes work, re-ring and ack. drop: it is terminal, the
+    doorbell is moot, ack. keep: no job id, unknown or unreadable record, leave
+    the message for a person.
+    """
+    if not job_id:
+        return "keep", None
+    try:
+        record = queue.read(job_id)
+    except (JobNotFound, CorruptRecord, InvalidInput):  # a letter naming no job we can read
+        return "keep", None
+    status = record.get("status")
+    if status in job_queue.PENDING_STATUSES:
+        return "ring", str(status)
+    return "drop", str(status)
 
 
 def cmd_dlq(args: argparse.Namespace) -> int:
@@ -58,19 +47,20 @@ def cmd_dlq(args: argparse.Namespace) -> int:
 
     ctx = Context(args)
     check_reachable("PUBSUB_EMULATOR_HOST", "Pub/Sub emulator")
-    store = ctx.store if args.requeue else None
-    doorbell = ctx.doorbell if args.requeue else None
+    queue = ctx.queue() if args.requeue else None
     subscriber = pubsub_v1.SubscriberClient()
     path = subscriber.subscription_path(ctx.settings.project, ctx.dead_letter_subscription)
     rows: list[dict[str, Any]] = []
     try:
-        letters = [_dead_letter(r) for r in _pull(subscriber, path, args.max_messages)]
-        ack, back = _decide_letters(letters, store, doorbell, rows)
-        if ack:
-            subscriber.acknowledge(request={"subscription": path, "ack_ids": ack})
-        if back:  # deadline 0: redelivered at once, nothing lost
+        pulled = deadletters.pull_distinct(
+            deadletters.pull_once(subscriber, path), args.max_messages
+        )
+        ack, back = _decide_letters([deadletters.dead_letter(p) for p in pulled], queue, rows)
+        for ids in deadletters.chunks(ack):
+            subscriber.acknowledge(request={"subscription": path, "ack_ids": ids})
+        for ids in deadletters.chunks(back):  # deadline 0: redelivered at once, nothing lost
             subscriber.modify_ack_deadline(
-                request={"subscription": path, "ack_ids": back, "ack_deadline_seconds": 0}
+                request={"subscription": path, "ack_ids": ids, "ack_deadline_seconds": 0}
             )
     finally:
         subscriber.close()
@@ -83,11 +73,9 @@ def cmd_dlq(args: argparse.Namespace) -> int:
 
 
 def _decide_letters(
-    letters: list[cli_ops.DeadLetter], store: Any, doorbell: Any, rows: list[dict[str, Any]]
+    letters: list[DeadLetter], queue: Queue | None, rows: list[dict[str, Any]]
 ) -> tuple[list[str], list[str]]:
     """Which ack ids to ack and which to hand back; fills one display row per letter."""
-    from shared.doorbell import DoorbellError
-
     ack: list[str] = []
     back: list[str] = []
     for letter in letters:
@@ -100,12 +88,12 @@ def _decide_letters(
             "attributes": letter.attributes,
         }
         action = "left"
-        if store is not None:
-            decision, status = cli_ops.requeue_decision(store, letter.job_id)
+        if queue is not None:
+            decision, status = requeue_decision(queue, letter.job_id)
             row["status"] = status
-            if decision == "ring":
+            if decision == "ring" and letter.job_id:
                 try:
-                    doorbell.ring(letter.job_id)
+                    queue.ring(letter.job_id, letter.attributes.get("traceparent"))
                     action = "re-rung"
                 except DoorbellError:
                     decision, action = "keep", "left (ring failed)"
@@ -114,11 +102,11 @@ def _decide_letters(
             else:
                 action = "left (no readable job)"
             if decision in ("ring", "drop"):
-                ack.append(letter.ack_id)
+                ack.extend(letter.ack_ids)
             else:
-                back.append(letter.ack_id)
+                back.extend(letter.ack_ids)
         else:
-            back.append(letter.ack_id)
+            back.extend(letter.ack_ids)
         row["action"] = action
         rows.append(row)
     return ack, back

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
+
+from shared.job_queue import TERMINAL_STATUSES
+from shared.jobs import MEMBER_UNREADABLE, JobStatus
 
 # Order in which statuses are shown: what still owes work first, then the outcomes.
-STATUS_ORDER = ("queued", "running", "done", "failed", "cancelled")
-_TERMINAL = ("done", "failed", "cancelled")
+STATUS_ORDER: tuple[str, ...] = tuple(JobStatus)
 # A member whose record is corrupt will not change until a person acts: watch counts
 # it as finished (and failing) instead of waiting forever.
-_SETTLED = (*_TERMINAL, "unreadable")
+_SETTLED = (*TERMINAL_STATUSES, MEMBER_UNREADABLE)
 
 
 def to_json(value: Any) -> str:
@@ -48,13 +50,14 @@ def terminal_count(counts: Mapping[str, int]) -> int:
     return sum(counts.get(s, 0) for s in _SETTLED)
 
 
-def watch_verdict(counts: Mapping[str, int]) -> str | None:
+def watch_verdict(counts: Mapping[str, int]) -> Literal["ok", "failed"] | None:
     """None while some job still owes work (or has no record yet); else "ok" when
     none failed and none is unreadable, "failed" otherwise. Cancelled is not a failure."""
     total = sum(counts.values())
     if total == 0 or terminal_count(counts) < total:
         return None
-    return "failed" if counts.get("failed", 0) or counts.get("unreadable", 0) else "ok"
+    failed = counts.get(JobStatus.FAILED, 0) or counts.get(MEMBER_UNREADABLE, 0)
+    return "failed" if failed else "ok"
 
 
 def rate_and_eta(
@@ -175,7 +178,7 @@ def job_text(record: Mapping[str, Any], default_max_attempts: int | None = None)
     if isinstance(error, dict) and error:
         label = (
             "last error (of an earlier attempt):"
-            if record.get("status") == "done"
+            if record.get("status") == JobStatus.DONE
             else ("last error:")
         )
         lines += ["", label, "  " + _error_line(error)]

@@ -10,15 +10,8 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable
 
-from shared.pipelines.base import (
-    OutputWriter,
-    PermanentError,
-    Pipeline,
-    Stage,
-    StageContext,
-    Stopped,
-    UnknownPipeline,
-)
+from shared.errors import PermanentError, PipelineModuleError, Stopped, UnknownPipeline
+from shared.pipelines.base import OutputWriter, Pipeline, Stage, StageContext
 
 __all__ = [
     "OutputWriter",
@@ -59,16 +52,12 @@ def pipeline_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-class PipelineModuleError(ImportError):
-    """A module named in RECLAIM_PIPELINE_MODULES cannot be imported."""
-
-
 def load_modules(names: Iterable[str]) -> None:
     """Import the modules that register the deployment's own pipelines (idempotent)."""
     for name in names:
         try:
             importlib.import_module(name)
-        except Exception as exc:  # any failure while importing is the module's fault
+        except Exception as exc:  # user code at import may raise anything: report it, named
             raise PipelineModuleError(
                 f"RECLAIM_PIPELINE_MODULES names {name!r}, which cannot be imported: "
                 f"{type(exc).__name__}: {exc}"

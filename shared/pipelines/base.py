@@ -11,23 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from shared.errors import PermanentError, Stopped
 from shared.logs import JobLogger
-
-
-class Stopped(Exception):
-    """This owner lost the job (re-claimed or cancelled): stop, commit nothing."""
-
-
-class PermanentError(Exception):
-    """A stage error that no retry can fix: the job fails at once."""
-
-
-class UnknownPipeline(LookupError):
-    """No pipeline is registered under this name."""
-
-    def __init__(self, name: str):
-        super().__init__(f"unknown pipeline {name!r}")
-        self.name = name
 
 
 class OutputWriter(Protocol):

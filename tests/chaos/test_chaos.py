@@ -1,11 +1,14 @@
-"""The chaos test: 120 jobs over 3 claim processes while everything goes wrong.
+"""The chaos test: 120 jobs over up to 3 claim instances while everything goes wrong.
 
-At random (seeded; the seed is printed and in every failure message; set
-RECLAIM_CHAOS_SEED to replay one): claim processes are SIGKILLed and replaced;
-one is SIGSTOPped past stale_s and SIGCONTed only after its jobs were
-re-claimed (the zombie); the Pub/Sub emulator duplicates deliveries and drops
-doorbell publishes; the fault proxy in front of fake-gcs-server answers 503/429
-to a fraction of requests and loses the answer of a few it forwarded.
+Claim runs on the local Cloud Run platform (scaled from zero, at most 3 instances
+x concurrency 4, idle ones scaled in). At random (seeded; the seed is printed and
+in every failure message; set RECLAIM_CHAOS_SEED to replay one): the platform
+reclaims busy instances hard (SIGKILL; the autoscaler starts replacements as
+demand calls for them); one instance is SIGSTOPped and unrouted past stale_s and
+SIGCONTed only after its jobs were re-claimed (the zombie); the Pub/Sub emulator
+duplicates deliveries and drops doorbell publishes; the fault proxy in front of
+fake-gcs-server answers 503/429 to a fraction of requests and loses the answer of
+a few it forwarded.
 
 Then, reading the bucket directly: every job terminal, no unreadable record,
 attempts <= max, every done job's result written by its final owner and
@@ -30,7 +33,8 @@ from typing import Any
 import pytest
 
 from local.cloud import LocalCloud
-from local.demo import (
+from local.faultproxy import FaultProxy
+from local.observe import (
     Watch,
     all_terminal,
     counts_by_status,
@@ -40,13 +44,13 @@ from local.demo import (
     running_on,
     topic_count,
 )
-from local.faultproxy import FaultProxy
 from local.procs import free_port
 
 N_JOBS = 120
 BATCH = 30
 INSTANCES = 3
 MAX_CONCURRENT = 4
+IDLE_S = 5.0
 STALE_S = 6.0
 SWEEP_S = 2.0
 MAX_ATTEMPTS = 6
@@ -142,7 +146,8 @@ def _maybe_pause(
     index = max(busy, key=lambda i: len(busy[i]), default=None)
     if index is None or len(busy[index]) < 2:
         return
-    cloud.pause_claim(index, unroute=True)
+    claim = cloud.service("claim")
+    claim.pause(index, unroute=True)
     time.sleep(0.5)  # a write already on the wire still lands; then the state is frozen
     after = watch.snapshot(busy[index])
     held = {
@@ -151,7 +156,7 @@ def _maybe_pause(
         if after[j].get("status") == "running" and after[j].get("owner") == owner
     }
     if not held:  # everything it held finished meanwhile: not a zombie yet, try again
-        cloud.resume_claim(index)
+        claim.resume(index)
         return
     chaos.zombie, chaos.zombie_jobs, chaos.paused_at = index, held, now
     print(chaos.say(f"t={now:.1f}s SIGSTOP claim-{index} holding {sorted(held)}"))
@@ -166,7 +171,7 @@ def _maybe_resume(cloud: LocalCloud, records: dict[str, Any], chaos: Chaos, now:
         for j, (_owner, attempt) in chaos.zombie_jobs.items()
     )
     if now - chaos.paused_at > STALE_S and taken:
-        cloud.resume_claim(chaos.zombie)
+        cloud.service("claim").resume(chaos.zombie)
         chaos.resumed_at = now
         print(chaos.say(f"t={now:.1f}s SIGCONT claim-{chaos.zombie}: its jobs were re-claimed"))
     elif now - chaos.paused_at > 60:
@@ -178,16 +183,16 @@ def _maybe_kill(
 ) -> None:
     if len(chaos.kills) >= KILLS or now < chaos.next_kill:
         return
-    live = {i: p for i, p in instance_pids(cloud).items() if i != chaos.zombie}
+    serving = {i["id"] for i in cloud.service("claim").instances() if i["state"] == "serving"}
+    live = {i: p for i, p in instance_pids(cloud).items() if i in serving and i != chaos.zombie}
     if not live:
         return
     busy = [i for i, pids in live.items() if running_on(records, pids)]
     index = rng.choice(sorted(busy or live))
-    cloud.kill_claim(index)
-    fresh = cloud.start_claim()
+    cloud.service("claim").reclaim(index, graceful=False)
     chaos.kills.append(index)
     chaos.next_kill = now + rng.uniform(4.0, 9.0)
-    print(chaos.say(f"t={now:.1f}s SIGKILL claim-{index}, started claim-{fresh}"))
+    print(chaos.say(f"t={now:.1f}s SIGKILL claim-{index} (a hard platform reclaim)"))
 
 
 # ----------------------------------------------------------------- the checks
@@ -285,6 +290,21 @@ def _zombie_noticed(log_dir: Path, chaos: Chaos, wait_s: float = 10.0) -> set[st
         time.sleep(0.5)
 
 
+def _platform_summary(cloud: LocalCloud) -> str:
+    """What the local Cloud Run did for claim, and how often claim refused a push itself."""
+    s = cloud.service("claim").stats()
+    in_app = sum(
+        log.read_text(errors="replace").count("no free slot")
+        for log in cloud.config.log_dir.glob("claim-*.log")
+    )
+    return (
+        f"claim platform: peak {s['instances']['peak']} instances, {s['cold_starts']} cold "
+        f"starts, {s['scale_ins']} scale-ins, requests {s['requests']}, peak per instance "
+        f"{s['peak_in_flight_per_instance']}, {s['billing']['instance_seconds']} "
+        f"instance-seconds; claim's own 429s: {in_app}"
+    )
+
+
 # ----------------------------------------------------------------- the test
 
 
@@ -302,8 +322,9 @@ def storm_cloud(seed: int) -> Iterator[tuple[LocalCloud, FaultProxy]]:
         f"http://127.0.0.1:{gcs_port}", fault_fraction=0.05, lost_answer_fraction=0.02, seed=seed
     )
     cloud = LocalCloud.for_tests(
-        claim_instances=INSTANCES,
-        max_concurrent=MAX_CONCURRENT,
+        max_instances=INSTANCES,
+        concurrency=MAX_CONCURRENT,
+        idle_timeout_seconds=IDLE_S,
         stale_seconds=STALE_S,
         sweep_interval_seconds=SWEEP_S,
         duplicate_fraction=0.2,
@@ -338,6 +359,7 @@ def test_every_job_survives_the_storm(
         records = _storm(cloud, watch, ids, rng, chaos)
         counts = counts_by_status(records)
         print(chaos.say(f"final counts {dict(counts)}; proxy faults {proxy.faults()}"))
+        print(chaos.say(_platform_summary(cloud)))
 
         # the storm really happened
         assert len(chaos.kills) == KILLS and chaos.resumed_at is not None, chaos.say("no storm")

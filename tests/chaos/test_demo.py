@@ -9,17 +9,8 @@ from typing import Any
 
 import pytest
 
-from local.demo import (
-    DemoConfig,
-    Rescue,
-    all_terminal,
-    owner_pid,
-    progress_line,
-    reclaimed_at,
-    rescued_at,
-    run,
-    summary_lines,
-)
+from local.demo import DemoConfig, Rescue, progress_line, run, summary_lines
+from local.observe import all_terminal, owner_pid, reclaimed_at, rescued_at
 
 T0 = datetime(2026, 7, 26, 12, 0, tzinfo=UTC)
 
@@ -88,6 +79,13 @@ def test_summary_lines_say_what_happened() -> None:
         {"push_attempts": 40, "push_failures": 15},
         DemoConfig(),
         31.0,
+        {
+            "instances": {"peak": 2},
+            "cold_starts": 3,
+            "startup_s": [1.2, 1.5, 1.4],
+            "requests": {"refused": 4},
+            "billing": {"instance_seconds": 41.3},
+        },
     )
     text = "\n".join(lines)
     assert "jobs done        21 / 22" in text
@@ -97,6 +95,8 @@ def test_summary_lines_say_what_happened() -> None:
     assert "bound: stale_s 8 + sweep every 2 s = 10 s" in text
     assert "GCS calls        112" in text and "list 2" in text
     assert "25 doorbell publishes" in text and "15 refused" in text
+    assert "claim peaked at 2 instance(s); 3 cold start(s) (1.2-1.5 s); 4 refused" in text
+    assert "41.3 billable instance-seconds" in text
     assert "NOT TERMINAL     1 job(s)" in text
     assert not all_terminal(records)
 
@@ -106,7 +106,7 @@ def test_the_replay_finishes_every_job(tmp_path: Path) -> None:
     out = io.StringIO()
     config = DemoConfig(
         jobs=8,
-        max_concurrent=2,
+        concurrency=2,
         stale_seconds=4.0,
         sweep_interval_seconds=1.0,
         sleep_s=0.8,
@@ -118,5 +118,6 @@ def test_the_replay_finishes_every_job(tmp_path: Path) -> None:
     text = out.getvalue()
     assert status == 0, text
     assert "SIGKILL claim-" in text and "started (scale-out" in text, text
+    assert "Cloud Run        claim peaked at" in text, text
     assert "jobs done        8 / 8" in text, text
     assert "rescue took" in text and "(no job was running" not in text, text

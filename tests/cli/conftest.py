@@ -9,9 +9,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from cli_support import ROOT, Cloud
 
 from shared.storage import GcsStore
+from tests.cli.cli_support import ROOT, Cloud
 
 
 @pytest.fixture(scope="module")

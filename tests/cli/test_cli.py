@@ -8,9 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cli_support import ROOT, Cloud
-
 from local.procs import free_port
+from tests.cli.cli_support import ROOT, Cloud
 
 
 def _submit(cloud: Cloud, *args: str, stdin: str | None = None) -> list[str]:

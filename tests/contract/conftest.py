@@ -12,10 +12,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from contract_support import Harness, make_gcs_client
 
 from shared.storage import GcsStore, Store, job_object
 from shared.storage_memory import MemoryStore
+from tests.contract.contract_support import Harness, make_gcs_client
 
 
 @pytest.fixture(scope="session")

@@ -7,10 +7,10 @@ import uuid
 from typing import Any
 
 import pytest
-from contract_support import make_gcs_client, new_job
 
 from shared.config import Settings
 from shared.storage import GcsStore, get_store
+from tests.contract.contract_support import make_gcs_client, new_job
 
 
 def test_get_store_is_one_store_per_process(

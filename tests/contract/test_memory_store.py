@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from contract_support import new_job
 
 from shared.storage import LostRace, NotFound, Unavailable
 from shared.storage_memory import MemoryStore
+from tests.contract.contract_support import new_job
 
 
 def test_injected_failure_before_a_write_changes_nothing() -> None:

@@ -6,7 +6,6 @@ import threading
 from datetime import datetime
 
 import pytest
-from contract_support import Harness, new_job
 
 from shared import records
 from shared.storage import (
@@ -17,6 +16,7 @@ from shared.storage import (
     Stored,
     job_object,
 )
+from tests.contract.contract_support import Harness, new_job
 
 # --- records ---------------------------------------------------------------------------
 

@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 import threading
 import time
-from collections.abc import Callable
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
+from google.cloud import pubsub_v1
+
+from local.procs import free_port, spawn, stop, wait_for_port
+
 PROJECT = "reclaim-test"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def eventually(check: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05) -> Any:
@@ -59,3 +70,76 @@ class Recorder:
     def bodies(self) -> list[dict[str, Any]]:
         with self.lock:
             return [c["body"] for c in self.calls]
+
+
+@contextmanager
+def _emulator_host(host: str) -> Iterator[None]:
+    """Clients read PUBSUB_EMULATOR_HOST when they are built; point them at `host`."""
+    saved = os.environ.get("PUBSUB_EMULATOR_HOST")
+    os.environ["PUBSUB_EMULATOR_HOST"] = host
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("PUBSUB_EMULATOR_HOST", None)
+        else:
+            os.environ["PUBSUB_EMULATOR_HOST"] = saved
+
+
+@dataclass
+class AdminEmulator:
+    host: str
+    admin_url: str
+    publisher: pubsub_v1.PublisherClient
+    subscriber: pubsub_v1.SubscriberClient
+
+    def stats(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"{self.admin_url}/stats", timeout=5) as r:
+            return json.loads(r.read())
+
+    def set_faults(self, **knobs: float) -> dict[str, Any]:
+        req = urllib.request.Request(
+            f"{self.admin_url}/faults",
+            data=json.dumps(knobs).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return json.loads(r.read())
+
+
+@contextmanager
+def run_emulator(log_dir: Path, *flags: str, label: str = "admin") -> Iterator[AdminEmulator]:
+    """An emulator process of our own with the admin port on, plus extra command-line flags."""
+    port, admin_port = free_port(), free_port()
+    proc = spawn(
+        [
+            sys.executable,
+            "-m",
+            "local.pubsub_emulator",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--admin-port",
+            str(admin_port),
+            "--seed",
+            "7",
+            *flags,
+        ],
+        log_path=log_dir / f"pubsub-emulator-{label}.log",
+        cwd=ROOT,
+    )
+    try:
+        wait_for_port("127.0.0.1", port, proc=proc)
+        wait_for_port("127.0.0.1", admin_port, proc=proc)
+        with _emulator_host(f"127.0.0.1:{port}"):
+            publisher = pubsub_v1.PublisherClient()
+            subscriber = pubsub_v1.SubscriberClient()
+        yield AdminEmulator(
+            f"127.0.0.1:{port}", f"http://127.0.0.1:{admin_port}", publisher, subscriber
+        )
+        subscriber.close()
+        publisher.transport.close()
+    finally:
+        stop(proc)

@@ -9,8 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from emulator_support import PROJECT, eventually
 from google.api_core import exceptions
+
+from tests.emulator.emulator_support import PROJECT, eventually
 
 Unique = Callable[[str], str]
 

@@ -9,7 +9,8 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from emulator_support import PROJECT, eventually
+
+from tests.emulator.emulator_support import PROJECT, eventually
 
 
 def _pull_pair(emu: Any, unique: Any) -> tuple[str, str]:
@@ -120,7 +121,12 @@ def test_bad_fault_updates_get_400_and_change_nothing(faults, body: bytes) -> No
 
 def test_stats_shape(faults) -> None:
     stats = faults.stats()
-    assert set(stats) == {"totals", "topics", "subscriptions", "faults"}
+    assert set(stats) == {"totals", "topics", "subscriptions", "faults", "push_flow_control"}
+    assert stats["push_flow_control"] == {
+        "window": "adaptive",
+        "max_window": 32,
+        "initial_window": 4,
+    }
     assert set(stats["totals"]) >= {
         "published",
         "dropped",

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from emulator_support import PROJECT, eventually
 
 from local.procs import free_port, spawn, stop, wait_for_port
+from tests.emulator.emulator_support import PROJECT, eventually
 
 FUNCTION = """
 import json

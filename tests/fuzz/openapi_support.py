@@ -8,7 +8,8 @@ from functools import cache
 from typing import Any
 
 import jsonschema_rs
-from fuzz_support import ROOT
+
+from tests.fuzz.fuzz_support import ROOT
 
 DOCUMENT = ROOT / "shared" / "openapi.json"
 

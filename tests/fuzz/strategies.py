@@ -115,10 +115,21 @@ RECORD_FIELDS = (
     "outputs",
     "history_dropped",
     "write_id",
+    "traceparent",
 )
 STATUS_TEXT = st.sampled_from(
     [json.dumps(s) for s in ("queued", "running", "done", "failed", "cancelled")]
 )
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+# A trace context as a hand edit or another client might leave it (shared.tracing).
+traceparent_text = st.one_of(
+    st.just(json.dumps(TRACEPARENT)),
+    st.sampled_from(
+        ("00-" + "0" * 32 + "-" + "0" * 16 + "-01", "ff-" + TRACEPARENT[3:], "00-x")
+    ).map(json.dumps),
+    st.text(max_size=60).map(json.dumps),
+)
+
 # Payload keys that would make the demo pipeline sleep or fail on purpose: a hostile
 # record must not turn a fuzz run into a long one.
 SLOW_KEYS = ("sleep_s", "fail_at", "block")
@@ -127,7 +138,12 @@ SLOW_KEYS = ("sleep_s", "fail_at", "block")
 def base_record(job_id: str, status: str = "queued") -> dict[str, Any]:
     """A valid record, the starting point every hostile one is carved from."""
     record = records.new_record(
-        job_id, "demo", {"stages": 1}, datetime(2026, 1, 1, tzinfo=UTC), batch_id="fuzz-batch"
+        job_id,
+        "demo",
+        {"stages": 1},
+        datetime(2026, 1, 1, tzinfo=UTC),
+        batch_id="fuzz-batch",
+        traceparent=TRACEPARENT,
     )
     record["status"] = status
     return record
@@ -149,6 +165,8 @@ def hostile_record(draw: Any, job_id: str) -> bytes:
     for key in replaced:
         if key == "status":
             fields[key] = draw(st.one_of(STATUS_TEXT, any_json_text))
+        elif key == "traceparent":
+            fields[key] = draw(st.one_of(traceparent_text, any_json_text))
         elif key == "payload":
             fields[key] = draw(st.one_of(object_text(any_json_text), any_json_text))
         else:
@@ -158,6 +176,14 @@ def hostile_record(draw: Any, job_id: str) -> bytes:
     extra = draw(st.dictionaries(st.text(max_size=6), json_text, max_size=2))
     for key, value in extra.items():
         fields.setdefault(key, value)
+    return _object(fields).encode()
+
+
+def record_text(record: dict[str, Any], **replace: str) -> bytes:
+    """A record as JSON text with some fields replaced by raw JSON text (a hand edit
+    can hold what Python's json would never write, such as 1e400)."""
+    fields = {k: json.dumps(v) for k, v in record.items()}
+    fields.update(replace)
     return _object(fields).encode()
 
 
@@ -224,6 +250,7 @@ def push_envelope(draw: Any, job_ids: list[str]) -> tuple[bytes, dict[str, str]]
     attributes = draw(
         st.one_of(
             st.just('{"job_id":' + job_id + "}"),
+            traceparent_text.map(lambda t: '{"job_id":' + job_id + ',"traceparent":' + t + "}"),
             object_text(),
             json_text,
         )

@@ -1,10 +1,11 @@
 """Hostile records and push envelopes against the real functions over HTTP: claim
-(as Pub/Sub pushes), sweep (as Cloud Scheduler calls it) and the status read, on
-fake-gcs-server through the official client.
+(as Pub/Sub pushes), sweep (as Cloud Scheduler calls it), the status read and the
+dashboard's job page, on fake-gcs-server through the official client.
 
-Every answer must be JSON (no NaN, no Infinity) and never a 5xx: claim answers
+Every API answer must be JSON (no NaN, no Infinity) and never a 5xx: claim answers
 200 (decided), 400 (malformed delivery) or 429 (no slot); sweep answers its
 counts with no error; the status read answers the job or 409 for a corrupt one.
+The dashboard, a browser's app, answers pages: the job's, or the 409 page.
 """
 
 from __future__ import annotations
@@ -16,12 +17,20 @@ from typing import Any
 
 import pytest
 import requests
-from fuzz_support import Functions, functions, fuzz
 from hypothesis import assume, example, given
-from openapi_support import validate_answer
-from strategies import base_record, hostile_record, is_quick, nest, odd_segment, push_envelope
 
 from shared import records
+from tests.fuzz.fuzz_support import Functions, functions, fuzz
+from tests.fuzz.openapi_support import validate_answer
+from tests.fuzz.strategies import (
+    base_record,
+    hostile_record,
+    is_quick,
+    nest,
+    odd_segment,
+    push_envelope,
+    record_text,
+)
 
 JOB = "fuzz-http-job"
 
@@ -35,7 +44,7 @@ def fns(
         gcs_client,
         publisher,
         log_dir,
-        (("submit", "submit"), ("claim", "claim"), ("sweep", "sweep")),
+        (("submit", "submit"), ("claim", "claim"), ("sweep", "sweep"), ("dashboard", "dashboard")),
         {
             "RECLAIM_STALE_SECONDS": "3",
             "RECLAIM_MAX_ATTEMPTS": "3",
@@ -66,15 +75,10 @@ def _strict_json(response: requests.Response) -> Any:
     return json.loads(response.text, parse_constant=refuse)
 
 
-def _text(record: dict[str, Any], **replace: str) -> bytes:
-    fields = {k: json.dumps(v) for k, v in record.items()}
-    fields.update(replace)
-    return ("{" + ",".join(f"{json.dumps(k)}:{v}" for k, v in fields.items()) + "}").encode()
-
-
-INF_PAYLOAD = _text(base_record(JOB), payload='{"stages":1,"x":1e400}')
-INF_RESULT = _text(base_record(JOB, "done"), result='{"x":-1e400}')
-DEEP_PAYLOAD = _text(base_record(JOB), payload=nest("0", 495)[:-1] + ',"stages":1}')
+INF_PAYLOAD = record_text(base_record(JOB), payload='{"stages":1,"x":1e400}')
+INF_RESULT = record_text(base_record(JOB, "done"), result='{"x":-1e400}')
+DEEP_PAYLOAD = record_text(base_record(JOB), payload=nest("0", 495)[:-1] + ',"stages":1}')
+TRACE_NOT_A_STRING = record_text(base_record(JOB, "running"), traceparent="[7]")
 
 
 @fuzz(examples=80)
@@ -82,6 +86,7 @@ DEEP_PAYLOAD = _text(base_record(JOB), payload=nest("0", 495)[:-1] + ',"stages":
 @example(data=INF_PAYLOAD)
 @example(data=INF_RESULT)
 @example(data=DEEP_PAYLOAD)
+@example(data=TRACE_NOT_A_STRING)
 def test_hostile_records_over_http(fns: Functions, data: bytes) -> None:
     assume(is_quick(data))
     fns.bucket.blob(f"jobs/{JOB}.json").upload_from_string(data)
@@ -90,6 +95,9 @@ def test_hostile_records_over_http(fns: Functions, data: bytes) -> None:
         read = requests.get(f"{fns.urls['submit']}/jobs/{JOB}", timeout=30)
         assert read.status_code in (200, 409), read.text
         _strict_json(read)
+        page = requests.get(f"{fns.urls['dashboard']}/jobs/{JOB}", timeout=30)
+        assert page.status_code in (200, 409), page.text[:500]
+        assert page.headers["Content-Type"].startswith("text/html"), page.headers
         envelope = {"message": {"data": "", "attributes": {"job_id": JOB}, "messageId": "1"}}
         claimed = requests.post(fns.urls["claim"], json=envelope, timeout=60)
         assert claimed.status_code in (200, 429), claimed.text
@@ -149,3 +157,17 @@ def test_a_path_the_framework_cannot_route_still_answers_json(fns: Functions, ta
     answer = requests.post(f"{fns.urls[target]}/x%0Ay", json={}, timeout=10)
     assert answer.status_code == 404
     assert _strict_json(answer).keys() == {"error", "reason"}
+
+
+def test_the_dashboard_answers_what_the_framework_refuses_as_its_error_page(
+    fns: Functions,
+) -> None:
+    """The dashboard is a browser's app: functions-framework's own 404 becomes its error
+    page (with the page's security headers); a client that asks for JSON gets JSON."""
+    url = f"{fns.urls['dashboard']}/x%0Ay"
+    page = requests.get(url, headers={"Accept": "text/html,*/*;q=0.8"}, timeout=10)
+    assert page.status_code == 404 and page.headers["Content-Type"].startswith("text/html")
+    assert "<h1>404 not found</h1>" in page.text
+    assert "frame-ancestors 'none'" in page.headers["Content-Security-Policy"]
+    asked = requests.get(url, headers={"Accept": "application/json"}, timeout=10)
+    assert asked.status_code == 404 and _strict_json(asked).keys() == {"error", "reason"}

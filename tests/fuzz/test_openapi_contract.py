@@ -5,19 +5,21 @@ are validated against it in test_submit_api.py.)"""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 from typing import Any
 
 import jsonschema_rs
 import pytest
-from fuzz_support import ROOT, fuzz
 from hypothesis import example, given
 from hypothesis import strategies as st
-from openapi_support import answer_schema, document, resolve
 
 from shared import job_queue, records, status, submission
 from shared.config import ENV_VARS
+from shared.jobs import JobStatus
+from tests.fuzz.fuzz_support import ROOT, fuzz
+from tests.fuzz.openapi_support import answer_schema, document, resolve
 
 README = (ROOT / "README.md").read_text()
 DEFAULTS = {var.name: var.default for var in ENV_VARS}
@@ -83,7 +85,7 @@ def test_the_id_pattern_accepts_exactly_what_the_code_accepts(value: str) -> Non
 def test_the_fields_are_the_codes() -> None:
     assert set(schema("JobRequest")["properties"]) == submission.JOB_KEYS
     assert set(schema("BatchRequest")["properties"]) == submission.BATCH_KEYS
-    assert schema("Status")["enum"] == list(job_queue.STATES)
+    assert schema("Status")["enum"] == list(JobStatus)
     view = {"id", *status._VIEW_FIELDS, "max_attempts", "outputs", "status_url", "watchdog"}
     assert set(schema("Job")["properties"]) == view
     assert set(schema("Job")["required"]) == view - {"watchdog"}
@@ -95,6 +97,60 @@ def test_the_fields_are_the_codes() -> None:
         retryable=False,
     )
     assert set(schema("JobError")["properties"]) == set(error)
+
+
+def _routes_matched_by_submit() -> tuple[set[str], set[str]]:
+    """(exact paths, first path segments) the submit function's router compares the
+    request against, read from its source: every `path == X` and `head == X` (or
+    `in (...)`) in `submit`, with module-level string constants resolved."""
+    tree = ast.parse((ROOT / "functions" / "submit" / "main.py").read_text())
+    constants = {
+        node.targets[0].id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.targets[0], ast.Name)
+        and isinstance(node.value, ast.Constant)
+    }
+    router = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "submit")
+    found: dict[str, set[str]] = {"path": set(), "head": set()}
+    for node in ast.walk(router):
+        if not (isinstance(node, ast.Compare) and isinstance(node.left, ast.Name)):
+            continue
+        if node.left.id not in found:
+            continue
+        for comparator in node.comparators:
+            values = (
+                comparator.elts if isinstance(comparator, ast.Tuple | ast.List) else [comparator]
+            )
+            for value in values:
+                if isinstance(value, ast.Name):
+                    text = constants.get(value.id)
+                else:
+                    text = value.value if isinstance(value, ast.Constant) else None
+                if text is None:  # e.g. `rest is None`: not a route
+                    continue
+                assert isinstance(text, str), f"a route this test cannot read: {ast.unparse(node)}"
+                found[node.left.id].add(text)
+    return found["path"], found["head"]
+
+
+def test_every_route_submit_serves_is_documented_and_no_other() -> None:
+    """The router's own comparisons against the document's paths: a route added to
+    functions/submit/main.py without its entry here fails (the served answers are
+    checked over HTTP in test_submit_api.py)."""
+    exact, heads = _routes_matched_by_submit()
+    assert "/health" in exact and {"jobs", "batches"} <= heads  # the reader found the router
+    documented = set(document()["paths"])
+    assert exact <= documented
+    by_head = {path for path in documented - exact if path.split("/")[1] in heads}
+    assert documented == exact | by_head
+    assert heads <= {path.split("/")[1] for path in by_head}
+
+
+def test_no_documented_route_ends_in_z() -> None:
+    """Cloud Run answers some paths ending in "z" itself ("Reserved URL paths",
+    https://cloud.google.com/run/docs/known-issues): the document promises none."""
+    assert [p for p in document()["paths"] if p.rstrip("/").endswith("z")] == []
 
 
 def _readme_section(title: str) -> str:

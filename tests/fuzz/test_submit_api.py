@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 import requests
 import schemathesis
-from fuzz_support import ROOT, Functions, functions, fuzz
 from hypothesis import example, given
 from hypothesis import strategies as st
-from openapi_support import validate_answer
-from strategies import EDGE_NUMBERS, any_json_text, deep_text, nest, object_text
+
+from tests.fuzz.fuzz_support import ROOT, Functions, functions, fuzz
+from tests.fuzz.openapi_support import document, validate_answer
+from tests.fuzz.strategies import EDGE_NUMBERS, any_json_text, deep_text, nest, object_text
 
 SCHEMA = schemathesis.openapi.from_path(ROOT / "shared" / "openapi.json")
 MAX_BODY = 262_144  # small enough that schemathesis finds 413 too, big enough for a payload
@@ -159,7 +160,7 @@ def test_real_answers_match_the_document(submit_fn: Functions, url: str) -> None
         ("/batches/{id}", "get", requests.get(f"{url}/batches/doc-batch", timeout=10)),
         ("/batches/{id}", "get", requests.get(f"{url}/batches/doc-b", timeout=10)),
         ("/batches/{id}", "get", requests.get(f"{url}/batches/nope", timeout=10)),
-        ("/healthz", "get", requests.get(f"{url}/healthz", timeout=10)),
+        ("/health", "get", requests.get(f"{url}/health", timeout=10)),
     ]
     assert [a[2].status_code for a in answers] == [202, 202, 409, 200, 404, 400, 200, 200, 404, 200]
     for path, method, response in answers:
@@ -168,6 +169,29 @@ def test_real_answers_match_the_document(submit_fn: Functions, url: str) -> None
     broken = requests.get(f"{url}/jobs/doc-broken", timeout=10)
     assert broken.status_code == 409
     validate_answer("/jobs/{id}", "get", 409, broken.json())
+
+
+_METHODS = ("get", "post", "put", "patch", "delete")
+
+
+def test_every_documented_operation_is_served_and_other_methods_are_refused(
+    submit_fn: Functions, url: str
+) -> None:
+    """The document's routes are the function's: each documented operation answers one
+    of its documented statuses (never the router's "no route" 404), and every other
+    method on the path is a 405 whose Allow header lists exactly the documented ones."""
+    for path, item in document()["paths"].items():
+        concrete = url + path.replace("{id}", "doc-probe")
+        for method, operation in item.items():
+            body = {"pipeline": "demo"} if method == "post" else None
+            response = requests.request(method, concrete, json=body, timeout=30)
+            assert str(response.status_code) in operation["responses"], (path, response.text)
+            assert "no route" not in response.text, (path, method)
+        for method in set(_METHODS) - set(item):
+            refused = requests.request(method, concrete, timeout=30)
+            assert refused.status_code == 405, (path, method, refused.text)
+            allowed = {m.strip().lower() for m in refused.headers["Allow"].split(",")}
+            assert allowed == set(item), (path, refused.headers["Allow"])
 
 
 @pytest.mark.parametrize("path", ["/jobs/a%0Ab", "/batches/%0A", "/%0A", "/jobs/x%0D%0Ay"])

@@ -21,19 +21,22 @@ from typing import Any
 
 import pytest
 import requests
-from function_support import make_queue, start_function
 
 from local.faultproxy import FaultProxy
 from local.procs import stop_all
 from shared.storage import GcsStore
+from tests.integration.function_support import make_queue, start_function
 
-STALE_S = 3.0
+# The stale time leaves room for a heartbeat's own retries. The storage seam keeps the
+# client library's delays (google-api-core's exponential_sleep_generator: full jitter
+# under 1 s, then under 2 s, ...), and with this seed the proxy never answers 429 more
+# than twice in a row in its first 800 requests (checked below). So a heartbeat is at
+# most 3 s late: due every 8/3 s, it lands within about 6 s, well inside the 8 s stale
+# time, and a rescue would be the heartbeat's fault.
+STALE_S = 8.0
 STAGES = 2
 BLOCK_S = 3 * STALE_S  # each stage blocks for three stale periods
 FAULT_FRACTION = 0.2
-# With this seed the proxy never answers 429 more than twice in a row in its first
-# 800 requests (checked below), so a heartbeat's own retries (0.2 s, 0.4 s, full
-# jitter) stay far inside a stale period: a rescue would be the heartbeat's fault.
 FAULT_SEED = 127
 MAX_FAULT_RUN = 2
 

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 import requests
-from function_support import make_queue, start_function
 
 from local.procs import signal_group, stop
 from shared import job_queue, records
 from shared.storage import GcsStore
+from tests.integration.function_support import make_queue, start_function
 
 ROOT = Path(__file__).resolve().parents[2]
 STALE_S = 3.0

@@ -369,7 +369,7 @@ def test_upload_is_digested_end_to_end() -> None:
     """upload -> notification -> push -> submit_upload -> doorbell -> claim -> done."""
     from local.cloud import LocalCloud
 
-    with LocalCloud.for_tests(claim_instances=1, sweep_interval_seconds=0) as cloud:
+    with LocalCloud.for_tests(max_instances=1, sweep_interval_seconds=0) as cloud:
         ends = cloud.endpoints
         client = _client(ends["storage_emulator_host"])
         uploads = client.bucket(ends["uploads_bucket"])

@@ -1,6 +1,7 @@
 """LocalCloud end to end, with throwaway functions (fake_functions.py) standing in
-for the real ones: notifications, push wiring, the scheduler tick, parallel
-requests, the claim balancer under kills and pauses, and a clean stop."""
+for the real ones: notifications, push wiring through the Cloud Run fronts, the
+scheduler tick, THREADS = concurrency, instances under kills and pauses, and a
+clean stop. The platform's own behaviours are in test_cloudrun_platform.py."""
 
 from __future__ import annotations
 
@@ -71,8 +72,9 @@ def cloud(out_dir: Path) -> Iterator[LocalCloud]:
         functions=FAKES,
         function_env={"FAKE_OUT_DIR": str(out_dir)},
         sweep_interval_seconds=0.5,
-        claim_instances=2,
-        max_concurrent=4,
+        max_instances=2,
+        concurrency=4,
+        pending_timeout_seconds=30,
     ) as c:
         yield c
 
@@ -80,9 +82,11 @@ def cloud(out_dir: Path) -> Iterator[LocalCloud]:
 def test_functions_get_their_environment(cloud: LocalCloud):
     status, seen = _get(cloud.endpoints["submit"] + "/jobs/x")
     assert status == 200 and seen["path"] == "/jobs/x"
-    assert seen["threads"] == "8"  # max_concurrent + 4
+    assert seen["threads"] == "8"  # submit's concurrency, exactly (terraform's THREADS)
     assert seen["storage"] == cloud.gcs_url
     assert seen["project"] == cloud.config.topology.project
+    status, seen = _get(cloud.endpoints["claim"] + "/env")
+    assert status == 200 and seen["threads"] == "4" == str(cloud.config.concurrency)
 
 
 def test_upload_publishes_a_notification(cloud: LocalCloud):
@@ -140,7 +144,7 @@ def test_upload_is_pushed_to_submit_upload(cloud: LocalCloud, out_dir: Path):
     assert envelope["message"]["attributes"]["objectId"] == name
 
 
-def test_doorbell_reaches_claim_through_the_balancer(cloud: LocalCloud, out_dir: Path):
+def test_doorbell_reaches_claim_through_its_front(cloud: LocalCloud, out_dir: Path):
     t = cloud.config.topology
     pub, sub = wiring.pubsub_admin_clients(cloud.pubsub_host)
     job_id = f"job-{uuid.uuid4().hex}"
@@ -158,7 +162,7 @@ def test_doorbell_reaches_claim_through_the_balancer(cloud: LocalCloud, out_dir:
 
     seen = _wait_for("the doorbell push to claim", _arrived)[0]
     assert seen["path"] == f"/projects/{t.project}/topics/{t.jobs_topic}"
-    assert seen["revision"].startswith("claim-local-")
+    assert seen["revision"] == "claim-local"
     envelope = json.loads(seen["body"])
     assert envelope["subscription"] == t.subscription_path(wiring.CLAIM_SUBSCRIPTION)
     pub.transport.close()
@@ -174,11 +178,14 @@ def test_scheduler_posts_to_sweep_like_cloud_scheduler(cloud: LocalCloud, out_di
     assert 200 in cloud.sweep_ticks
 
 
-def test_one_instance_serves_requests_in_parallel(cloud: LocalCloud):
-    """max_concurrent + 2 requests meet at a barrier inside ONE process: only
-    possible if they run at the same time (a serial server breaks the barrier)."""
-    url = cloud.claim_urls()[0]
-    parties = cloud.config.max_concurrent + 2
+def test_one_instance_serves_its_concurrency_in_parallel(cloud: LocalCloud):
+    """concurrency requests meet at a barrier inside ONE process: only possible if
+    they run at the same time (a serial server breaks the barrier)."""
+    claim = cloud.service("claim")
+    _get(cloud.endpoints["claim"] + "/warm")
+    index = min(claim.pids())
+    url = claim.url_of(index)
+    parties = cloud.config.concurrency
     key = uuid.uuid4().hex
     with ThreadPoolExecutor(parties) as pool:
         results = list(
@@ -222,49 +229,42 @@ def test_barrier_control_fails_on_a_single_thread(tmp_path: Path):
         stop(proc)
 
 
-def test_balancer_spreads_over_instances(cloud: LocalCloud):
-    pids = set(cloud.claim_pids().values())
-    served = [_get(cloud.endpoints["claim"] + "/spread")[1]["pgid"] for _ in range(4 * len(pids))]
-    assert set(served) == pids
-
-
-def test_killed_instance_is_replaced_and_traffic_moves_on(cloud: LocalCloud):
-    index = cloud.start_claim()
-    pid = cloud.claim_pids()[index]
-    n = len(cloud.claim_pids())
-    assert pid in {_get(cloud.endpoints["claim"] + "/x")[1]["pgid"] for _ in range(2 * n)}
-    cloud.kill_claim(index)
-    assert group_pids(pid) == []  # master and gunicorn worker are gone
-    assert index not in cloud.claim_pids()
-    after = [_get(cloud.endpoints["claim"] + "/y") for _ in range(6)]
+def test_a_killed_instance_is_replaced_and_traffic_moves_on(cloud: LocalCloud):
+    claim = cloud.service("claim")
+    _, seen = _get(cloud.endpoints["claim"] + "/x")
+    index = next(i for i, pgid in claim.pids().items() if pgid == seen["pgid"])
+    claim.reclaim(index, graceful=False, wait=True)
+    assert group_pids(seen["pgid"]) == []  # master and gunicorn worker are gone
+    assert index not in claim.pids()
+    after = [_get(cloud.endpoints["claim"] + "/y") for _ in range(4)]
     assert all(s == 200 for s, _ in after)
-    assert pid not in {seen["pgid"] for _, seen in after}
-
-
-def test_silently_dead_backend_is_skipped(cloud: LocalCloud):
-    """An instance that died without being unrouted: the balancer moves on."""
-    index = cloud.start_claim()
-    pid = cloud.claim_pids()[index]
-    os.killpg(pid, signal.SIGKILL)
-    _wait_for("the instance to die", lambda: not group_pids(pid))
-    assert index in cloud.balancer.backends()
-    results = [_get(cloud.endpoints["claim"] + "/z") for _ in range(6)]
-    assert [s for s, _ in results] == [200] * 6
-    cloud.kill_claim(index)
-    assert index not in cloud.balancer.backends()
+    assert seen["pgid"] not in {b["pgid"] for _, b in after}
 
 
 def test_pause_and_resume_an_instance(cloud: LocalCloud):
-    index = cloud.start_claim()
-    pid = cloud.claim_pids()[index]
-    cloud.pause_claim(index, unroute=True)
+    claim = cloud.service("claim")
+    _, seen = _get(cloud.endpoints["claim"] + "/p0")
+    pid = seen["pgid"]
+    index = next(i for i, pgid in claim.pids().items() if pgid == pid)
+    claim.pause(index, unroute=True)
     assert all(_state(p) == "T" for p in group_pids(pid))
     results = [_get(cloud.endpoints["claim"] + "/p") for _ in range(4)]
     assert all(s == 200 and seen["pgid"] != pid for s, seen in results)
-    cloud.resume_claim(index)
+    claim.resume(index)
     assert all(_state(p) != "T" for p in group_pids(pid))
-    assert _get(cloud.claim_urls()[index] + "/r")[1]["pgid"] == pid
-    cloud.kill_claim(index)
+    assert _get(claim.url_of(index) + "/r")[1]["pgid"] == pid
+
+
+def test_the_platform_admin_api_is_wired(cloud: LocalCloud):
+    status, stats = _get(cloud.endpoints["cloudrun_admin"] + "/stats")
+    assert status == 200 and set(stats["services"]) == {
+        "submit",
+        "submit_upload",
+        "claim",
+        "sweep",
+        "dashboard",
+    }
+    assert stats["services"]["claim"]["config"]["concurrency"] == 4
 
 
 def _members(cloud: LocalCloud) -> set[int]:
@@ -274,7 +274,8 @@ def _members(cloud: LocalCloud) -> set[int]:
 def test_stop_leaves_no_process_behind():
     cloud = LocalCloud.for_tests(
         functions=FAKES,
-        claim_instances=2,
+        max_instances=2,
+        min_instances=2,
         sweep_interval_seconds=0,
         duplicate_fraction=0.25,
         drop_publish_fraction=0.5,
@@ -287,11 +288,11 @@ def test_stop_leaves_no_process_behind():
         members = _members(cloud)
         # a gunicorn master and its worker per function: more members than groups
         assert len(members) > len(cloud.pids())
-        cloud.pause_claim(1)  # a frozen instance must still go
-        lb_port = cloud.balancer.port
+        cloud.service("claim").pause(1)  # a frozen instance must still go
+        front_port = int(cloud.endpoints["claim"].rsplit(":", 1)[1])
     assert not [p for p in members if os.path.exists(f"/proc/{p}") and _state(p) != "Z"]
     with pytest.raises(OSError):
-        wait_for_port("127.0.0.1", lb_port, timeout=0.3)
+        wait_for_port("127.0.0.1", front_port, timeout=0.3)
 
 
 def _descendant_groups(pid: int) -> set[int]:
@@ -320,8 +321,8 @@ def test_make_dev_starts_prints_and_stops_on_sigterm(tmp_path: Path):
             "SUBMIT_UPLOAD",
             "CLAIM",
             "SWEEP",
-            "CLAIM_BASE",
             "EMULATOR_ADMIN",
+            "CLOUDRUN_ADMIN",
         )
     }
     env = {
@@ -329,11 +330,11 @@ def test_make_dev_starts_prints_and_stops_on_sigterm(tmp_path: Path):
         **{f"LOCAL_{k}_PORT": v for k, v in ports.items()},
         "LOCAL_LOG_DIR": str(tmp_path),
         "LOCAL_FUNCTION_SOURCES": sources,
-        "LOCAL_CLAIM_INSTANCES": "1",
+        "LOCAL_CLAIM_MIN_INSTANCES": "1",
         "LOCAL_SWEEP_INTERVAL_SECONDS": "0",
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "local.cloud"],
+        [sys.executable, "-m", "local.dev"],
         env=env,
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -349,8 +350,12 @@ def test_make_dev_starts_prints_and_stops_on_sigterm(tmp_path: Path):
                 break
         text = "".join(banner)
         assert "reclaim local cloud is up" in text and "curl -s -X POST" in text
+        # it said what it runs before starting it
+        assert "local cloud: starting" in text and "--push-window adaptive" in text
+        assert "claim          tests/local/fake_functions.py:echo  concurrency 4" in text
+        assert "LOCAL_CLAIM_MIN_INSTANCES=1" in text
         groups = _descendant_groups(proc.pid)
-        assert len(groups) >= 6  # emulator, fake-gcs, submit, submit_upload, sweep, claim-0
+        assert len(groups) >= 3  # emulator, fake-gcs, the warm claim-0
         members = {p for g in groups for p in group_pids(g)}
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
@@ -362,10 +367,48 @@ def test_make_dev_starts_prints_and_stops_on_sigterm(tmp_path: Path):
     assert (tmp_path / "claim-0.log").exists()
 
 
+def test_make_dev_killed_with_sigkill_leaves_no_orphans(tmp_path: Path):
+    """kill -9 of the launcher: the kernel's parent-death signal ends the emulators and
+    every instance, including the ones the platform's spawner thread started."""
+    sources = ",".join(f"{n}={FAKE}:echo" for n in DEFAULT_FUNCTIONS)
+    names = ("PUBSUB", "GCS", "SUBMIT", "SUBMIT_UPLOAD", "CLAIM", "SWEEP")
+    env = {
+        **os.environ,
+        **{f"LOCAL_{k}_PORT": "0" for k in names},
+        "LOCAL_EMULATOR_ADMIN_PORT": "off",
+        "LOCAL_CLOUDRUN_ADMIN_PORT": "off",
+        "LOCAL_LOG_DIR": str(tmp_path),
+        "LOCAL_FUNCTION_SOURCES": sources,
+        "LOCAL_CLAIM_MIN_INSTANCES": "2",
+        "LOCAL_SWEEP_INTERVAL_SECONDS": "0",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "local.dev"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if "Ctrl-C stops everything" in line:
+                break
+        groups = _descendant_groups(proc.pid)
+        assert len(groups) >= 4  # emulator, fake-gcs, two warm claim instances
+        proc.kill()
+        proc.wait(10)
+        _wait_for("every child gone", lambda: not [g for g in groups if group_pids(g)])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def test_make_dev_rejects_bad_settings():
     env = {**os.environ, "LOCAL_GCS_PORT": "http"}
     r = subprocess.run(
-        [sys.executable, "-m", "local.cloud"],
+        [sys.executable, "-m", "local.dev"],
         env=env,
         cwd=ROOT,
         capture_output=True,

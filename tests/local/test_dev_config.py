@@ -7,13 +7,24 @@ import socket
 import pytest
 
 from local.cloud import ROOT, CloudConfig, FunctionSpec
-from local.dev import LaunchConfigError, _prepare, config_from_env, run, unknown_vars
+from local.dev import (
+    LaunchConfigError,
+    _prepare,
+    config_from_env,
+    plan,
+    retired_vars,
+    run,
+    unknown_vars,
+)
 
 
 def test_defaults_are_the_documented_ports():
     c = config_from_env({})
     assert (c.pubsub_port, c.gcs_port, c.submit_port) == (8085, 4443, 8080)
-    assert c.claim_instances == 2 and c.max_concurrent == 4
+    assert (c.max_instances, c.min_instances, c.concurrency) == (2, 0, 4)
+    assert (c.idle_timeout_seconds, c.shutdown_grace_seconds) == (60, 10)
+    assert c.pending_timeout_seconds is None and c.push_window == "adaptive"
+    assert c.cloudrun_admin_port == 8087
     assert c.log_dir == ROOT / ".local-cloud" / "logs"
     assert c.topology.project == "reclaim-local"
     assert c.functions_storage_host is None
@@ -23,7 +34,14 @@ def test_overrides_reach_config_and_topology():
     c = config_from_env(
         {
             "LOCAL_PUBSUB_PORT": "0",
-            "LOCAL_CLAIM_INSTANCES": "3",
+            "LOCAL_CLAIM_MAX_INSTANCES": "3",
+            "LOCAL_CLAIM_MIN_INSTANCES": "1",
+            "LOCAL_CLAIM_CONCURRENCY": "6",
+            "LOCAL_IDLE_TIMEOUT_SECONDS": "5",
+            "LOCAL_SHUTDOWN_GRACE_SECONDS": "2",
+            "LOCAL_PENDING_TIMEOUT_SECONDS": "3",
+            "LOCAL_PUSH_WINDOW": "fixed",
+            "LOCAL_CLOUDRUN_ADMIN_PORT": "off",
             "LOCAL_STALE_SECONDS": "7.5",
             "LOCAL_RECORDS_BUCKET": "r1",
             "LOCAL_UPLOADS_BUCKET": "u1",
@@ -35,7 +53,12 @@ def test_overrides_reach_config_and_topology():
             "LOCAL_FUNCTION_SOURCES": "claim=tests/local/fake_functions.py:echo",
         }
     )
-    assert c.pubsub_port == 0 and c.claim_instances == 3 and c.stale_seconds == 7.5
+    assert c.pubsub_port == 0 and c.max_instances == 3 and c.stale_seconds == 7.5
+    assert (c.min_instances, c.concurrency, c.idle_timeout_seconds) == (1, 6, 5)
+    assert (c.shutdown_grace_seconds, c.pending_timeout_seconds) == (2, 3)
+    assert c.push_window == "fixed" and c.cloudrun_admin_port is None
+    claim = c.service_config("claim")
+    assert (claim.concurrency, claim.max_instances, claim.min_instances) == (6, 3, 1)
     assert (c.topology.project, c.topology.records_bucket, c.topology.uploads_bucket) == (
         "p1",
         "r1",
@@ -52,11 +75,18 @@ def test_overrides_reach_config_and_topology():
     [
         ({"LOCAL_PUBSUB_PORT": "abc"}, "LOCAL_PUBSUB_PORT"),
         ({"LOCAL_GCS_PORT": "70000"}, "LOCAL_GCS_PORT"),
-        ({"LOCAL_CLAIM_INSTANCES": "0"}, "LOCAL_CLAIM_INSTANCES"),
+        ({"LOCAL_CLAIM_MAX_INSTANCES": "0"}, "max_instances"),
+        ({"LOCAL_CLAIM_MAX_INSTANCES": "x"}, "LOCAL_CLAIM_MAX_INSTANCES"),
+        ({"LOCAL_CLAIM_MIN_INSTANCES": "3"}, "min_instances"),
+        ({"LOCAL_CLAIM_CONCURRENCY": "0"}, "concurrency"),
+        ({"LOCAL_IDLE_TIMEOUT_SECONDS": "-1"}, "idle_timeout"),
+        ({"LOCAL_SHUTDOWN_GRACE_SECONDS": "-1"}, "shutdown_grace"),
+        ({"LOCAL_PENDING_TIMEOUT_SECONDS": "0"}, "pending_timeout"),
+        ({"LOCAL_PUSH_WINDOW": "wide"}, "LOCAL_PUSH_WINDOW"),
         ({"LOCAL_STALE_SECONDS": "1"}, "stale_seconds"),
         ({"LOCAL_DUPLICATE_FRACTION": "1.5"}, "duplicate_fraction"),
         ({"LOCAL_SUBMIT_PORT": "4443"}, "ports collide"),
-        ({"LOCAL_CLAIM_BASE_PORT": "8084", "LOCAL_CLAIM_INSTANCES": "3"}, "ports collide"),
+        ({"LOCAL_CLOUDRUN_ADMIN_PORT": "8080"}, "ports collide"),
         ({"LOCAL_UPLOADS_BUCKET": "reclaim-records"}, "buckets must differ"),
         ({"LOCAL_FUNCTION_ENV": "JUSTAKEY"}, "LOCAL_FUNCTION_ENV"),
         ({"LOCAL_FUNCTION_SOURCES": "nope=a.py:b"}, "LOCAL_FUNCTION_SOURCES"),
@@ -74,9 +104,28 @@ def test_unknown_local_vars_are_reported():
     ]
 
 
+def test_retired_settings_say_what_replaced_them():
+    env = {"LOCAL_CLAIM_INSTANCES": "3", "LOCAL_MAX_CONCURRENT": "4"}
+    assert unknown_vars(env) == []
+    said = retired_vars(env)
+    assert len(said) == 2 and "LOCAL_CLAIM_MAX_INSTANCES" in said[0]
+    assert "LOCAL_CLAIM_CONCURRENCY" in said[1]
+
+
+def test_make_dev_says_what_it_runs():
+    env = {"LOCAL_CLAIM_MAX_INSTANCES": "3", "LOCAL_PUSH_WINDOW": "fixed"}
+    text = plan(config_from_env(env), env)
+    assert "python -m local.pubsub_emulator" in text and "--push-window fixed" in text
+    assert "claim          functions/claim/main.py:claim  concurrency 4 (THREADS)" in text
+    assert "instances 0..3, timeout 1800 s" in text
+    assert "sweep          functions/sweep/main.py:sweep  concurrency 1" in text
+    assert "idle 60 s -> SIGTERM, 10 s grace -> SIGKILL" in text
+    assert "LOCAL_CLAIM_MAX_INSTANCES=3, LOCAL_PUSH_WINDOW=fixed" in text
+
+
 def test_help_and_stray_arguments(capsys):
     assert run(["--help"]) == 0
-    assert "LOCAL_CLAIM_INSTANCES" in capsys.readouterr().out
+    assert "LOCAL_CLAIM_MAX_INSTANCES" in capsys.readouterr().out
     assert run(["start"]) == 2
     assert "no arguments expected" in capsys.readouterr().err
 
@@ -94,8 +143,8 @@ def test_a_busy_port_is_refused_before_anything_starts(capsys):
                 "SUBMIT_UPLOAD",
                 "CLAIM",
                 "SWEEP",
-                "CLAIM_BASE",
                 "EMULATOR_ADMIN",
+                "CLOUDRUN_ADMIN",
             )
         }
         env = {**zeros, "LOCAL_SUBMIT_PORT": str(port)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from tfhcl import ROOT, TF_DIR
+from tests.terraform.tfhcl import ROOT, TF_DIR
 
 CHECKOV = ROOT / ".venv-tf" / "bin" / "checkov"
 

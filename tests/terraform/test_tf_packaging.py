@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-from test_tf_config import FUNCTIONS
-from tfhcl import ROOT, config, unquote
+
+from tests.terraform.test_tf_config import FUNCTIONS
+from tests.terraform.tfhcl import ROOT, config, unquote
 
 _PROBE = """
 import json, sys

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import schema_extract
 from packaging.specifiers import SpecifierSet
-from tfhcl import META_ARGS, TF_DIR, body, config, is_block, parse_file, unquote
+
+from tests.terraform import schema_extract
+from tests.terraform.tfhcl import META_ARGS, TF_DIR, body, config, is_block, parse_file, unquote
 
 SCHEMA_PATH = Path(schema_extract.DEFAULT_OUT)
 WHEEL_CACHE = schema_extract.ROOT / ".cache" / "tf"

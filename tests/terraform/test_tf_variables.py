@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hcl_eval import EvalError, evaluate
-from tfhcl import TF_DIR, config, optional_defaults, unquote, variable_default
+
+from tests.terraform.hcl_eval import EvalError, evaluate
+from tests.terraform.tfhcl import TF_DIR, config, optional_defaults, unquote, variable_default
 
 PUSHES = ("claim_push", "submit_upload_push")
 

@@ -3,9 +3,8 @@ names, ack deadlines, retry and dead-letter values."""
 
 from __future__ import annotations
 
-from tfhcl import config, optional_defaults, unquote, variable_default
-
 from local import wiring
+from tests.terraform.tfhcl import config, optional_defaults, unquote, variable_default
 
 PUSH_VARS = {wiring.CLAIM_SUBSCRIPTION: "claim", wiring.SUBMIT_UPLOAD_SUBSCRIPTION: "submit_upload"}
 

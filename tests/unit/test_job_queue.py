@@ -1,5 +1,5 @@
-"""The policy, example by example: the seed's documented behaviour first, then
-every extension. Pure logic, no services."""
+"""The policy, example by example: the core (claimable, claim_fields, stale_action)
+first, then every helper beside it. Pure logic, no services."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 
 from shared import job_queue as q
 from shared.job_queue import IllegalTransition
+from shared.jobs import JobStatus
 
 NOW = datetime(2026, 7, 26, 12, 0, 0, tzinfo=UTC)
 STALE = 60.0
@@ -45,13 +46,13 @@ def apply(record: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_states_is_the_one_list() -> None:
-    assert set(q.STATES) == set(q.PENDING_STATUSES) | set(q.TERMINAL_STATUSES)
+    assert set(JobStatus) == set(q.PENDING_STATUSES) | set(q.TERMINAL_STATUSES)
     assert q.PENDING_STATUSES == ("queued", "running")
     assert q.TERMINAL_STATUSES == ("done", "failed", "cancelled")
     assert set(q.RETRYABLE_STATUSES) < set(q.TERMINAL_STATUSES)
 
 
-# --------------------------------------------------------------------------- seed: claimable
+# --------------------------------------------------------------------------- claimable
 
 
 def test_queued_job_is_claimable() -> None:
@@ -96,10 +97,10 @@ def test_missing_attempts_counts_as_zero() -> None:
     assert q.claim_fields(record, "i1", NOW)["attempts"] == 1
 
 
-# --------------------------------------------------------------------------- seed: claim_fields
+# --------------------------------------------------------------------------- claim_fields
 
 
-def test_claim_fields_has_the_seed_values() -> None:
+def test_claim_fields_marks_running_counts_and_stamps_the_owner() -> None:
     fields = q.claim_fields(job(attempts=1), "inst-7", NOW)
     assert fields["status"] == "running"
     assert fields["stage"] == "claimed"
@@ -133,7 +134,7 @@ def test_claim_fields_refuses_unreadable_attempts() -> None:
         q.claim_fields(job(attempts="lots"), "i1", NOW)
 
 
-# --------------------------------------------------------------------------- seed: stale_action
+# --------------------------------------------------------------------------- stale_action
 
 
 def test_stale_action_leaves_fresh_running_job_alone() -> None:
@@ -344,7 +345,7 @@ def test_not_before_does_not_matter_for_running_jobs() -> None:
 
 
 def test_is_terminal() -> None:
-    assert [q.is_terminal(job(status=s)) for s in q.STATES] == [False, False, True, True, True]
+    assert [q.is_terminal(job(status=s)) for s in JobStatus] == [False, False, True, True, True]
 
 
 def test_owns_checks_status_owner_and_attempt() -> None:

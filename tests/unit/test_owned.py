@@ -1,248 +1,186 @@
-"""The owner's handle (shared.owned) on its own, with the clock in the test's hands:
-the heartbeat tick, write coalescing, fencing and closing. Before `make mutate`
-nothing exercised the tick directly (issue 16: the heartbeat was hidden by the
-demo's check() calls); tests/integration/test_blocking_stage.py proves it over HTTP."""
+"""shared.owned: the owner's write discipline on MemoryStore, with a settable clock:
+coalesced checkpoints, fencing, the sticky loss, and the heartbeat thread."""
 
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime, timedelta
+import time
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
 from shared import job_queue, records
+from shared.errors import OwnerLost, Unavailable
+from shared.jobs import JobRecord, JobStatus
 from shared.logs import JobLogger
-from shared.owned import Heartbeat, OwnedRecord, OwnerLost
-from shared.storage import LostRace, Stored, Unavailable
+from shared.owned import Heartbeat, OwnedRecord
 from shared.storage_memory import MemoryStore
+from tests.unit.unit_support import Clock
 
-START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
+START = datetime(2026, 7, 26, 10, 0, tzinfo=UTC)
 
 
-def claimed(store: MemoryStore, clock: Clock, job_id: str = "j1") -> Stored:
-    store.create(records.new_record(job_id, "demo", {}, clock()))
-    stored = store.read(job_id)
-    fields = job_queue.claim_fields(stored.record, "owner-1", clock())
-    return store.update({**stored.record, **fields}, stored.generation)
-
-
-def owned(
-    store: MemoryStore, clock: Clock, *, min_interval_s: float = 1.0, heartbeat_s: float = 10.0
-) -> OwnedRecord:
+def claimed(store: MemoryStore, clock: Clock, **kw: Any) -> OwnedRecord:
+    record = records.new_record("j1", "demo", {}, clock())
+    stored = store.create(record)
+    new: JobRecord = {**stored.record, **job_queue.claim_fields(stored.record, "me.1", clock())}
+    stored = store.update(new, stored.generation)
     return OwnedRecord(
         store,
-        claimed(store, clock),
-        owner="owner-1",
+        stored,
+        owner="me.1",
         attempt=1,
         clock=clock,
-        min_interval_s=min_interval_s,
-        heartbeat_s=heartbeat_s,
-        log=JobLogger("j1", "owner-1", 1),
+        min_interval_s=kw.pop("min_interval_s", 1.0),
+        heartbeat_s=kw.pop("heartbeat_s", 10.0),
+        log=JobLogger("j1", "me.1", 1),
     )
 
 
-def test_the_intervals_are_kept_as_given_and_never_negative() -> None:
-    store, clock = MemoryStore(), Clock()
-    handle = owned(store, clock, min_interval_s=0.25, heartbeat_s=0.5)
-    assert (handle.min_interval_s, handle.heartbeat_s) == (0.25, 0.5)
-    handle = owned(MemoryStore(), clock, min_interval_s=-1, heartbeat_s=-1)
-    assert (handle.min_interval_s, handle.heartbeat_s) == (0.0, 0.0)
-    assert handle.writes == 0 and not handle.lost and not handle.has_pending
-
-
-def test_a_tick_proves_life_once_the_heartbeat_interval_passed_and_not_before() -> None:
-    store, clock = MemoryStore(), Clock()
-    handle = owned(store, clock, heartbeat_s=10.0)
-    generation = handle.stored.generation
-    clock.advance(9.9)
-    handle.tick()
-    assert handle.writes == 0 and handle.stored.generation == generation
-    clock.advance(0.1)  # exactly the interval
-    handle.tick()
-    assert handle.writes == 1
-    record = store.read("j1").record
-    assert record["updated_at"] == job_queue.format_time(clock())
-    assert record["status"] == "running" and record["owner"] == "owner-1"
-    assert store.read("j1").generation == handle.stored.generation != generation
-    handle.tick()  # just written: nothing due
-    assert handle.writes == 1
-    clock.advance(10.0)
-    handle.tick()
-    assert handle.writes == 2  # one more per write, counted
-
-
-def test_a_checkpoint_within_the_interval_waits_for_the_tick() -> None:
-    store, clock = MemoryStore(), Clock()
-    handle = owned(store, clock, min_interval_s=1.0, heartbeat_s=10.0)
-    state = {"n": 1, "deep": {"v": 1}}
-    assert handle.checkpoint("s0", 1, state, ["outputs/j1/1/a"]) is False
-    state["n"] = 2  # the next stage goes on mutating the state: the pending copy must not move
-    state["deep"]["v"] = 2
-    assert handle.has_pending and handle.writes == 0
-    clock.advance(0.5)
-    handle.tick()
-    assert handle.has_pending and handle.writes == 0
-    clock.advance(0.5)  # exactly min_interval since the claim
-    handle.tick()
-    assert not handle.has_pending and handle.writes == 1
-    checkpoint = store.read("j1").record["checkpoint"]
-    expected = {"n": 1, "deep": {"v": 1}}
-    assert checkpoint == {"next_stage": 1, "state": expected, "outputs": ["outputs/j1/1/a"]}
-
-
-def test_a_due_checkpoint_is_written_at_once() -> None:
-    store, clock = MemoryStore(), Clock()
-    handle = owned(store, clock, min_interval_s=1.0)
-    clock.advance(1.0)
-    assert handle.checkpoint("s0", 1, {}) is True
-    assert not handle.has_pending and handle.writes == 1
-
-
-def test_a_transient_error_keeps_the_checkpoint_pending_for_the_next_tick() -> None:
-    store, clock = MemoryStore(), Clock()
-    handle = owned(store, clock, min_interval_s=0.0)
-    store.inject_failure("write", Unavailable("503"))
-    assert handle.checkpoint("s0", 1, {"a": 1}) is False
-    assert handle.has_pending and handle.writes == 0 and not handle.lost
-    store.inject_failure("write", Unavailable("503"))
-    handle.tick()  # the tick retries, and a transient error does not escape it
-    assert handle.has_pending
-    handle.tick()
-    assert not handle.has_pending and handle.writes == 1
-    assert store.read("j1").record["checkpoint"]["state"] == {"a": 1}
-
-
-def test_the_tick_flushes_a_checkpoint_rather_than_a_bare_heartbeat() -> None:
-    store, clock = MemoryStore(), Clock()
-    handle = owned(store, clock, min_interval_s=1.0, heartbeat_s=1.0)
-    handle.checkpoint("s0", 1, {})
-    clock.advance(1.0)
-    handle.tick()
-    assert handle.writes == 1
-    assert store.read("j1").record["history"][-1]["event"] == "checkpoint"
-
-
-def test_a_lost_race_marks_the_handle_lost_for_good() -> None:
-    store, clock = MemoryStore(), Clock()
-    handle = owned(store, clock, heartbeat_s=1.0)
+def steal(store: MemoryStore) -> None:
+    """Someone else writes the record (a rescue, a re-claim, a cancel)."""
     stored = store.read("j1")
-    store.update({**stored.record, "stage": "someone else"}, stored.generation)
+    store.update({**stored.record, "owner": "other.1"}, stored.generation)
+
+
+def test_a_checkpoint_sooner_than_the_interval_waits_for_the_tick() -> None:
+    store, clock = MemoryStore(), Clock(START)
+    owned = claimed(store, clock)
+    writes = store.calls["write"]
+    assert owned.checkpoint("s0", 1, {"n": 1}) is False and owned.has_pending
+    owned.tick()
+    assert store.calls["write"] == writes  # still within the interval
     clock.advance(1.0)
-    with pytest.raises(OwnerLost):  # the heartbeat meets the other writer's generation
-        handle.tick()
-    assert handle.lost
-    calls = sum(store.calls.values())
-    handle.tick()  # lost: no more storage calls
-    with pytest.raises(OwnerLost, match="attempt 1 of j1 was lost"):
-        handle.checkpoint("s0", 1, {})
-    with pytest.raises(OwnerLost):
-        handle.confirm(0.0)
-    assert sum(store.calls.values()) == calls
+    owned.tick()
+    assert not owned.has_pending and store.calls["write"] == writes + 1
+    assert store.read("j1").record["checkpoint"] == {
+        "next_stage": 1,
+        "state": {"n": 1},
+        "outputs": [],
+    }
 
 
-def test_the_owner_lost_error_carries_the_storage_reason() -> None:
-    store, clock = MemoryStore(), Clock()
-    handle = owned(store, clock, min_interval_s=0.0)
-    store.inject_failure("write", LostRace("record j1 changed since generation 2"))
-    with pytest.raises(OwnerLost, match="record j1 changed since generation 2"):
-        handle.finish(lambda job: job_queue.done_fields(job, clock(), {}), "done")
+def test_a_checkpoint_after_the_interval_is_written_at_once() -> None:
+    store, clock = MemoryStore(), Clock(START)
+    owned = claimed(store, clock)
+    clock.advance(2.0)
+    assert owned.checkpoint("s0", 1, {}) is True
+    assert job_queue.checkpoint_of(store.read("j1").record) == (1, {})
 
 
-def test_confirm_is_free_while_the_last_proof_is_fresh_and_fences_after() -> None:
-    store, clock = MemoryStore(), Clock()
-    handle = owned(store, clock)
-    clock.advance(5.0)
-    handle.confirm(5.0)  # exactly max_age: still fresh
-    assert handle.writes == 0
-    clock.advance(0.1)
-    handle.confirm(5.0)
-    assert handle.writes == 1
+def test_the_tick_writes_a_heartbeat_only_when_one_is_due() -> None:
+    store, clock = MemoryStore(), Clock(START)
+    owned = claimed(store, clock, heartbeat_s=5.0)
+    writes = store.calls["write"]
+    clock.advance(4.0)
+    owned.tick()
+    assert store.calls["write"] == writes
+    clock.advance(1.0)
+    owned.tick()
+    assert store.calls["write"] == writes + 1
     assert store.read("j1").record["updated_at"] == job_queue.format_time(clock())
 
 
-def test_finish_closes_the_handle_and_folds_a_pending_checkpoint() -> None:
-    store, clock = MemoryStore(), Clock()
-    handle = owned(store, clock, min_interval_s=10.0)
-    handle.checkpoint("s0", 1, {"k": "v"})
-    assert handle.has_pending
-    handle.finish(
-        lambda job: job_queue.requeue_fields(job, clock(), delay_s=0.0), "requeued", fold=True
-    )
-    record = store.read("j1").record
-    assert record["status"] == "queued" and record["checkpoint"]["state"] == {"k": "v"}
-    assert not handle.has_pending and handle.writes == 1
+def test_a_storage_hiccup_keeps_the_checkpoint_pending() -> None:
+    store, clock = MemoryStore(), Clock(START)
+    owned = claimed(store, clock)
+    clock.advance(2.0)
+    store.inject_failure("write", Unavailable("503 from storage"))
+    assert owned.checkpoint("s0", 1, {}) is False and owned.has_pending
+    owned.tick()
+    assert not owned.has_pending
+
+
+def test_a_bug_in_a_checkpoint_write_is_not_mistaken_for_a_hiccup() -> None:
+    store, clock = MemoryStore(), Clock(START)
+    owned = claimed(store, clock)
+    clock.advance(2.0)
+    store.inject_failure("write", TypeError("a bug"))
+    with pytest.raises(TypeError):
+        owned.checkpoint("s0", 1, {})
+
+
+def test_losing_the_record_is_sticky_and_costs_no_more_calls() -> None:
+    store, clock = MemoryStore(), Clock(START)
+    owned = claimed(store, clock)
+    steal(store)
+    clock.advance(2.0)
+    with pytest.raises(OwnerLost):
+        owned.checkpoint("s0", 1, {})
+    assert owned.lost
+    calls = dict(store.calls)
+    with pytest.raises(OwnerLost):
+        owned.finish(lambda job: job_queue.done_fields(job, clock(), {}), "done")
+    owned.tick()
+    assert dict(store.calls) == calls
+    assert store.read("j1").record["owner"] == "other.1"
+
+
+def test_confirm_is_free_while_fresh_and_fences_after_a_pause() -> None:
+    store, clock = MemoryStore(), Clock(START)
+    owned = claimed(store, clock)
+    writes = store.calls["write"]
+    owned.confirm(5.0)
+    assert store.calls["write"] == writes
+    clock.advance(6.0)
+    owned.confirm(5.0)  # a fencing heartbeat: still ours
+    assert store.calls["write"] == writes + 1
+    steal(store)
+    clock.advance(6.0)
+    with pytest.raises(OwnerLost):
+        owned.confirm(5.0)
+
+
+def test_finish_folds_a_pending_checkpoint_into_the_final_write_and_closes() -> None:
+    store, clock = MemoryStore(), Clock(START)
+    owned = claimed(store, clock)
+    owned.checkpoint("s0", 1, {"kept": True})
+    writes = store.calls["write"]
+    stored = owned.finish(lambda job: job_queue.requeue_fields(job, clock(), delay_s=5), "requeued")
+    assert store.calls["write"] == writes + 1
+    assert stored.record["status"] == JobStatus.QUEUED
+    assert job_queue.checkpoint_of(stored.record) == (1, {"kept": True})
     with pytest.raises(OwnerLost, match="already finished"):
-        handle.checkpoint("s1", 2, {})
-    calls = sum(store.calls.values())
-    clock.advance(100)
-    handle.tick()  # closed: the heartbeat writes nothing more
-    assert sum(store.calls.values()) == calls
+        owned.checkpoint("s1", 2, {})
 
 
-def test_finish_without_fold_drops_the_pending_checkpoint() -> None:
-    store, clock = MemoryStore(), Clock()
-    handle = owned(store, clock, min_interval_s=10.0)
-    handle.checkpoint("s0", 1, {"k": "v"})
-    handle.finish(lambda job: job_queue.done_fields(job, clock(), {"r": 1}), "done", fold=False)
-    record = store.read("j1").record
-    assert record["status"] == "done" and record["checkpoint"]["state"] == {}
+def test_a_done_write_does_not_fold_a_pending_checkpoint() -> None:
+    store, clock = MemoryStore(), Clock(START)
+    owned = claimed(store, clock)
+    owned.checkpoint("s0", 1, {"dropped": True})
+    stored = owned.finish(lambda job: job_queue.done_fields(job, clock(), {}), "done", fold=False)
+    assert stored.record["status"] == JobStatus.DONE
+    assert job_queue.checkpoint_of(stored.record) == (0, {})
 
 
-def test_close_stops_every_later_write() -> None:
-    store, clock = MemoryStore(), Clock()
-    handle = owned(store, clock, heartbeat_s=1.0)
-    handle.close()
-    clock.advance(5.0)
-    handle.tick()
-    assert handle.writes == 0
-    with pytest.raises(OwnerLost, match="already finished"):
-        handle.confirm(0.0)
+class _Ticks:
+    """Stands in for an OwnedRecord: the first tick hits a bug, later ones count."""
 
-
-class FakeOwned:
-    """Counts ticks; raises what it is told to, in order."""
-
-    def __init__(self, errors: list[BaseException | None]) -> None:
-        self.errors = errors
+    def __init__(self) -> None:
         self.ticks = 0
-        self.done = threading.Event()
+        self.again = threading.Event()
 
     def tick(self) -> None:
         self.ticks += 1
-        error = self.errors.pop(0) if self.errors else None
-        if not self.errors:
-            self.done.set()
-        if error is not None:
-            raise error
+        if self.ticks == 1:
+            raise TypeError("a bug in one tick")
+        self.again.set()
 
 
-def test_the_heartbeat_thread_survives_transient_errors_and_stops_when_lost() -> None:
-    fake = FakeOwned([Unavailable("503"), None, OwnerLost("gone")])
-    beat = Heartbeat(fake, 0.01, JobLogger("j1"))  # type: ignore[arg-type]
-    assert beat._thread.daemon and beat._thread.name == "reclaim-heartbeat"
-    with beat:
-        assert fake.done.wait(5)
-        beat._thread.join(5)
-        assert not beat._thread.is_alive()  # OwnerLost ended it, before __exit__
-    assert fake.ticks == 3
+def test_the_heartbeat_survives_a_bug_in_one_tick() -> None:
+    ticks = _Ticks()
+    with Heartbeat(ticks, 0.02, JobLogger("j1")):
+        assert ticks.again.wait(5.0)
+    assert ticks.ticks >= 2
 
 
-def test_the_heartbeat_thread_ticks_until_the_job_ends() -> None:
-    fake = FakeOwned([None] * 3)
-    with Heartbeat(fake, 0.01, JobLogger("j1")):  # type: ignore[arg-type]
-        assert fake.done.wait(5)
-    ticks = fake.ticks
-    assert ticks >= 3
-    threading.Event().wait(0.05)
-    assert fake.ticks == ticks  # stopped with the job
+def test_the_heartbeat_stops_once_the_job_is_lost() -> None:
+    store, clock = MemoryStore(), Clock(START)
+    owned = claimed(store, clock, heartbeat_s=0.0)
+    steal(store)
+    with Heartbeat(owned, 0.02, JobLogger("j1")):
+        deadline = time.monotonic() + 5.0
+        while not owned.lost and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert owned.lost

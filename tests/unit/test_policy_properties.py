@@ -22,7 +22,9 @@ from hypothesis.stateful import (
 
 from shared import job_queue as q
 from shared import records as r
+from shared import tracing
 from shared.job_queue import IllegalTransition
+from shared.jobs import JobStatus
 
 STALE = 60.0
 MAX = 3
@@ -75,7 +77,10 @@ class JobLife(RuleBasedStateMachine):
 
     @initialize(max_attempts=st.one_of(st.none(), st.integers(min_value=1, max_value=5)))
     def submit(self, max_attempts: int | None) -> None:
-        self.record = r.new_record(r.new_job_id(), "demo", {}, self.now, max_attempts=max_attempts)
+        self.trace = tracing.new_trace().traceparent
+        self.record = r.new_record(
+            r.new_job_id(), "demo", {}, self.now, max_attempts=max_attempts, traceparent=self.trace
+        )
 
     # -- helpers
 
@@ -176,8 +181,22 @@ class JobLife(RuleBasedStateMachine):
 
     @invariant()
     def record_stays_valid(self) -> None:
-        assert self.record["status"] in q.STATES
+        assert self.record["status"] in set(JobStatus)
         assert r.decode(r.encode(self.record), self.record["id"]) == self.record
+
+    @invariant()
+    def the_trace_never_changes(self) -> None:
+        assert self.record["traceparent"] == self.trace  # every transition keeps the carrier
+
+    @invariant()
+    def a_due_queued_job_has_a_dated_non_negative_wait(self) -> None:
+        job, now = self.record, self.now
+        if self.edited or job["status"] != JobStatus.QUEUED or not q.is_due(job, now):
+            return
+        age = q.due_age_seconds(job, now)
+        assert age is not None and age >= 0
+        # a job is never older in the queue than the job itself
+        assert age <= (now - q.parse_time(job["created_at"])).total_seconds() + 1e-6  # type: ignore[operator]
 
     @invariant()
     def history_is_bounded(self) -> None:
@@ -277,7 +296,7 @@ policy_keys = st.sampled_from(
         "payload",
     ]
 )
-statuses = st.one_of(st.sampled_from([*q.STATES, "bogus"]), json_values)
+statuses = st.one_of(st.sampled_from([*JobStatus, "bogus"]), json_values)
 arbitrary_records = st.dictionaries(
     st.one_of(policy_keys, st.text(max_size=6)), json_values, max_size=10
 ).flatmap(lambda d: statuses.map(lambda s: {**d, "status": s}))
@@ -298,6 +317,8 @@ def test_policy_never_raises_on_arbitrary_records(
     assert isinstance(q.claimable(job, now, stale_s, max_attempts), bool)
     assert q.stale_action(job, now, stale_s, max_attempts) in (None, "requeue", "fail")
     assert isinstance(q.is_due(job, now), bool)
+    age = q.due_age_seconds(job, now)
+    assert age is None or age >= 0
     assert q.attempts_of(job) >= 0
     assert q.max_attempts_of(job, max_attempts) in range(-2, q.MAX_ATTEMPTS_LIMIT + 1)
     assert isinstance(q.owns(job, "i1", 1), bool)
@@ -331,7 +352,7 @@ def test_builders_either_build_or_refuse(job: dict[str, Any], now: datetime) -> 
         assert isinstance(fields, dict)
         assert q.parse_time(fields["updated_at"]) is not None
         new = {**job, **fields}
-        assert new["status"] in q.STATES
+        assert new["status"] in set(JobStatus)
         if "history" in fields:
             assert len(fields["history"]) <= q.HISTORY_LIMIT
     if q.is_terminal(job):

@@ -13,6 +13,7 @@ import pytest
 from shared import job_queue as q
 from shared import records
 from shared import records as r
+from shared.jobs import JobStatus
 from shared.records import InvalidInput, InvalidRecord
 
 NOW = datetime(2026, 7, 26, 12, 0, 0, tzinfo=UTC)
@@ -231,7 +232,7 @@ def test_validate_is_lenient_on_policy_fields(fields: dict[str, Any]) -> None:
     assert r.decode(r.encode(rec)) == rec
 
 
-@pytest.mark.parametrize("status", list(q.STATES))
+@pytest.mark.parametrize("status", list(JobStatus))
 def test_every_state_is_valid(status: str) -> None:
     assert r.validate_record(record(status=status))["status"] == status
 

@@ -10,15 +10,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from test_runner import Clock, handle, pipeline, settings, submit
-from unit_support import Bell
 
 from shared import job_queue, runner
 from shared.drain import BACKLOG_READS, DrainGate, _too_young, drain, overdue
-from shared.outcome import DONE, FAILED, LOST, RACED, REQUEUED, SKIPPED, Outcome
-from shared.pipelines import PermanentError, StageContext
+from shared.errors import PermanentError, Unavailable
+from shared.outcome import Outcome, OutcomeKind
+from shared.pipelines import StageContext
 from shared.storage import PendingEntry
 from shared.storage_memory import MemoryStore
+from tests.unit.unit_support import Bell, Clock, handle, pipeline, settings, submit
 
 # --------------------------------------------------------------------------- the stage
 
@@ -34,7 +34,7 @@ def test_a_stage_gets_the_payload_the_store_and_a_logger() -> None:
     store = MemoryStore()
     job_id = submit(store, pipeline([("only", stage)]), {"k": [1, 2]})
     outcome = handle(job_id, store, settings())
-    assert outcome.kind == DONE and outcome.job_id == job_id
+    assert outcome.kind == OutcomeKind.DONE and outcome.job_id == job_id
     assert seen == {"payload": {"k": [1, 2]}, "store": store}
 
 
@@ -72,7 +72,7 @@ def test_a_failed_stage_leaves_the_saved_state_as_it_was() -> None:
     checkpoint = {"next_stage": 1, "state": {"nested": {"n": 1}}}
     store.update({**stored.record, "checkpoint": checkpoint}, stored.generation)
     outcome = handle(job_id, store, settings(max_attempts=5))
-    assert outcome.kind == REQUEUED
+    assert outcome.kind == OutcomeKind.REQUEUED
     assert store.read(job_id).record["checkpoint"]["state"] == {"nested": {"n": 1}}
 
 
@@ -83,7 +83,7 @@ def test_a_checkpoint_past_the_last_stage_finishes_without_running_any() -> None
     stored = store.read(job_id)
     checkpoint = {"next_stage": 7, "state": {}}
     store.update({**stored.record, "checkpoint": checkpoint}, stored.generation)
-    assert handle(job_id, store, settings()).kind == DONE
+    assert handle(job_id, store, settings()).kind == OutcomeKind.DONE
     assert ran == []
 
 
@@ -95,7 +95,7 @@ def test_a_permanent_error_records_the_stage_and_attempt() -> None:
     job_id = submit(store, pipeline([("fetch", refuse)]))
     outcome = handle(job_id, store, settings())
     error = store.read(job_id).record["error"]
-    assert outcome.kind == FAILED and outcome.detail == "no such input"
+    assert outcome.kind == OutcomeKind.FAILED and outcome.detail == "no such input"
     assert (error["stage"], error["attempt"], error["type"]) == ("fetch", 1, "PermanentError")
 
 
@@ -104,7 +104,7 @@ def test_the_last_attempt_fails_with_the_stage_errors_own_type() -> None:
     job_id = submit(store, pipeline([("calc", lambda ctx: 1 / 0)]))
     outcome = handle(job_id, store, settings(max_attempts=1))
     error = store.read(job_id).record["error"]
-    assert outcome.kind == FAILED
+    assert outcome.kind == OutcomeKind.FAILED
     assert (error["stage"], error["type"], error["retryable"]) == (
         "calc",
         "ZeroDivisionError",
@@ -139,9 +139,9 @@ def test_a_stage_must_leave_state_and_result_the_record_can_hold(
     job_id = submit(store, pipeline([("s", stage), ("t", lambda c: None)]))
     outcome = handle(job_id, store, settings(max_attempts=1, min_write_interval_seconds=0.0))
     if plain:
-        assert outcome.kind == DONE
+        assert outcome.kind == OutcomeKind.DONE
         return
-    assert outcome.kind == FAILED  # a stage error, not a crash outside the mapping
+    assert outcome.kind == OutcomeKind.FAILED  # a stage error, not a crash outside the mapping
     error = store.read(job_id).record["error"]
     assert "the record cannot hold" in error["message"] and error["stage"] == "s"
     assert ("state" in error["message"]) == ("state" in left)
@@ -165,7 +165,7 @@ def test_a_zombie_is_fenced_before_its_output_once_half_a_stale_period_passed() 
         ctx.outputs.write("out.txt", "zombie")
 
     job_id = submit(store, pipeline([("s", stage)]))
-    assert handle(job_id, store, s, clock).kind == LOST
+    assert handle(job_id, store, s, clock).kind == OutcomeKind.LOST
     assert store.names(f"outputs/{job_id}/") == []
 
 
@@ -186,7 +186,7 @@ def test_outputs_are_typed_by_what_the_stage_wrote(
 
     store = MemoryStore()
     job_id = submit(store, pipeline([("s", stage)]))
-    assert handle(job_id, store, settings()).kind == DONE
+    assert handle(job_id, store, settings()).kind == OutcomeKind.DONE
     obj = store.raw(store.bucket_name, f"outputs/{job_id}/1/o")
     assert obj is not None and obj.content_type == stored_type
     if isinstance(data, dict):
@@ -199,7 +199,7 @@ def test_an_output_that_is_not_json_is_a_stage_error() -> None:
 
     store = MemoryStore()
     job_id = submit(store, pipeline([("s", stage)]))
-    assert handle(job_id, store, settings(max_attempts=1)).kind == FAILED
+    assert handle(job_id, store, settings(max_attempts=1)).kind == OutcomeKind.FAILED
     assert store.names(f"outputs/{job_id}/") == []
     with pytest.raises(TypeError, match="not int"):
         runner._encode_output(7, None)  # type: ignore[arg-type]
@@ -226,10 +226,14 @@ def test_skipped_doorbells_say_why() -> None:
     later = (clock() + timedelta(seconds=60)).isoformat()
     waiting = submit(store, now=clock(), not_before=later)
     outcome = handle(waiting, store, settings(), clock)
-    assert (outcome.kind, outcome.detail, outcome.job_id) == (SKIPPED, "backing off", waiting)
+    assert (outcome.kind, outcome.detail, outcome.job_id) == (
+        OutcomeKind.SKIPPED,
+        "backing off",
+        waiting,
+    )
     running = submit(store, now=clock(), status="running", attempts=1, owner="x")
     outcome = handle(running, store, settings(), clock)
-    assert (outcome.kind, outcome.detail) == (SKIPPED, "running and fresh")
+    assert (outcome.kind, outcome.detail) == (OutcomeKind.SKIPPED, "running and fresh")
     done = submit(store, now=clock(), status="done")
     assert handle(done, store, settings(), clock).detail == "done"
 
@@ -256,8 +260,8 @@ def test_claimability_uses_the_configured_clock_skew() -> None:
     store.update(
         {**stored.record, "status": "running", "attempts": 1, "owner": "x"}, stored.generation
     )
-    assert handle(job_id, store, settings(), clock).kind == SKIPPED
-    assert handle(job_id, store, settings(clock_skew_seconds=10.0), clock).kind == DONE
+    assert handle(job_id, store, settings(), clock).kind == OutcomeKind.SKIPPED
+    assert handle(job_id, store, settings(clock_skew_seconds=10.0), clock).kind == OutcomeKind.DONE
 
 
 def test_the_instance_id_names_host_and_process() -> None:
@@ -301,7 +305,7 @@ class Taker:
     def __call__(self, job_id: str, stored: Any) -> Outcome:
         assert stored.record["id"] == job_id
         self.taken.append(job_id)
-        return Outcome(job_id, DONE)
+        return Outcome(job_id, OutcomeKind.DONE)
 
 
 def _queued(store: MemoryStore, n: int, at: datetime) -> list[str]:
@@ -333,7 +337,7 @@ def test_a_backlog_drain_takes_one_job_per_fresh_listing_with_bounded_reads() ->
 def test_a_failed_listing_drains_nothing_and_keeps_the_backlog() -> None:
     store = MemoryStore()
     _queued(store, 2, T0)
-    store.inject_failure("list", RuntimeError("outage"))
+    store.inject_failure("list", Unavailable("outage"))
     gate = DrainGate()
     gate.note_refusal()
     assert drain(store, S, lambda: T0 + timedelta(hours=1), Taker(), gate) == []
@@ -345,7 +349,7 @@ def test_a_raced_take_does_not_count_against_the_budget() -> None:
     _queued(store, 3, T0)
 
     def take(job_id: str, stored: Any) -> Outcome:
-        return Outcome(job_id, RACED)
+        return Outcome(job_id, OutcomeKind.RACED)
 
     assert drain(store, S, lambda: T0 + timedelta(hours=1), take, DrainGate()) == []
 
@@ -370,7 +374,7 @@ def test_a_delivery_drains_other_overdue_jobs_in_its_slot() -> None:
     second = submit(store, name, now=old)
     clock = Clock(datetime.now(UTC) + timedelta(hours=1))  # markers dated by the store
     outcome = handle(first, store, settings(drain_max_jobs=3), clock, Bell())
-    assert outcome.kind == DONE
+    assert outcome.kind == OutcomeKind.DONE
     assert [d.job_id for d in outcome.drained] == [second]
 
 
@@ -391,7 +395,7 @@ def test_check_stops_a_stage_whose_job_was_taken_over() -> None:
         reached.append("after check")
 
     job_id = submit(store, pipeline([("s", stage)]))
-    assert handle(job_id, store, s, clock).kind == LOST
+    assert handle(job_id, store, s, clock).kind == OutcomeKind.LOST
     assert reached == []
     assert store.read(job_id).record["owner"] == "someone-else"
 
@@ -400,7 +404,7 @@ def test_a_delivery_without_injected_slots_uses_the_processes_own() -> None:
     store = MemoryStore()
     job_id = submit(store, pipeline([("s", lambda c: None)]))
     outcome = runner.handle_delivery(job_id, store, Bell(), settings(), owner="test")
-    assert outcome.kind == DONE
+    assert outcome.kind == OutcomeKind.DONE
 
 
 def test_in_a_backlog_where_nothing_is_due_a_pass_reads_a_bounded_sample() -> None:

@@ -1,17 +1,15 @@
-"""shared.submission and shared.status on MemoryStore with a recording doorbell."""
+"""shared.submission on MemoryStore with a recording doorbell."""
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from unit_support import Bell
 
 from shared import records
 from shared.config import Settings
-from shared.status import batch_view, job_view, render_job
 from shared.storage_memory import MemoryStore
 from shared.submission import (
     MAX_PAYLOAD_BYTES,
@@ -22,6 +20,7 @@ from shared.submission import (
     parse_submission,
     submit,
 )
+from tests.unit.unit_support import Bell
 
 NOW = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 SETTINGS = Settings.from_env({}, max_batch_jobs=5)
@@ -93,15 +92,13 @@ def test_invalid_bodies_are_rejected(body: Any, reason: str) -> None:
     with pytest.raises(InvalidSubmission) as info:
         parse_submission(body, SETTINGS)
     assert reason in info.value.reason
-    assert info.value.status == 400
-    assert info.value.body()["error"] == "invalid request"
 
 
 def test_every_problem_of_a_batch_is_listed() -> None:
     body = {"jobs": [{"pipeline": "x"}, {"pipeline": "demo", "id": "a/b"}, {"pipeline": "demo"}]}
     with pytest.raises(InvalidSubmission) as info:
         parse_submission(body, SETTINGS)
-    problems = info.value.body()["problems"]
+    problems = info.value.problems
     assert len(problems) == 2
     assert problems[0].startswith("jobs[0].pipeline") and problems[1].startswith("jobs[1].id")
 
@@ -158,8 +155,8 @@ def test_generated_batch_id_is_stable_when_every_job_has_an_id() -> None:
 def test_single_job_created_in_order_and_rung() -> None:
     store, bell = OrderedStore(), Bell()
     result = run(store, bell, {"pipeline": "demo", "payload": {"stages": 2}, "id": "job-1"})
-    assert result.status == 202
-    assert result.body == {
+    assert result.created
+    assert result.to_json() == {
         "id": "job-1",
         "status": "queued",
         "status_url": "/jobs/job-1",
@@ -178,8 +175,8 @@ def test_single_job_created_in_order_and_rung() -> None:
 
 def test_job_without_client_id_gets_a_random_id() -> None:
     store, bell = MemoryStore(), Bell()
-    first = run(store, bell, {"pipeline": "demo"}).body["id"]
-    second = run(store, bell, {"pipeline": "demo"}).body["id"]
+    first = run(store, bell, {"pipeline": "demo"}).jobs[0].job_id
+    second = run(store, bell, {"pipeline": "demo"}).jobs[0].job_id
     assert first != second
     assert store.read(first).record["client_id"] is None
 
@@ -190,8 +187,8 @@ def test_replay_returns_the_existing_job_with_200_and_writes_nothing() -> None:
     run(store, bell, body)
     before = (list(store.writes), store.read("same").generation)
     replay = run(store, bell, body)
-    assert replay.status == 200
-    assert replay.body["created"] is False and replay.body["id"] == "same"
+    assert not replay.created
+    assert replay.to_json()["created"] is False and replay.to_json()["id"] == "same"
     assert (store.writes, store.read("same").generation) == before
     assert bell.rung == ["same"]
 
@@ -209,7 +206,7 @@ def test_same_id_other_content_is_a_conflict(changed: dict[str, Any]) -> None:
     writes, generation = list(store.writes), store.read("same").generation
     with pytest.raises(Conflict) as info:
         run(store, bell, changed)
-    assert info.value.status == 409 and "'same'" in info.value.reason
+    assert "'same'" in info.value.reason
     assert store.writes == writes and store.read("same").generation == generation
 
 
@@ -226,10 +223,11 @@ def test_batch_creates_markers_records_then_one_ring_many() -> None:
     store, bell = OrderedStore(), Bell()
     body = {"batch_id": "cat-1", "jobs": [{"pipeline": "demo", "id": f"p{i}"} for i in range(3)]}
     result = run(store, bell, body)
-    assert result.status == 202
-    assert result.body["batch_id"] == "cat-1" and result.body["batch_url"] == "/batches/cat-1"
-    assert (result.body["created"], result.body["existing"]) == (3, 0)
-    assert [j["id"] for j in result.body["jobs"]] == ["p0", "p1", "p2"]
+    body = result.to_json()
+    assert result.created
+    assert body["batch_id"] == "cat-1" and body["batch_url"] == "/batches/cat-1"
+    assert (body["created"], body["existing"]) == (3, 0)
+    assert [j["id"] for j in body["jobs"]] == ["p0", "p1", "p2"]
     for i in range(3):
         mine = [w for w in store.writes if w[1] == f"p{i}"]
         # the batch marker follows the record that proves the membership (issue 16)
@@ -258,21 +256,22 @@ def test_batch_replay_is_200_and_partial_replay_is_202() -> None:
     body = {"jobs": [{"pipeline": "demo", "id": "x1"}, {"pipeline": "demo", "id": "x2"}]}
     first = run(store, bell, body)
     replay = run(store, bell, body)
-    assert (first.status, replay.status) == (202, 200)
-    assert replay.body["batch_id"] == first.body["batch_id"]
+    assert (first.created, replay.created) == (True, False)
+    assert replay.batch_id == first.batch_id
     more = {
         "jobs": body["jobs"] + [{"pipeline": "demo", "id": "x3"}],
-        "batch_id": first.body["batch_id"],
+        "batch_id": first.batch_id,
     }
     partial = run(store, bell, more)
-    assert partial.status == 202 and (partial.body["created"], partial.body["existing"]) == (1, 2)
+    counts = partial.to_json()
+    assert partial.created and (counts["created"], counts["existing"]) == (1, 2)
     assert bell.rung.count("x1") == 1 and bell.rung.count("x3") == 1
 
 
 def test_failed_doorbell_still_creates_the_job(capsys: pytest.CaptureFixture[str]) -> None:
     store = MemoryStore()
     result = run(store, Bell(fail=True), {"pipeline": "demo", "id": "quiet"})
-    assert result.status == 202 and store.read("quiet").record["status"] == "queued"
+    assert result.created and store.read("quiet").record["status"] == "queued"
     assert store.names("pending/") == ["pending/quiet"]
     warnings = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert any(w["severity"] == "WARNING" and "doorbell" in w["message"] for w in warnings)
@@ -281,13 +280,14 @@ def test_failed_doorbell_still_creates_the_job(capsys: pytest.CaptureFixture[str
 def test_failed_batch_doorbell_still_creates_the_jobs() -> None:
     store = MemoryStore()
     result = run(store, Bell(fail=True), {"jobs": [{"pipeline": "demo"}, {"pipeline": "demo"}]})
-    assert result.status == 202 and len(store.names("jobs/")) == 2
+    assert result.created and len(store.names("jobs/")) == 2
 
 
 def test_single_job_in_a_named_batch() -> None:
     store = MemoryStore()
     result = run(store, Bell(), {"pipeline": "demo", "id": "solo", "batch_id": "grp"})
-    assert result.body["batch_id"] == "grp" and result.body["batch_url"] == "/batches/grp"
+    body = result.to_json()
+    assert body["batch_id"] == "grp" and body["batch_url"] == "/batches/grp"
     assert store.list_batch("grp") == ["solo"]
 
 
@@ -332,95 +332,6 @@ def test_upload_over_corrupt_record_is_a_conflict() -> None:
     store.put_raw(records.upload_job_id("up", "in/a.csv", 7), b"\x00")
     with pytest.raises(Conflict, match="unreadable"):
         upload(store, Bell())
-
-
-# ------------------------------------------------------------------ status views
-
-
-def test_job_view_shows_the_record() -> None:
-    store, bell = MemoryStore(), Bell()
-    run(store, bell, {"pipeline": "demo", "id": "v1", "max_attempts": 4})
-    view = job_view(store, bell, SETTINGS, "v1", NOW)
-    assert view.status == 200
-    body = view.body
-    assert (body["id"], body["status"], body["attempts"], body["max_attempts"]) == (
-        "v1",
-        "queued",
-        0,
-        4,
-    )
-    assert body["history"][0]["event"] == "submitted" and body["outputs"] == []
-    assert "payload" not in body and "write_id" not in body
-
-
-def test_job_view_applies_the_watchdog_to_a_silent_owner() -> None:
-    store, bell = MemoryStore(), Bell()
-    run(store, bell, {"pipeline": "demo", "id": "lost"})
-    stored = store.read("lost")
-    old = (NOW - timedelta(hours=1)).isoformat()
-    store.update(
-        {**stored.record, "status": "running", "attempts": 1, "owner": "gone", "updated_at": old},
-        stored.generation,
-    )
-    view = job_view(store, bell, SETTINGS, "lost", NOW)
-    assert view.body["status"] == "queued" and view.body["watchdog"] == "requeue"
-    assert store.read("lost").record["status"] == "queued"
-    assert bell.rung == ["lost", "lost"]
-
-
-def test_job_view_errors() -> None:
-    store, bell = MemoryStore(), Bell()
-    store.put_raw("bad", b'{"schema": 1}')
-    assert job_view(store, bell, SETTINGS, "nope", NOW).status == 404
-    assert job_view(store, bell, SETTINGS, "a..b", NOW).status == 400
-    corrupt = job_view(store, bell, SETTINGS, "bad", NOW)
-    assert corrupt.status == 409 and corrupt.body["error"] == "record unreadable"
-    assert store.raw(store.bucket_name, "jobs/bad.json").data == b'{"schema": 1}'  # type: ignore[union-attr]
-
-
-def test_render_tolerates_hand_edited_fields() -> None:
-    record = records.new_record("h1", "demo", {}, NOW)
-    record.update(attempts="three", max_attempts="x", history="gone", result=["odd"])
-    body = render_job(record, SETTINGS)
-    assert body["max_attempts"] == SETTINGS.max_attempts and body["outputs"] == []
-
-
-def test_render_lists_outputs_the_result_points_at() -> None:
-    record = records.new_record("o1", "upload-digest", {"bucket": "b", "name": "n"}, NOW)
-    record["result"] = {"report": "outputs/o1/1/report.json", "size": 3}
-    assert render_job(record, SETTINGS)["outputs"] == ["outputs/o1/1/report.json"]
-
-
-def test_batch_view_counts_and_done() -> None:
-    store, bell = MemoryStore(), Bell()
-    run(
-        store,
-        bell,
-        {"batch_id": "bv", "jobs": [{"pipeline": "demo", "id": f"b{i}"} for i in range(3)]},
-    )
-    stored = store.read("b0")
-    store.update({**stored.record, "status": "done"}, stored.generation)
-    store.add_to_batch("bv", "ghost")
-    store.add_to_batch("bv", "mangled")
-    store.put_raw("mangled", b"[]")
-    view = batch_view(store, bell, SETTINGS, "bv", NOW)
-    assert view.status == 200
-    assert view.body["counts"] == {"done": 1, "missing": 1, "queued": 2, "unreadable": 1}
-    assert view.body["total"] == 5 and view.body["done"] is False
-    for i in (1, 2):
-        s = store.read(f"b{i}")
-        store.update({**s.record, "status": "cancelled"}, s.generation)
-    assert batch_view(store, bell, SETTINGS, "bv", NOW).body["done"] is False  # ghost, mangled
-
-
-def test_batch_view_done_when_all_terminal_and_errors() -> None:
-    store, bell = MemoryStore(), Bell()
-    run(store, bell, {"batch_id": "fin", "jobs": [{"pipeline": "demo", "id": "f1"}]})
-    s = store.read("f1")
-    store.update({**s.record, "status": "failed"}, s.generation)
-    assert batch_view(store, bell, SETTINGS, "fin", NOW).body["done"] is True
-    assert batch_view(store, bell, SETTINGS, "none", NOW).status == 404
-    assert batch_view(store, bell, SETTINGS, "x/y", NOW).status == 400
 
 
 # ------------------------------------------------------------------ fuzz
@@ -476,8 +387,8 @@ def test_any_body_is_a_submission_or_a_400(body: Any) -> None:
     try:
         parsed = parse_submission(decode_body(json.dumps(body).encode()), SETTINGS)
     except InvalidSubmission as exc:
-        assert exc.reason and exc.status == 400
+        assert exc.reason
         return
     store = MemoryStore()
     result = submit(store, Bell(), parsed, NOW)
-    assert result.status == 202 and len(store.names("jobs/")) == len(parsed.jobs)
+    assert result.created and len(store.names("jobs/")) == len(parsed.jobs)

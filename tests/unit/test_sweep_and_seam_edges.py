@@ -7,12 +7,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from unit_support import Bell
 
 from shared import records, storage, sweeper
 from shared.config import Settings
+from shared.errors import Unavailable
 from shared.storage import PendingEntry
 from shared.storage_memory import MemoryStore
+from tests.unit.unit_support import Bell
 
 S = Settings.from_env({}, stale_seconds=60.0, max_attempts=3)
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -48,7 +49,7 @@ def test_each_error_is_counted() -> None:
     store = MemoryStore()
     put(store, "a", T0)
     put(store, "b", T0)
-    store.inject_failure("read", RuntimeError("outage"), times=2)
+    store.inject_failure("read", Unavailable("outage"), times=2)
     assert sweeper.run_once(store, Bell(), S, T0).errors == 2
 
 

@@ -7,13 +7,15 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from unit_support import Bell
+import pytest
 
 from shared import job_queue, records, sweeper
 from shared.config import Settings
+from shared.errors import Unavailable
 from shared.recovery import recover
 from shared.storage_memory import MemoryStore
 from shared.sweeper import pending_window
+from tests.unit.unit_support import Bell
 
 
 def settings(**kw: Any) -> Settings:
@@ -200,7 +202,7 @@ def test_per_entry_errors_are_counted_not_raised() -> None:
     class Flaky(MemoryStore):
         def read(self, job_id: str) -> Any:
             if job_id == "boom":
-                raise OSError("network down")
+                raise Unavailable("network down")
             return super().read(job_id)
 
     store = Flaky()
@@ -210,6 +212,19 @@ def test_per_entry_errors_are_counted_not_raised() -> None:
     assert result.errors == 1 and result.requeued == 1
     assert store.read(other).record["status"] == "queued"
     assert json.dumps(result.to_json())
+
+
+def test_a_bug_is_not_counted_as_a_per_entry_error() -> None:
+    class Buggy(MemoryStore):
+        def read(self, job_id: str) -> Any:
+            if job_id == "boom":
+                raise TypeError("a bug, not an outage")
+            return super().read(job_id)
+
+    store = Buggy()
+    store.add_pending("boom")
+    with pytest.raises(TypeError):
+        sweep(store)
 
 
 class _ReadLog(MemoryStore):

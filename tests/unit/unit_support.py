@@ -1,11 +1,24 @@
-"""A doorbell that records what it rang, for the pure-logic tests (the real
-doorbell is tested against the Pub/Sub emulator in tests/integration)."""
+"""Helpers of the pure-logic tests: a doorbell that records what it rang (the real
+doorbell is tested against the Pub/Sub emulator in tests/integration), a settable
+clock, and shortcuts for the runner and drain tests."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from shared.doorbell import DoorbellError
+from shared import records
+from shared.config import Settings
+from shared.drain import DrainGate
+from shared.errors import DoorbellError
+from shared.outcome import Outcome
+from shared.pipelines import Pipeline, StageContext, register
+from shared.runner import handle_delivery
+from shared.slots import Slots
+from shared.storage_memory import MemoryStore
 
 
 class Bell:
@@ -13,16 +26,101 @@ class Bell:
 
     def __init__(self, fail: bool = False) -> None:
         self.rung: list[str] = []
+        self.traces: dict[str, str | None] = {}  # job id -> traceparent of its last ring
         self.fail = fail
 
-    def ring(self, job_id: str) -> None:
+    def ring(self, job_id: str, traceparent: str | None = None) -> None:
         if self.fail:
             raise DoorbellError(job_id, "down")
         self.rung.append(job_id)
+        self.traces[job_id] = traceparent
 
-    def ring_many(self, job_ids: Iterable[str]) -> list[str]:
+    def ring_many(
+        self, job_ids: Iterable[str], traceparents: Mapping[str, str] | None = None
+    ) -> list[str]:
         ids = list(job_ids)
         if self.fail:
             return ids
         self.rung.extend(ids)
+        self.traces.update({i: (traceparents or {}).get(i) for i in ids})
         return []
+
+
+class Clock:
+    """A settable clock shared by the test and the runner's threads."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.t = start or datetime.now(UTC)
+        self._lock = threading.Lock()
+
+    def __call__(self) -> datetime:
+        with self._lock:
+            return self.t
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.t += timedelta(seconds=seconds)
+
+
+def wall() -> datetime:
+    return datetime.now(UTC)
+
+
+def settings(**kw: Any) -> Settings:
+    base: dict[str, Any] = {
+        "stale_seconds": 30.0,
+        "min_write_interval_seconds": 1.0,
+        "backoff_base_seconds": 0.0,
+        "backoff_max_seconds": 0.0,
+        "drain_max_jobs": 0,
+    }
+    return Settings.from_env({}, **{**base, **kw})
+
+
+def pipeline(stages: list[tuple[str, Callable[[StageContext], None]]]) -> str:
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    register(Pipeline(name, stages=stages))
+    return name
+
+
+def submit(
+    store: MemoryStore,
+    name: str = "demo",
+    payload: dict[str, Any] | None = None,
+    now: datetime | None = None,
+    **fields: Any,
+) -> str:
+    job_id = records.new_job_id()
+    record = records.new_record(job_id, name, payload or {}, now or datetime.now(UTC))
+    store.add_pending(job_id)
+    store.create({**record, **fields})
+    return job_id
+
+
+def handle(
+    job_id: str,
+    store: MemoryStore,
+    s: Settings,
+    clock: Callable[[], datetime] | None = None,
+    bell: Bell | None = None,
+    **kw: Any,
+) -> Outcome:
+    return handle_delivery(
+        job_id,
+        store,
+        bell or Bell(),
+        s,
+        owner="test",
+        now=clock or Clock(),
+        slots=kw.pop("slots", Slots(4)),
+        gate=kw.pop("gate", DrainGate()),
+        **kw,
+    )
+
+
+def events(store: MemoryStore, job_id: str) -> list[str]:
+    return [e["event"] for e in store.read(job_id).record["history"]]
+
+
+def pending(store: MemoryStore) -> list[str]:
+    return [e.job_id for e in store.list_pending()]

@@ -1,0 +1,143 @@
+"""Watching a running local cloud from outside: job records, instances, emulator figures.
+
+What the demo, the benchmarks and the chaos test share. Records are read straight
+from fake-gcs-server (not through a counting proxy, so watching costs the queue
+nothing a figure would report); owners are mapped to instances by process id.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any
+
+from local import wiring
+from local.cloud import LocalCloud
+from local.procs import group_pids
+from shared.job_queue import TERMINAL_STATUSES
+from shared.storage import CorruptRecord, GcsStore, NotFound
+
+UNREADABLE = "unreadable"
+MISSING = "missing"
+STATUS_ORDER = ("queued", "running", "done", "failed", "cancelled", MISSING, UNREADABLE)
+
+
+class Watch:
+    """Reads job records straight from fake-gcs-server (not through the counting
+    proxy, so watching costs the queue nothing it would report)."""
+
+    def __init__(self, gcs_url: str, project: str, bucket: str, workers: int = 8) -> None:
+        self.store = GcsStore(bucket, wiring.storage_client(gcs_url, project))
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="watch")
+
+    def read(self, job_id: str) -> dict[str, Any]:
+        """The record, or a stand-in whose status says it is missing or unreadable."""
+        try:
+            return dict(self.store.read(job_id).record)
+        except NotFound:
+            return {"id": job_id, "status": MISSING}
+        except CorruptRecord as exc:
+            return {"id": job_id, "status": UNREADABLE, "reason": exc.reason}
+
+    def snapshot(self, job_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        ids = list(job_ids)
+        return dict(zip(ids, self._pool.map(self.read, ids), strict=True))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def counts_by_status(records: Mapping[str, Mapping[str, Any]]) -> Counter[str]:
+    return Counter(str(r.get("status")) for r in records.values())
+
+
+def all_terminal(records: Mapping[str, Mapping[str, Any]]) -> bool:
+    return bool(records) and all(r.get("status") in TERMINAL_STATUSES for r in records.values())
+
+
+def owner_pid(owner: object) -> int | None:
+    """The process id inside an owner id ("<host>-<pid>-<hex>.<n>"), or None."""
+    if not isinstance(owner, str) or "." not in owner:
+        return None
+    instance = owner.rsplit(".", 1)[0]
+    parts = instance.rsplit("-", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        return None
+    return int(parts[1])
+
+
+def instance_pids(cloud: LocalCloud, service: str = "claim") -> dict[int, set[int]]:
+    """instance id -> pids of its process group (gunicorn master and worker)."""
+    return {i: set(group_pids(pgid)) | {pgid} for i, pgid in cloud.service(service).pids().items()}
+
+
+def running_on(
+    records: Mapping[str, Mapping[str, Any]], pids: set[int]
+) -> dict[str, tuple[str, int]]:
+    """job id -> (owner, attempt) of running jobs owned by one of these pids."""
+    out = {}
+    for job_id, rec in records.items():
+        if rec.get("status") == "running" and owner_pid(rec.get("owner")) in pids:
+            out[job_id] = (str(rec.get("owner")), int(rec.get("attempts") or 0))
+    return out
+
+
+def parse_at(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        at = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return at if at.tzinfo else at.replace(tzinfo=UTC)
+
+
+def history_time(record: Mapping[str, Any], event: str, min_attempt: int) -> datetime | None:
+    """When `event` first happened for an attempt >= min_attempt (from the record's history)."""
+    history = record.get("history")
+    for entry in history if isinstance(history, list) else []:
+        if not isinstance(entry, dict) or entry.get("event") != event:
+            continue
+        attempt = entry.get("attempt")
+        if isinstance(attempt, int) and attempt >= min_attempt:
+            return parse_at(entry.get("at"))
+    return None
+
+
+def reclaimed_at(record: Mapping[str, Any], lost_attempt: int) -> datetime | None:
+    """When a later attempt claimed the job after `lost_attempt` was lost."""
+    return history_time(record, "claimed", lost_attempt + 1)
+
+
+def rescued_at(record: Mapping[str, Any], lost_attempt: int) -> datetime | None:
+    """When the watchdog requeued the job that `lost_attempt` held."""
+    return history_time(record, "rescued", lost_attempt)
+
+
+def emulator_stats(admin_url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(admin_url + "/stats", timeout=5) as resp:
+        stats: dict[str, Any] = json.loads(resp.read())
+    return stats
+
+
+def topic_count(stats: Mapping[str, Any], topic: str, counter: str) -> int:
+    """A topic's counter from /stats, whether topics are keyed by id or by path."""
+    for name, counts in (stats.get("topics") or {}).items():
+        if name == topic or name.endswith("/topics/" + topic):
+            return int(counts.get(counter, 0))
+    return 0
+
+
+def submit_batch(jobs_url: str, jobs: list[dict[str, Any]]) -> tuple[str, list[str]]:
+    """POST /jobs with one batch; (batch id, job ids in order)."""
+    body = json.dumps({"jobs": jobs}).encode()
+    req = urllib.request.Request(
+        jobs_url, data=body, method="POST", headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        answer = json.loads(resp.read())
+    return str(answer["batch_id"]), [str(j["id"]) for j in answer["jobs"]]

@@ -1,0 +1,135 @@
+"""The job vocabulary: its states, the record's shape and the watchdog's verdicts.
+
+Both the policy (shared.job_queue) and the JSON codec (shared.records) speak
+it, so it belongs to neither. Stdlib only.
+
+``JobStatus`` members ARE the strings stored in records (a StrEnum compares
+equal to its value and serialises as it), so typing the vocabulary changed no
+stored byte. The TypedDicts describe a record as reclaim writes it; a
+hand-edited record may hold anything in the fields the codec does not check
+(attempts, timestamps, history), which is why the policy reads those through
+its own defensive readers rather than trusting these types.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal, TypedDict
+
+
+class JobStatus(StrEnum):
+    """Where a job stands. Each line says what moves a job out of that state."""
+
+    QUEUED = "queued"
+    """Waiting for an owner: claim (CAS) -> running; cancel -> cancelled; the
+    watchdog fails it when stale and out of attempts."""
+    RUNNING = "running"
+    """Owned by one live instance: done/fail by the owner; requeue (a retryable
+    error, or the watchdog's rescue of a silent owner); cancel."""
+    DONE = "done"
+    """Finished with a result. Absorbing: not even retry leaves it (run a new job)."""
+    FAILED = "failed"
+    """Gave up: a permanent error or out of attempts. Retry (by a person) -> queued."""
+    CANCELLED = "cancelled"
+    """Stopped by a person. Retry (by a person) -> queued."""
+
+
+MEMBER_MISSING = "missing"
+"""Shown in place of a status for a job whose record does not exist (yet, or any more),
+e.g. a batch member whose marker was written before its record."""
+MEMBER_UNREADABLE = "unreadable"
+"""Shown in place of a status for a job whose record cannot be decoded (left for a person)."""
+
+WatchdogAction = Literal["requeue", "fail"]
+"""What the watchdog (sweep, status read, drain) does with a stale pending job:
+hand it back to the queue, or fail it when no attempt is left."""
+
+HistoryEvent = Literal[
+    "submitted",
+    "claimed",
+    "checkpoint",
+    "requeued",
+    "rescued",
+    "done",
+    "failed",
+    "cancelled",
+    "retried",
+]
+"""The events a record's history lists, oldest first."""
+
+JsonObject = dict[str, Any]
+"""A payload, checkpoint state or result: any JSON object the pipeline chooses."""
+
+
+class JobError(TypedDict):
+    """The record's ``error``: the last failure, from an exception."""
+
+    stage: str | None
+    attempt: int
+    type: str
+    message: str
+    retryable: bool
+    at: str
+
+
+class Checkpoint(TypedDict, total=False):
+    """Where the next attempt resumes: stage index, the state it carries, committed outputs."""
+
+    next_stage: int
+    state: JsonObject
+    outputs: list[str]
+
+
+HistoryEntry = TypedDict(
+    "HistoryEntry",
+    {
+        "at": str,
+        "event": HistoryEvent,
+        "owner": str | None,
+        "attempt": int | None,
+        "took_over_from": str | None,
+        "stage": str,
+        "next_stage": int,
+        "not_before": str,
+        "error": JobError,
+        "by": str,
+        "reason": str | None,
+        "from": str | None,
+    },
+    total=False,
+)
+"""One line of the audit trail (``from`` is a keyword, hence the functional form)."""
+
+
+class JobRecord(TypedDict, total=False):
+    """A job's record, ``jobs/<id>.json``: schema 1.
+
+    total=False because the policy builders return partial records (the fields
+    to merge: ``new = {**job, **fields}``) of this same shape.
+    """
+
+    schema: int
+    id: str
+    pipeline: str
+    payload: JsonObject
+    batch_id: str | None
+    client_id: str | None
+    source: JsonObject | None
+    status: JobStatus
+    stage: str | None
+    attempts: int
+    max_attempts: int | None
+    owner: str | None
+    created_at: str
+    updated_at: str
+    not_before: str | None
+    rescues: int
+    checkpoint: Checkpoint
+    result: JsonObject | None
+    outputs: list[str]
+    error: JobError | None
+    history: list[HistoryEntry]
+    history_dropped: int
+    write_id: str
+    traceparent: str
+    """The job's W3C trace context (shared.tracing); absent in records made before it."""

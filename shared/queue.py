@@ -1,0 +1,171 @@
+"""The queue's front door: every operation on jobs, over one store, doorbell,
+settings and clock.
+
+The functions, the CLI and the benchmarks reach the queue through ``Queue``
+alone. It only wires its four collaborators into the focused modules that do
+the work, one per concern:
+
+- submit, submit_upload: shared.submission (validate, create, ring)
+- get, get_batch: shared.status (views, with the read-path watchdog)
+- read, read_many, list_jobs, pending: shared.listing (as stored, no watchdog)
+- cancel, retry: shared.control (a person's transitions, with their CAS loops)
+- ring: the doorbell itself
+- sweep_once: shared.sweeper (the scheduled rescue pass)
+- handle_delivery: shared.runner (claim, run, drain)
+
+A new operation is a function in the module of its concern (or a new module)
+plus a one-line method here. Errors are the ReclaimError family; HTTP status
+codes and exit codes are decided at the edges (shared.http, shared.cli).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from shared import control, listing, runner, status, submission, sweeper
+from shared.clock import Clock, utcnow
+from shared.config import Settings
+from shared.doorbell import Ringer, get_doorbell
+from shared.jobs import JobRecord, JobStatus
+from shared.storage import Store, get_store
+
+if TYPE_CHECKING:
+    from shared.drain import DrainGate
+    from shared.events import UploadedObject
+    from shared.outcome import Outcome
+    from shared.slots import Slots
+
+
+class Queue:
+    """Submit, read, list, cancel, retry, sweep and run jobs."""
+
+    def __init__(
+        self, store: Store, doorbell: Ringer, settings: Settings, *, clock: Clock = utcnow
+    ) -> None:
+        self.store = store
+        self.doorbell = doorbell
+        self.settings = settings
+        self.clock = clock
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Queue:
+        """The queue on the process's shared Cloud Storage client and publisher."""
+        return cls(get_store(settings), get_doorbell(settings), settings)
+
+    # --- submitting
+
+    def submit(
+        self, request: submission.Submission, *, traceparent: str | None = None
+    ) -> submission.SubmitResult:
+        """Create the jobs of a submission and ring their doorbells. The request was
+        validated whole first (shared.submission.parse_submission, pure), so a bad one
+        never reaches the queue. Raises Conflict, before any write, if a client id
+        names a job with other content. Each job joins the trace of `traceparent`
+        (the request's W3C header), or starts its own."""
+        return submission.submit(
+            self.store, self.doorbell, request, self.clock(), traceparent=traceparent
+        )
+
+    def submit_upload(
+        self, upload: UploadedObject, *, traceparent: str | None = None
+    ) -> submission.SubmittedJob:
+        """The upload-digest job of one uploaded object version (idempotent per version)."""
+        return submission.create_upload_job(
+            self.store,
+            self.doorbell,
+            bucket=upload.bucket,
+            name=upload.name,
+            generation=upload.generation,
+            content_type=upload.content_type,
+            size=upload.size,
+            now=self.clock(),
+            traceparent=traceparent,
+        )
+
+    # --- reading
+
+    def get(self, job_id: str) -> status.JobView:
+        """A job as its owner sees it, after the watchdog (a silent owner's job is
+        requeued or failed on the spot). Raises InvalidInput, JobNotFound, CorruptRecord."""
+        return status.read_job(self.store, self.doorbell, self.settings, job_id, self.clock())
+
+    def get_batch(self, batch_id: str) -> status.BatchView:
+        """Every member of a batch, each after the watchdog. Raises InvalidInput,
+        BatchNotFound."""
+        return status.read_batch(self.store, self.doorbell, self.settings, batch_id, self.clock())
+
+    def read(self, job_id: str) -> JobRecord:
+        """The record as stored, without the watchdog: for watchers that must not change
+        what they watch. Raises InvalidInput, JobNotFound, CorruptRecord."""
+        return listing.read_record(self.store, job_id)
+
+    def read_many(self, job_ids: Iterable[str]) -> listing.Listing:
+        """Records as stored (in parallel, no watchdog); the unreadable ones listed apart."""
+        return listing.read_many(self.store, job_ids)
+
+    def list_jobs(
+        self,
+        *,
+        status: JobStatus | None = None,
+        batch: str | None = None,
+        limit: int | None = None,
+    ) -> listing.Listing:
+        """Jobs by status and/or batch (O(batch), O(pending), else O(history))."""
+        return listing.list_jobs(self.store, status=status, batch=batch, limit=limit)
+
+    def pending(self, limit: int | None = None) -> list[str]:
+        """Ids of the jobs that still owe work (the pending index), in name order."""
+        return listing.pending_ids(self.store, limit)
+
+    # --- a person's transitions
+
+    def cancel(self, job_id: str, *, by: str, reason: str | None = None) -> JobRecord:
+        """queued|running -> cancelled; a running owner stops at its next write.
+        Raises InvalidInput, JobNotFound, CorruptRecord, IllegalTransition, LostRace."""
+        return control.cancel(self.store, job_id, by=by, reason=reason, clock=self.clock)
+
+    def retry(self, job_id: str, *, by: str) -> control.Retried:
+        """failed|cancelled -> queued with a fresh attempt budget, then rung. Raises
+        InvalidInput, JobNotFound, CorruptRecord, IllegalTransition, LostRace."""
+        return control.retry(
+            self.store,
+            self.doorbell,
+            job_id,
+            by=by,
+            default_max_attempts=self.settings.max_attempts,
+            clock=self.clock,
+        )
+
+    def ring(self, job_id: str, traceparent: str | None = None) -> None:
+        """Ring a job's doorbell again (a pending job whose rings were dead-lettered),
+        in its trace when known. Raises DoorbellError if Pub/Sub did not accept it."""
+        self.doorbell.ring(job_id, traceparent)
+
+    # --- maintenance and running
+
+    def sweep_once(self) -> sweeper.SweepResult:
+        """One pass over the pending index: rescue, re-ring, fail the exhausted, repair."""
+        return sweeper.run_once(self.store, self.doorbell, self.settings, self.clock())
+
+    def handle_delivery(
+        self,
+        job_id: str,
+        *,
+        owner: str | None = None,
+        slots: Slots | None = None,
+        gate: DrainGate | None = None,
+    ) -> Outcome:
+        """One doorbell: claim and run the job if it is claimable, then drain overdue
+        ones; BUSY at once when no slot is free. `slots` and `gate` default to the
+        process's own."""
+        return runner.handle_delivery(
+            job_id,
+            self.store,
+            self.doorbell,
+            self.settings,
+            owner,
+            self.clock,
+            slots=slots,
+            gate=gate,
+        )
