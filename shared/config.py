@@ -186,6 +186,24 @@ ENV_VARS: tuple[EnvVar, ...] = (
         minimum=0,
     ),
     EnvVar(
+        name="RECLAIM_DRAIN_JOB_SECONDS",
+        field="drain_job_seconds",
+        default="60",
+        parse=float,
+        doc="The longest a job taken from the pending index may run: a claim starts one only "
+        "while this much of its push deadline is left.",
+        minimum=0,
+    ),
+    EnvVar(
+        name="RECLAIM_PUSH_DEADLINE_SECONDS",
+        field="push_deadline_seconds",
+        default="600",
+        parse=float,
+        doc="How long a push to claim may take before Pub/Sub gives up on it: the claim "
+        "subscription's ack deadline (the function's timeout is never shorter).",
+        minimum=10,
+    ),
+    EnvVar(
         name="RECLAIM_MAX_BODY_BYTES",
         field="max_body_bytes",
         default="1048576",
@@ -261,6 +279,8 @@ class Settings:
     sweep_max_jobs: int
     sweep_max_seconds: float
     drain_max_jobs: int
+    drain_job_seconds: float
+    push_deadline_seconds: float
     max_body_bytes: int
     max_batch_jobs: int
     retention_days_done: int
