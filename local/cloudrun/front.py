@@ -159,13 +159,18 @@ def _handler(service: Service) -> type[BaseHTTPRequestHandler]:
             headers["X-Forwarded-For"] = self.client_address[0]
             headers["Connection"] = "close"
             status, out_headers, data = forward(service, self.command, self.path, headers, body)
-            self.send_response(status)
-            for key, value in out_headers:
-                self.send_header(key, value)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(data)
+            try:
+                self.send_response(status)
+                for key, value in out_headers:
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                # the caller stopped waiting (Pub/Sub at its ack deadline): the instance's
+                # answer has nobody to go to, as on Cloud Run
+                self.close_connection = True
 
         do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _proxy
 
