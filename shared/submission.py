@@ -45,6 +45,9 @@ MAX_ATTEMPTS = 100
 MAX_PAYLOAD_BYTES = 256 * 1024
 UPLOAD_PIPELINE = "upload-digest"
 _WORKERS = 8
+RING_EVERY = 50
+"""A batch rings the jobs written so far every this many records, so its first jobs run
+while the rest are still being written (each is complete before its doorbell rings)."""
 _MAX_PROBLEMS = 10
 
 
@@ -278,8 +281,11 @@ def submit(store: Store, doorbell: Ringer, submission: Submission, now: datetime
     client id names a job with other content."""
     planned = _plan(store, submission)
     todo = [(job_id, spec) for job_id, spec, found in planned if found is None]
-    created = {o.job_id: o for o in _create_all(store, todo, now)}
-    _ring(doorbell, [o.job_id for o in created.values() if o.created], submission.is_batch)
+    created: dict[str, SubmittedJob] = {}
+    for start in range(0, len(todo), RING_EVERY):  # a big batch starts running while it
+        chunk = _create_all(store, todo[start : start + RING_EVERY], now)  # is written
+        created.update((o.job_id, o) for o in chunk)
+        _ring(doorbell, [o.job_id for o in chunk if o.created], submission.is_batch)
     jobs = tuple(found or created[job_id] for job_id, _spec, found in planned)
     for job in jobs:
         log.info(

@@ -119,14 +119,21 @@ def forward(
     return _text(503, INSTANCE_LOST_TEXT)
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024
+    """Google's front end does not refuse connections: a burst of pushes (the emulator's
+    window may be in the hundreds) must queue for accept, not be reset (the default
+    listen backlog is 5)."""
+
+
 class Front:
     """The service's URL: a threading HTTP server in front of its instances."""
 
     def __init__(self, service: Service, host: str = "127.0.0.1", port: int = 0) -> None:
         self.service = service
         self._host = host
-        self._server = ThreadingHTTPServer((host, port), _handler(service))
-        self._server.daemon_threads = True
+        self._server = _Server((host, port), _handler(service))
         self._thread: threading.Thread | None = None
 
     @property
