@@ -72,10 +72,6 @@ class DemoConfig:
     log_dir: Path = ROOT / ".local-cloud" / "demo-logs"
 
 
-HAND_BACK_BOUND_S = 2.0
-"""What the hand-back promises: resumed by a live instance within 2 s of the SIGTERM."""
-
-
 # ----------------------------------------------------------------- display (pure)
 
 
@@ -130,9 +126,10 @@ def _span(prefix: str, values: Iterable[float], empty: str = "") -> str:
     got = sorted(values)
     if not got:
         return empty
-    if got[-1] - got[0] < 0.05:
-        return f"{prefix}{got[0]:.1f} s"
-    return f"{prefix}{got[0]:.1f}-{got[-1]:.1f} s"
+    digits = 2 if got[-1] < 1 else 1  # sub-second spans (a hand-back) keep their detail
+    if got[-1] - got[0] < 0.5 * 10**-digits:
+        return f"{prefix}{got[0]:.{digits}f} s"
+    return f"{prefix}{got[0]:.{digits}f}-{got[-1]:.{digits}f} s"
 
 
 def _rescue_lines(rescue: Rescue, config: DemoConfig) -> list[str]:
@@ -151,16 +148,17 @@ def _rescue_lines(rescue: Rescue, config: DemoConfig) -> list[str]:
     if rescue.graceful:
         lines += [
             pad + "handed back " + _span("", rescue.requeued.values(), "-") + " after the "
-            f"SIGTERM (bound: the {HAND_BACK_BOUND_S:g} s target, within Cloud Run's 10 s grace),",
-            pad + f"resumed {resumed} as slots freed; no attempt spent, no stale time waited",
+            "SIGTERM (Cloud Run allows 10 s), and resumed",
+            pad + f"{resumed}, in turn with the queued jobs; no attempt spent, no stale time",
         ]
     else:
         bound = config.stale_seconds + config.sweep_interval_seconds
         requeued = _span("", rescue.requeued.values(), "")
+        which = "them" if len(rescue.requeued) == len(rescue.jobs) else "some"
         lines += [
             pad
             + f"taken over {resumed} once stale"
-            + (f" (the watchdog requeued some after {requeued})" if requeued else ""),
+            + (f" (the watchdog requeued {which} after {requeued})" if requeued else ""),
             pad + f"(bound: stale_s {config.stale_seconds:g} + sweep every "
             f"{config.sweep_interval_seconds:g} s = {bound:g} s after the job's last write)",
         ]

@@ -113,7 +113,7 @@ def test_summary_lines_say_what_happened() -> None:
     assert "jobs done        21 / 22" in text
     assert "recoveries       1 hand-back(s), 20 staleness rescue(s)" in text
     assert "hand-back        1 of the 1 jobs running on claim-0 at its SIGTERM" in text
-    assert "handed back 0.1 s after the SIGTERM" in text and "resumed after 1.0 s" in text
+    assert "handed back 0.10 s after the SIGTERM" in text and "after 1.0 s (median" in text
     assert "staleness rescue 1 of the 1 jobs running on claim-1 at its SIGKILL" in text
     assert "taken over after 10.0 s (median 10.0 s) once stale" in text
     assert "bound: stale_s 8 + sweep every 2 s = 10 s" in text
