@@ -340,8 +340,9 @@ class Settings:
 
     @property
     def busy_retry_after_seconds(self) -> float:
-        """Retry-After of a doorbell refused for want of a slot (429): a quarter of the
-        stale time, between 1 and 30 s."""
+        """Retry-After of a doorbell the in-app slot guard refuses (429; only a direct
+        caller meets it, Cloud Run never sends more than the concurrency): a quarter of
+        the stale time, between 1 and 30 s."""
         return max(1.0, min(self.stale_seconds / 4, 30.0))
 
     @property
@@ -352,8 +353,9 @@ class Settings:
 
     @property
     def backlog_window_seconds(self) -> float:
-        """How long after a refused doorbell the process counts as backlogged (every
-        freed slot then takes a due job from the pending index itself)."""
+        """How long after a push showed a backlog (its doorbell waited, or was delivered
+        before: shared.drain.backlog_sign) the process counts as backlogged: every freed
+        slot then takes due jobs from the pending index itself."""
         return self.stale_seconds
 
     @property
