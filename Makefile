@@ -18,7 +18,7 @@ TF_WHEELS := \
 	$(TF_CACHE)/cdktf_cdktf_provider_time-11.0.1-py3-none-any.whl
 TF_VARS ?= terraform.tfvars
 
-.PHONY: help venv test unit lint fmt dev demo bench tf-venv tf-schema tf-check deploy destroy clean
+.PHONY: help venv browser test unit lint fmt dev demo bench tf-venv tf-schema tf-check deploy destroy clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
@@ -32,7 +32,18 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 
 venv: $(STAMP) ## Create .venv with the pinned packages
 
-test: venv $(TF_STAMP) $(TF_WHEELS) ## Lint, then the whole test suite (starts its own emulators)
+# The browser tests drive Debian's chromium through chromium-driver (tests/browser). As
+# root with apt-get (CI) they are installed once; elsewhere the tests say why they skip.
+browser: ## Install headless Chromium and its driver for the browser tests (as root, apt-get)
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing chromium and chromium-driver (tests/browser)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	else \
+		echo "chromium or chromedriver is missing and cannot be installed here (needs root and apt-get): tests/browser will be skipped (and fail under CI=true)"; \
+	fi
+
+test: venv $(TF_STAMP) $(TF_WHEELS) browser ## Lint, then the whole test suite (starts its own emulators)
 	$(MAKE) --no-print-directory lint
 	$(PY) -m pytest
 

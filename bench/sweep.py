@@ -11,7 +11,7 @@ repetition measures the same work.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -40,10 +40,12 @@ class _Bell:
     def __init__(self) -> None:
         self.rung = 0
 
-    def ring(self, job_id: str) -> None:
+    def ring(self, job_id: str, traceparent: str | None = None) -> None:
         self.rung += 1
 
-    def ring_many(self, job_ids: Iterable[str]) -> list[str]:
+    def ring_many(
+        self, job_ids: Iterable[str], traceparents: Mapping[str, str] | None = None
+    ) -> list[str]:
         self.rung += len(list(job_ids))
         return []
 

@@ -59,6 +59,7 @@ DEFAULT_FUNCTIONS: Mapping[str, FunctionSpec] = {
     "submit_upload": FunctionSpec("functions/submit/main.py", "submit_upload"),
     "claim": FunctionSpec("functions/claim/main.py", "claim"),
     "sweep": FunctionSpec("functions/sweep/main.py", "sweep"),
+    "dashboard": FunctionSpec("functions/dashboard/main.py", "dashboard"),
 }
 
 
@@ -77,9 +78,10 @@ CLAIM_TIMEOUT_SECONDS = 1800.0
 
 DEFAULT_SIZING: Mapping[str, Sizing] = {
     # terraform's concurrency and timeouts; fewer instances than its max, on a laptop
-    "submit": Sizing(concurrency=16, max_instances=2, timeout_seconds=60),
+    "submit": Sizing(concurrency=8, max_instances=2, timeout_seconds=180),
     "submit_upload": Sizing(concurrency=16, max_instances=1, timeout_seconds=60),
     "sweep": Sizing(concurrency=1, max_instances=1, timeout_seconds=120),
+    "dashboard": Sizing(concurrency=8, max_instances=1, timeout_seconds=60),
 }
 """Sizing of the functions other than claim (claim's is CloudConfig's own fields)."""
 
@@ -96,6 +98,7 @@ class CloudConfig:
     claim_port: int = 0
     """The claim service's one URL (its front), as Cloud Functions gives."""
     sweep_port: int = 0
+    dashboard_port: int = 0
     emulator_admin_port: int | None = None
     """The emulator's GET /stats, POST /faults port (None: off, 0: free)."""
     cloudrun_admin_port: int | None = None
@@ -108,7 +111,7 @@ class CloudConfig:
     """Claim's max_instance_request_concurrency; also THREADS and RECLAIM_MAX_CONCURRENT,
     as terraform sets them: one number."""
     sizing: Mapping[str, Sizing] = field(default_factory=lambda: dict(DEFAULT_SIZING))
-    """The other functions' sizing (submit, submit_upload, sweep)."""
+    """The other functions' sizing (submit, submit_upload, sweep, dashboard)."""
     idle_timeout_seconds: float = 60.0
     """An instance without a request for this long is shut down (Cloud Run: up to ~15 min)."""
     shutdown_grace_seconds: float = 10.0
@@ -429,6 +432,7 @@ class LocalCloud:
             "submit_upload": c.submit_upload_port,
             "claim": c.claim_port,
             "sweep": c.sweep_port,
+            "dashboard": c.dashboard_port,
         }
         for name in DEFAULT_FUNCTIONS:
             source = ROOT / c.functions[name].source
@@ -473,6 +477,9 @@ class LocalCloud:
                 "RECLAIM_STALE_SECONDS": str(c.stale_seconds),
                 # as terraform: a push's deadline is the claim subscription's ack deadline
                 "RECLAIM_PUSH_DEADLINE_SECONDS": str(t.claim_ack_deadline_seconds),
+                # the dashboard: its dead letters, and its charts from the functions' logs
+                "RECLAIM_DEAD_LETTER_SUBSCRIPTION": wiring.DEAD_LETTER_SUBSCRIPTION,
+                "RECLAIM_METRICS_SOURCE": f"logs:{c.log_dir}",
                 # functions-framework 3.10 reads these for its gunicorn: one worker and
                 # exactly one thread per concurrent request, as terraform sets THREADS.
                 "WORKERS": "1",

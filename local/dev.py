@@ -16,11 +16,10 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from local import wiring
 from local.cloud import (
@@ -32,19 +31,12 @@ from local.cloud import (
     LocalCloud,
     emulator_args,
 )
+from shared.config import EnvVar, read_env, unknown_names
+from shared.errors import ConfigError
 
 
 class LaunchConfigError(ValueError):
     """A LOCAL_* variable is malformed; the message names it."""
-
-
-@dataclass(frozen=True)
-class _Var:
-    name: str
-    field: str
-    default: str
-    parse: Callable[[str], Any]
-    doc: str
 
 
 def _port(raw: str) -> int:
@@ -94,152 +86,215 @@ def _sources(raw: str) -> dict[str, FunctionSpec]:
     return out
 
 
-VARS: tuple[_Var, ...] = (
-    _Var("LOCAL_HOST", "host", "127.0.0.1", str, "Address every local service binds to."),
-    _Var("LOCAL_PUBSUB_PORT", "pubsub_port", "8085", _port, "Pub/Sub emulator (gRPC)."),
-    _Var(
-        "LOCAL_EMULATOR_ADMIN_PORT",
-        "emulator_admin_port",
-        "8086",
-        _opt_port,
-        "Emulator GET /stats, POST /faults ('off' to disable).",
+VARS: tuple[EnvVar, ...] = (
+    EnvVar(
+        name="LOCAL_HOST",
+        field="host",
+        default="127.0.0.1",
+        parse=str,
+        doc="Address every local service binds to.",
     ),
-    _Var("LOCAL_GCS_PORT", "gcs_port", "4443", _port, "fake-gcs-server (HTTP)."),
-    _Var("LOCAL_SUBMIT_PORT", "submit_port", "8080", _port, "submit function."),
-    _Var(
-        "LOCAL_SUBMIT_UPLOAD_PORT", "submit_upload_port", "8081", _port, "submit_upload function."
+    EnvVar(
+        name="LOCAL_PUBSUB_PORT",
+        field="pubsub_port",
+        default="8085",
+        parse=_port,
+        doc="Pub/Sub emulator (gRPC).",
     ),
-    _Var(
-        "LOCAL_CLAIM_PORT",
-        "claim_port",
-        "8082",
-        _port,
-        "The claim function's one URL (its Cloud Run front).",
+    EnvVar(
+        name="LOCAL_EMULATOR_ADMIN_PORT",
+        field="emulator_admin_port",
+        default="8086",
+        parse=_opt_port,
+        doc="Emulator GET /stats, POST /faults ('off' to disable).",
     ),
-    _Var("LOCAL_SWEEP_PORT", "sweep_port", "8083", _port, "sweep function."),
-    _Var(
-        "LOCAL_CLOUDRUN_ADMIN_PORT",
-        "cloudrun_admin_port",
-        "8087",
-        _opt_port,
-        "Local Cloud Run GET /stats and instance actions ('off' to disable).",
+    EnvVar(
+        name="LOCAL_GCS_PORT",
+        field="gcs_port",
+        default="4443",
+        parse=_port,
+        doc="fake-gcs-server (HTTP).",
     ),
-    _Var(
-        "LOCAL_CLAIM_MAX_INSTANCES",
-        "max_instances",
-        "2",
-        int,
-        "Claim instances at most (it scales from zero).",
+    EnvVar(
+        name="LOCAL_SUBMIT_PORT",
+        field="submit_port",
+        default="8080",
+        parse=_port,
+        doc="submit function.",
     ),
-    _Var("LOCAL_CLAIM_MIN_INSTANCES", "min_instances", "0", int, "Claim instances kept warm."),
-    _Var(
-        "LOCAL_CLAIM_CONCURRENCY",
-        "concurrency",
-        "4",
-        int,
-        "Requests (jobs) one claim instance serves at once; = THREADS = RECLAIM_MAX_CONCURRENT.",
+    EnvVar(
+        name="LOCAL_SUBMIT_UPLOAD_PORT",
+        field="submit_upload_port",
+        default="8081",
+        parse=_port,
+        doc="submit_upload function.",
     ),
-    _Var(
-        "LOCAL_IDLE_TIMEOUT_SECONDS",
-        "idle_timeout_seconds",
-        "60",
-        float,
-        "An instance without a request for this long is shut down (Cloud Run: up to 15 min).",
+    EnvVar(
+        name="LOCAL_CLAIM_PORT",
+        field="claim_port",
+        default="8082",
+        parse=_port,
+        doc="The claim function's one URL (its Cloud Run front).",
     ),
-    _Var(
-        "LOCAL_SHUTDOWN_GRACE_SECONDS",
-        "shutdown_grace_seconds",
-        "10",
-        float,
-        "SIGTERM, then SIGKILL this much later (Cloud Run: 10).",
+    EnvVar(
+        name="LOCAL_SWEEP_PORT",
+        field="sweep_port",
+        default="8083",
+        parse=_port,
+        doc="sweep function.",
     ),
-    _Var(
-        "LOCAL_PENDING_TIMEOUT_SECONDS",
-        "pending_timeout_seconds",
-        "",
-        _opt_seconds,
-        "Wait for a free instance before the platform's 429 (empty: max(10, 3.5 x start-up)).",
+    EnvVar(
+        name="LOCAL_DASHBOARD_PORT",
+        field="dashboard_port",
+        default="8084",
+        parse=_port,
+        doc="dashboard function (web UI).",
     ),
-    _Var(
-        "LOCAL_PUSH_WINDOW",
-        "push_window",
-        "adaptive",
-        _window,
-        "Emulator push flow control: adaptive (the service's) or fixed (32 in flight).",
+    EnvVar(
+        name="LOCAL_CLOUDRUN_ADMIN_PORT",
+        field="cloudrun_admin_port",
+        default="8087",
+        parse=_opt_port,
+        doc="Local Cloud Run GET /stats and instance actions ('off' to disable).",
     ),
-    _Var(
-        "LOCAL_STALE_SECONDS",
-        "stale_seconds",
-        "30",
-        float,
-        "Silence after which a running job's owner is presumed gone.",
+    EnvVar(
+        name="LOCAL_CLAIM_MAX_INSTANCES",
+        field="max_instances",
+        default="2",
+        parse=int,
+        doc="Claim instances at most (it scales from zero).",
     ),
-    _Var(
-        "LOCAL_SWEEP_INTERVAL_SECONDS",
-        "sweep_interval_seconds",
-        "3",
-        float,
-        "Scheduler tick period (0 = none).",
+    EnvVar(
+        name="LOCAL_CLAIM_MIN_INSTANCES",
+        field="min_instances",
+        default="0",
+        parse=int,
+        doc="Claim instances kept warm.",
     ),
-    _Var("LOCAL_PROJECT", "project", wiring.PROJECT, str, "Project id."),
-    _Var("LOCAL_RECORDS_BUCKET", "records_bucket", wiring.RECORDS_BUCKET, str, "Records bucket."),
-    _Var("LOCAL_UPLOADS_BUCKET", "uploads_bucket", wiring.UPLOADS_BUCKET, str, "Uploads bucket."),
-    _Var(
-        "LOCAL_MIN_BACKOFF_SECONDS",
-        "min_backoff_seconds",
-        str(wiring.LOCAL_MIN_BACKOFF_SECONDS),
-        int,
-        "Push retry minimum backoff.",
+    EnvVar(
+        name="LOCAL_CLAIM_CONCURRENCY",
+        field="concurrency",
+        default="4",
+        parse=int,
+        doc="Jobs one claim instance serves at once; = THREADS = RECLAIM_MAX_CONCURRENT.",
     ),
-    _Var(
-        "LOCAL_MAX_BACKOFF_SECONDS",
-        "max_backoff_seconds",
-        str(wiring.LOCAL_MAX_BACKOFF_SECONDS),
-        int,
-        "Push retry maximum backoff.",
+    EnvVar(
+        name="LOCAL_IDLE_TIMEOUT_SECONDS",
+        field="idle_timeout_seconds",
+        default="60",
+        parse=float,
+        doc="An instance without a request for this long is shut down (Cloud Run: up to 15 min).",
     ),
-    _Var(
-        "LOCAL_DUPLICATE_FRACTION",
-        "duplicate_fraction",
-        "0",
-        float,
-        "Emulator: fraction of deliveries duplicated.",
+    EnvVar(
+        name="LOCAL_SHUTDOWN_GRACE_SECONDS",
+        field="shutdown_grace_seconds",
+        default="10",
+        parse=float,
+        doc="SIGTERM, then SIGKILL this much later (Cloud Run: 10).",
     ),
-    _Var(
-        "LOCAL_DROP_PUBLISH_FRACTION",
-        "drop_publish_fraction",
-        "0",
-        float,
-        "Emulator: fraction of publishes silently dropped.",
+    EnvVar(
+        name="LOCAL_PENDING_TIMEOUT_SECONDS",
+        field="pending_timeout_seconds",
+        default="",
+        parse=_opt_seconds,
+        doc="Wait for a free instance before the platform's 429 (empty: max(10, 3.5 x start-up)).",
     ),
-    _Var("LOCAL_SEED", "seed", "", _opt_int, "Emulator fault RNG seed."),
-    _Var(
-        "LOCAL_LOG_DIR",
-        "log_dir",
-        ".local-cloud/logs",
-        str,
-        "Log directory (relative to the repo root).",
+    EnvVar(
+        name="LOCAL_PUSH_WINDOW",
+        field="push_window",
+        default="adaptive",
+        parse=_window,
+        doc="Emulator push flow control: adaptive (the service's) or fixed (32 in flight).",
     ),
-    _Var(
-        "LOCAL_FUNCTIONS_STORAGE_HOST",
-        "functions_storage_host",
-        "",
-        str,
-        "STORAGE_EMULATOR_HOST for the functions (a fault proxy); empty = fake-gcs.",
+    EnvVar(
+        name="LOCAL_STALE_SECONDS",
+        field="stale_seconds",
+        default="30",
+        parse=float,
+        doc="Silence after which a running job's owner is presumed gone.",
     ),
-    _Var(
-        "LOCAL_FUNCTION_SOURCES",
-        "functions",
-        "",
-        _sources,
-        "Run other code for a function: name=path/main.py:target,... (paths from the repo).",
+    EnvVar(
+        name="LOCAL_SWEEP_INTERVAL_SECONDS",
+        field="sweep_interval_seconds",
+        default="3",
+        parse=float,
+        doc="Scheduler tick period (0 = none).",
     ),
-    _Var(
-        "LOCAL_FUNCTION_ENV",
-        "function_env",
-        "",
-        _env_pairs,
-        "Extra function env, e.g. RECLAIM_MAX_ATTEMPTS=5,RECLAIM_LOG_LEVEL=DEBUG.",
+    EnvVar(
+        name="LOCAL_PROJECT", field="project", default=wiring.PROJECT, parse=str, doc="Project id."
+    ),
+    EnvVar(
+        name="LOCAL_RECORDS_BUCKET",
+        field="records_bucket",
+        default=wiring.RECORDS_BUCKET,
+        parse=str,
+        doc="Records bucket.",
+    ),
+    EnvVar(
+        name="LOCAL_UPLOADS_BUCKET",
+        field="uploads_bucket",
+        default=wiring.UPLOADS_BUCKET,
+        parse=str,
+        doc="Uploads bucket.",
+    ),
+    EnvVar(
+        name="LOCAL_MIN_BACKOFF_SECONDS",
+        field="min_backoff_seconds",
+        default=str(wiring.LOCAL_MIN_BACKOFF_SECONDS),
+        parse=int,
+        doc="Push retry minimum backoff.",
+    ),
+    EnvVar(
+        name="LOCAL_MAX_BACKOFF_SECONDS",
+        field="max_backoff_seconds",
+        default=str(wiring.LOCAL_MAX_BACKOFF_SECONDS),
+        parse=int,
+        doc="Push retry maximum backoff.",
+    ),
+    EnvVar(
+        name="LOCAL_DUPLICATE_FRACTION",
+        field="duplicate_fraction",
+        default="0",
+        parse=float,
+        doc="Emulator: fraction of deliveries duplicated.",
+    ),
+    EnvVar(
+        name="LOCAL_DROP_PUBLISH_FRACTION",
+        field="drop_publish_fraction",
+        default="0",
+        parse=float,
+        doc="Emulator: fraction of publishes silently dropped.",
+    ),
+    EnvVar(
+        name="LOCAL_SEED", field="seed", default="", parse=_opt_int, doc="Emulator fault RNG seed."
+    ),
+    EnvVar(
+        name="LOCAL_LOG_DIR",
+        field="log_dir",
+        default=".local-cloud/logs",
+        parse=str,
+        doc="Log directory (relative to the repo root).",
+    ),
+    EnvVar(
+        name="LOCAL_FUNCTIONS_STORAGE_HOST",
+        field="functions_storage_host",
+        default="",
+        parse=str,
+        doc="STORAGE_EMULATOR_HOST for the functions (a fault proxy); empty = fake-gcs.",
+    ),
+    EnvVar(
+        name="LOCAL_FUNCTION_SOURCES",
+        field="functions",
+        default="",
+        parse=_sources,
+        doc="Run other code for a function: name=path/main.py:target,... (paths from the repo).",
+    ),
+    EnvVar(
+        name="LOCAL_FUNCTION_ENV",
+        field="function_env",
+        default="",
+        parse=_env_pairs,
+        doc="Extra function env, e.g. RECLAIM_MAX_ATTEMPTS=5,RECLAIM_LOG_LEVEL=DEBUG.",
     ),
 )
 
@@ -254,13 +309,10 @@ _TOPOLOGY_FIELDS = (
 
 def config_from_env(env: Mapping[str, str]) -> CloudConfig:
     """Build and validate the launcher config; LaunchConfigError names the bad variable."""
-    values: dict[str, Any] = {}
-    for var in VARS:
-        raw = env.get(var.name, var.default).strip()
-        try:
-            values[var.field] = var.parse(raw)
-        except ValueError as exc:
-            raise LaunchConfigError(f"{var.name}={raw!r} is invalid: {exc}") from None
+    try:
+        values = read_env(VARS, env)
+    except ConfigError as exc:
+        raise LaunchConfigError(str(exc)) from None
     topo_values = {k: values.pop(k) for k in _TOPOLOGY_FIELDS}
     try:
         topology = wiring.Topology(**topo_values)
@@ -288,8 +340,7 @@ RETIRED = {
 
 def unknown_vars(env: Mapping[str, str]) -> list[str]:
     """LOCAL_* names that are set but mean nothing here (likely typos)."""
-    known = {v.name for v in VARS}
-    return sorted(k for k in env if k.startswith("LOCAL_") and k not in known | set(RETIRED))
+    return [name for name in unknown_names(VARS, env, "LOCAL_") if name not in RETIRED]
 
 
 def retired_vars(env: Mapping[str, str]) -> list[str]:
@@ -349,7 +400,7 @@ def plan(config: CloudConfig, env: Mapping[str, str]) -> str:
 def describe(cloud: LocalCloud) -> str:
     """The banner: endpoints, a client env and a curl to submit a job."""
     e = cloud.endpoints
-    lines = ["reclaim local cloud is up.", ""]
+    lines = ["reclaim local cloud is up.", "", f"  Dashboard: {e['dashboard']}/", ""]
     lines += [f"  {k:<26} {v}" for k, v in e.items()]
     lines += ["", "Client environment (for the reclaim CLI):"]
     lines += [f"  export {k}={v}" for k, v in cloud.client_env().items()]

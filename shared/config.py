@@ -83,6 +83,13 @@ def _log_level(value: str) -> str:
     return level
 
 
+def _metrics_source(value: str) -> str:
+    kind, sep, where = value.partition(":")
+    if value and (not sep or kind not in ("monitoring", "logs") or not where):
+        raise ValueError("must be monitoring:<metric prefix>, logs:<folder>, or empty")
+    return value
+
+
 ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar(
         name="RECLAIM_PROJECT",
@@ -253,6 +260,21 @@ ENV_VARS: tuple[EnvVar, ...] = (
         "(the built-ins need none).",
     ),
     EnvVar(
+        name="RECLAIM_DEAD_LETTER_SUBSCRIPTION",
+        field="dead_letter_subscription",
+        default="reclaim-dead-letter-hold",
+        parse=_name,
+        doc="Pull subscription holding what was dead-lettered (the dashboard peeks at it).",
+    ),
+    EnvVar(
+        name="RECLAIM_METRICS_SOURCE",
+        field="metrics_source",
+        default="",
+        parse=_metrics_source,
+        doc="Where the dashboard's charts come from: monitoring:<metric prefix> (Cloud "
+        "Monitoring, on GCP), logs:<folder> (the local cloud's log files), or empty (none).",
+    ),
+    EnvVar(
         name="RECLAIM_LOG_LEVEL",
         field="log_level",
         default="INFO",
@@ -287,6 +309,8 @@ class Settings:
     retention_days_failed: int
     retention_days_cancelled: int
     pipeline_modules: tuple[str, ...]
+    dead_letter_subscription: str
+    metrics_source: str
     log_level: str
 
     @classmethod

@@ -11,11 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from shared import job_queue, records
+from shared import job_queue, metrics, records
 from shared.clock import Clock
 from shared.doorbell import Ringer
 from shared.errors import DoorbellError, JobNotFound, LostRace, NotFound
-from shared.jobs import JobRecord
+from shared.jobs import JobRecord, JobStatus
 from shared.logs import get_logger
 from shared.storage import Store, Stored
 
@@ -50,7 +50,14 @@ def cancel(store: Store, job_id: str, *, by: str, reason: str | None, clock: Clo
         clock,
     )
     store.remove_pending(job_id)
-    log.info("cancelled", job_id=job_id, by=by, reason=reason)
+    log.info(
+        "cancelled",
+        job_id=job_id,
+        by=by,
+        reason=reason,
+        traceparent=stored.record.get("traceparent"),
+        **metrics.finished(stored.record, JobStatus.CANCELLED),
+    )
     return stored.record
 
 
@@ -78,11 +85,17 @@ def retry(
         clock,
         before_write=lambda: store.add_pending(job_id),
     )
-    log.info("retried", job_id=job_id, by=by)
+    trace = stored.record.get("traceparent")
+    log.info("retried", job_id=job_id, by=by, traceparent=trace)
     try:
-        doorbell.ring(job_id)
+        doorbell.ring(job_id, trace)
     except DoorbellError as exc:
-        log.warning("doorbell failed; the sweep will ring", job_id=job_id, error=exc.reason)
+        log.warning(
+            "doorbell failed; the sweep will ring",
+            job_id=job_id,
+            error=exc.reason,
+            traceparent=trace,
+        )
         return Retried(stored.record, str(exc))
     return Retried(stored.record)
 

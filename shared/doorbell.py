@@ -3,6 +3,9 @@
 A ring only says "look at this record"; the record decides. A lost ring is
 repaired by the sweep, a duplicate is harmless, so callers may treat a failed
 ring as a warning once the record and pending marker are written.
+
+A ring carries the job's trace context (its record's ``traceparent``) as an
+attribute, so the delivery that arrives at claim is already in the job's trace.
 """
 
 from __future__ import annotations
@@ -10,9 +13,10 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from shared import tracing
 from shared.errors import DoorbellError, InvalidInput
 
 if TYPE_CHECKING:
@@ -25,20 +29,27 @@ MAX_LATENCY_S = 0.01  # batch window: a doorbell should leave at once
 class Ringer(Protocol):
     """The doorbell as the queue uses it (Doorbell; the unit tests pass a recorder)."""
 
-    def ring(self, job_id: str) -> None:
+    def ring(self, job_id: str, traceparent: str | None = None) -> None:
         """Publish one doorbell; DoorbellError if Pub/Sub did not accept it."""
         ...
 
-    def ring_many(self, job_ids: Iterable[str]) -> list[str]:
-        """Publish several at once; returns the ids whose ring failed."""
+    def ring_many(
+        self, job_ids: Iterable[str], traceparents: Mapping[str, str] | None = None
+    ) -> list[str]:
+        """Publish several at once (each with its trace, if known); returns the ids
+        whose ring failed."""
         ...
 
 
-def message_for(job_id: str) -> tuple[bytes, dict[str, str]]:
-    """The doorbell message: JSON {"job_id": id} and the same id as an attribute."""
+def message_for(job_id: str, traceparent: str | None = None) -> tuple[bytes, dict[str, str]]:
+    """The doorbell message: JSON {"job_id": id}, the same id as an attribute and the
+    job's valid traceparent, if any, as another."""
     if not isinstance(job_id, str) or not job_id:
         raise InvalidInput(f"job id must be a non-empty string, got {job_id!r}", "job id")
-    return json.dumps({"job_id": job_id}).encode("utf-8"), {"job_id": job_id}
+    attrs = {"job_id": job_id}
+    if tracing.parse(traceparent) is not None:
+        attrs[tracing.TRACEPARENT_HEADER] = str(traceparent)
+    return json.dumps({"job_id": job_id}).encode("utf-8"), attrs
 
 
 _PUBLISHER: Any = None
@@ -69,21 +80,24 @@ class Doorbell:
         self._timeout = timeout
         self._lock = threading.Lock()
 
-    def ring(self, job_id: str) -> None:
+    def ring(self, job_id: str, traceparent: str | None = None) -> None:
         """Publish one doorbell and wait for Pub/Sub to accept it."""
-        future = self._publish(job_id)
+        future = self._publish(job_id, traceparent)
         self._wait(job_id, future)
 
-    def ring_many(self, job_ids: Iterable[str]) -> list[str]:
+    def ring_many(
+        self, job_ids: Iterable[str], traceparents: Mapping[str, str] | None = None
+    ) -> list[str]:
         """Publish all (they batch together), then wait; returns the ids that failed."""
         ids = list(job_ids)
+        traces = traceparents or {}
         for job_id in ids:
             message_for(job_id)  # a bad id is a bug: raise before anything is published
         pending: list[tuple[str, Any]] = []
         failed: list[str] = []
         for job_id in ids:
             try:
-                pending.append((job_id, self._publish(job_id)))
+                pending.append((job_id, self._publish(job_id, traces.get(job_id))))
             except DoorbellError:
                 failed.append(job_id)
         for job_id, future in pending:
@@ -93,8 +107,8 @@ class Doorbell:
                 failed.append(job_id)
         return failed
 
-    def _publish(self, job_id: str) -> Any:
-        data, attrs = message_for(job_id)
+    def _publish(self, job_id: str, traceparent: str | None = None) -> Any:
+        data, attrs = message_for(job_id, traceparent)
         with self._lock:
             self.calls["publish"] += 1
             if self._publisher is None:

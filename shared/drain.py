@@ -195,7 +195,12 @@ class _Drain:
             return None  # the sweep repairs and reports these
         if not overdue(stored.record, self.clock(), self.settings, backlogged=backlogged):
             return None
-        log.info("draining a due job", job_id=job_id, backlog=backlogged)
+        log.info(
+            "draining a due job",
+            job_id=job_id,
+            backlog=backlogged,
+            traceparent=stored.record.get("traceparent"),
+        )
         return self.take(job_id, stored)
 
     def _drain_pass(

@@ -22,7 +22,7 @@ from typing import Any
 
 import flask
 
-from shared import logs
+from shared import logs, metrics
 from shared.config import Settings
 from shared.errors import (
     BadEvent,
@@ -87,17 +87,24 @@ def entry_point(function: str, *, retry_after_s: int = 5) -> Callable[[Handler],
                 return answer(200, {"ignored": True, "reason": exc.reason})
             except ReclaimError as exc:
                 refusal = refusal_for(exc, retry_after_s)
+                failed = refusal.status >= 500
                 log.log(
-                    logging.ERROR if refusal.status >= 500 else logging.WARNING,
+                    logging.ERROR if failed else logging.WARNING,
                     f"{function} refused a request",
                     path=request.path,
-                    status=refusal.status,
                     error=refusal.error,
                     reason=refusal.reason,
+                    **(
+                        metrics.request_error(function, refusal.status)
+                        if failed
+                        else {"status": refusal.status}
+                    ),
                 )
                 return refusal.answer()
             except Exception:  # the entry point: a bug must answer JSON and be logged
-                log.exception(f"{function} failed", path=request.path)
+                log.exception(
+                    f"{function} failed", path=request.path, **metrics.request_error(function, 500)
+                )
                 return refuse(500, "internal error", "the request failed unexpectedly")
 
         return run
@@ -153,7 +160,7 @@ class SettingsOnce:
                     settings = Settings.from_env()
                     load_modules(settings.pipeline_modules)
                     self._settings = settings
-                    logs.configure(settings.log_level)
+                    logs.configure(settings.log_level, project=settings.project)
                 except (ConfigError, PipelineModuleError) as exc:
                     self._error = str(exc)
                     log.error(f"{self._function} is misconfigured", reason=self._error)

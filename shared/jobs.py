@@ -134,3 +134,5 @@ class JobRecord(TypedDict, total=False):
     history: list[HistoryEntry]
     history_dropped: int
     write_id: str
+    traceparent: str
+    """The job's W3C trace context (shared.tracing); absent in records made before it."""

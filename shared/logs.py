@@ -10,7 +10,11 @@ are special fields, everything else lands in ``jsonPayload`` for filtering
 
 Modules log through ``get_logger(__name__)``, passing the entry's fields as
 keywords: ``log.info("claimed", job_id=job_id, owner=owner)``; a JobLogger
-carries a job's id, owner, attempt and current stage into every line.
+carries a job's id, owner, attempt, current stage and trace into every line.
+
+A ``traceparent`` field (the job's W3C trace context, kept in its record) is
+written as Cloud Logging's trace fields (shared.tracing), so every line about a
+job, whichever function wrote it, is found by one trace filter.
 """
 
 from __future__ import annotations
@@ -23,9 +27,13 @@ from collections.abc import MutableMapping
 from datetime import UTC, datetime
 from typing import Any
 
+from shared import tracing
+
 ROOT = "reclaim"  # every logger of the project: reclaim.runner, reclaim.claim, reclaim.job
 _FIELDS = "reclaim_fields"  # the LogRecord attribute that carries an entry's fields
 _LOGGING_KWARGS = frozenset({"exc_info", "stack_info", "stacklevel", "extra"})
+_TRACEPARENT = tracing.TRACEPARENT_HEADER  # the field a job's trace context comes in
+_project: str | None = None  # names the trace resource: projects/<project>/traces/<id>
 
 
 class JsonFormatter(logging.Formatter):
@@ -37,7 +45,10 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
         }
-        entry.update(getattr(record, _FIELDS, {}))
+        fields = dict(getattr(record, _FIELDS, {}))
+        traceparent = fields.pop(_TRACEPARENT, None)
+        entry.update(fields)
+        entry.update(tracing.log_fields(traceparent, _project))
         entry["logger"] = record.name
         entry["logging.googleapis.com/sourceLocation"] = {
             "file": record.pathname,
@@ -66,9 +77,13 @@ class _StdStreamHandler(logging.StreamHandler[Any]):
         """StreamHandler sets its stream; this one looks it up at each write instead."""
 
 
-def configure(level: str = "INFO", *, stderr: bool = False) -> None:
+def configure(level: str = "INFO", *, stderr: bool = False, project: str | None = None) -> None:
     """Set the lowest severity written, and whether lines go to stderr (the CLI keeps
-    stdout for its own output). Replaces any earlier configuration."""
+    stdout for its own output). Replaces any earlier configuration; `project` (the
+    deployment's, once its settings are read) is kept when not given."""
+    global _project
+    if project is not None:
+        _project = project
     logger = logging.getLogger(ROOT)
     for handler in list(logger.handlers):
         if isinstance(handler, _StdStreamHandler):
@@ -100,10 +115,22 @@ class JobLogger(EventLogger):
     """A logger bound to one job's id, owner and attempt, handed to stages as
     ``ctx.log``; the runner sets ``stage`` as the job moves on."""
 
-    def __init__(self, job_id: str, owner: str | None = None, attempt: int | None = None):
+    def __init__(
+        self,
+        job_id: str,
+        owner: str | None = None,
+        attempt: int | None = None,
+        traceparent: str | None = None,
+    ):
         super().__init__(
             logging.getLogger(f"{ROOT}.job"),
-            {"job_id": job_id, "owner": owner, "attempt": attempt, "stage": None},
+            {
+                "job_id": job_id,
+                "owner": owner,
+                "attempt": attempt,
+                "stage": None,
+                _TRACEPARENT: traceparent,
+            },
         )
 
     @property

@@ -56,14 +56,21 @@ class Queue:
 
     # --- submitting
 
-    def submit(self, request: submission.Submission) -> submission.SubmitResult:
+    def submit(
+        self, request: submission.Submission, *, traceparent: str | None = None
+    ) -> submission.SubmitResult:
         """Create the jobs of a submission and ring their doorbells. The request was
         validated whole first (shared.submission.parse_submission, pure), so a bad one
         never reaches the queue. Raises Conflict, before any write, if a client id
-        names a job with other content."""
-        return submission.submit(self.store, self.doorbell, request, self.clock())
+        names a job with other content. Each job joins the trace of `traceparent`
+        (the request's W3C header), or starts its own."""
+        return submission.submit(
+            self.store, self.doorbell, request, self.clock(), traceparent=traceparent
+        )
 
-    def submit_upload(self, upload: UploadedObject) -> submission.SubmittedJob:
+    def submit_upload(
+        self, upload: UploadedObject, *, traceparent: str | None = None
+    ) -> submission.SubmittedJob:
         """The upload-digest job of one uploaded object version (idempotent per version)."""
         return submission.create_upload_job(
             self.store,
@@ -74,6 +81,7 @@ class Queue:
             content_type=upload.content_type,
             size=upload.size,
             now=self.clock(),
+            traceparent=traceparent,
         )
 
     # --- reading
@@ -130,10 +138,10 @@ class Queue:
             clock=self.clock,
         )
 
-    def ring(self, job_id: str) -> None:
-        """Ring a job's doorbell again (a pending job whose rings were dead-lettered).
-        Raises DoorbellError if Pub/Sub did not accept it."""
-        self.doorbell.ring(job_id)
+    def ring(self, job_id: str, traceparent: str | None = None) -> None:
+        """Ring a job's doorbell again (a pending job whose rings were dead-lettered),
+        in its trace when known. Raises DoorbellError if Pub/Sub did not accept it."""
+        self.doorbell.ring(job_id, traceparent)
 
     # --- maintenance and running
 

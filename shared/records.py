@@ -16,6 +16,7 @@ import uuid
 from datetime import datetime
 from typing import Any, cast
 
+from shared import tracing
 from shared.errors import InvalidInput, InvalidRecord
 from shared.job_queue import MAX_ATTEMPTS_LIMIT, format_time
 from shared.jobs import JobRecord, JobStatus, JsonObject
@@ -78,8 +79,12 @@ def new_record(
     client_id: str | None = None,
     max_attempts: int | None = None,
     source: JsonObject | None = None,
+    traceparent: str | None = None,
 ) -> JobRecord:
-    """A fresh schema-1 record, queued with no attempts; raises InvalidInput."""
+    """A fresh schema-1 record, queued with no attempts; raises InvalidInput.
+
+    `traceparent` (shared.tracing) is the job's trace context; a record without
+    one (written before traces existed) is still a valid schema-1 record."""
     validate_job_id(job_id)
     validate_job_id(pipeline, "pipeline")
     if batch_id is not None:
@@ -98,6 +103,8 @@ def new_record(
         )
     if source is not None and not isinstance(source, dict):
         raise InvalidInput(f"source must be an object, not {type(source).__name__}", "source")
+    if traceparent is not None and tracing.parse(traceparent) is None:
+        raise InvalidInput(f"traceparent {traceparent!r} is not a W3C traceparent", "traceparent")
     at = format_time(now)
     record: JobRecord = {
         "schema": SCHEMA_VERSION,
@@ -121,6 +128,8 @@ def new_record(
         "error": None,
         "history": [{"at": at, "event": "submitted"}],
     }
+    if traceparent is not None:
+        record["traceparent"] = traceparent
     try:
         _dumps(record)
     except InvalidRecord as exc:

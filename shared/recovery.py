@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from shared import job_queue
+from shared import job_queue, metrics
 from shared.config import Settings
 from shared.doorbell import Ringer
 from shared.errors import AttemptsExhausted, DoorbellError, LostRace, NotFound, StorageError
@@ -71,6 +71,7 @@ def recover_one(
                 "removed the pending marker of a finished job",
                 job_id=job_id,
                 status=job.get("status"),
+                traceparent=job.get("traceparent"),
             )
         return Recovery(None, stored, unmarked=clean_marker)
     max_attempts = job_queue.max_attempts_of(job, settings.max_attempts)
@@ -95,18 +96,26 @@ def _requeue(store: Store, doorbell: Ringer, stored: Stored, now: datetime) -> R
         written = store.update(new, stored.generation)
     except (LostRace, NotFound):
         return Recovery(None, store.read(job_id))
+    trace = job.get("traceparent")
     log.log(
         logging.WARNING if rescued else logging.INFO,
         "rescued a job whose owner went silent" if rescued else "re-rang a queued job",
         job_id=job_id,
         owner=job.get("owner"),
         attempt=job_queue.attempts_of(job),
+        traceparent=trace,
+        **(metrics.rescued(job) if rescued else {}),
     )
     try:
-        doorbell.ring(job_id)
+        doorbell.ring(job_id, trace)
         rang = True
     except DoorbellError as exc:
-        log.warning("doorbell failed; the next sweep rings again", job_id=job_id, error=exc.reason)
+        log.warning(
+            "doorbell failed; the next sweep rings again",
+            job_id=job_id,
+            error=exc.reason,
+            traceparent=trace,
+        )
         rang = False
     return Recovery("requeue", written, rescued=rescued, rang=rang)
 
@@ -138,9 +147,16 @@ def _fail(store: Store, stored: Stored, now: datetime, max_attempts: int) -> Rec
         job_id=job_id,
         owner=job.get("owner"),
         attempt=error["attempt"],
+        traceparent=job.get("traceparent"),
+        **metrics.finished(job, metrics.Outcome.FAILED),
     )
     try:
         store.remove_pending(job_id)
     except StorageError as exc:  # the next sweep removes it
-        log.warning("could not remove the pending marker", job_id=job_id, error=str(exc))
+        log.warning(
+            "could not remove the pending marker",
+            job_id=job_id,
+            error=str(exc),
+            traceparent=job.get("traceparent"),
+        )
     return Recovery("fail", written)

@@ -25,11 +25,12 @@ import json
 import os
 import secrets
 import socket
+import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from shared import job_queue, records
+from shared import job_queue, metrics, records
 from shared.budget import PushBudget
 from shared.clock import Clock, utcnow
 from shared.config import Settings
@@ -159,10 +160,10 @@ class _Runner:
         self.clock = clock
         self.shutdown = shutdown
 
-    def decline(self, job_id: str) -> Outcome:
+    def decline(self, job_id: str, traceparent: str | None = None) -> Outcome:
         """Shutting down: ring the job's doorbell again so a live instance takes it, and
         ack this delivery (a failed ring asks Pub/Sub to redeliver this one instead)."""
-        rang = ring(self.doorbell, job_id)
+        rang = ring(self.doorbell, job_id, traceparent=traceparent)
         log.info("shutting down: delivery passed on", job_id=job_id, rang=rang)
         detail = "shutting down: " + ("doorbell rung again" if rang else "redeliver")
         return Outcome(job_id, OutcomeKind.HANDED_BACK, detail, redeliver=not rang)
@@ -210,12 +211,17 @@ class _Runner:
             reason = "backing off"
         elif status == JobStatus.RUNNING:
             reason = "running and fresh"
-        log.info("not claimable; acked", job_id=job_id, reason=reason)
+        log.info(
+            "not claimable; acked",
+            job_id=job_id,
+            reason=reason,
+            traceparent=job.get("traceparent"),
+        )
         return Outcome(job_id, OutcomeKind.SKIPPED, reason)
 
     def _claim_and_run(self, job_id: str, stored: Stored, now: datetime) -> Outcome:
         if self.shutdown.requested:
-            return self.decline(job_id)
+            return self.decline(job_id, stored.record.get("traceparent"))
         job = stored.record
         owner = new_owner(self.instance)
         try:
@@ -225,11 +231,16 @@ class _Runner:
         try:
             claimed = self.store.update(new, stored.generation)
         except (LostRace, NotFound):
-            log.info("lost the claim race; acked", job_id=job_id, owner=owner)
+            log.info(
+                "lost the claim race; acked",
+                job_id=job_id,
+                owner=owner,
+                traceparent=job.get("traceparent"),
+            )
             return Outcome(job_id, OutcomeKind.RACED, "another owner won", owner=owner)
         attempt = int(claimed.record["attempts"])
-        jlog = JobLogger(job_id, owner, attempt)
-        jlog.info("claimed", pipeline=job.get("pipeline"), rescues=job.get("rescues"))
+        jlog = JobLogger(job_id, owner, attempt, job.get("traceparent"))
+        jlog.info("claimed", rescues=job.get("rescues"), **metrics.claimed(job, now, attempt))
         s = self.settings
         owned = OwnedRecord(
             self.store,
@@ -295,6 +306,7 @@ class _Job:
         self.confirm_s = runner.settings.ownership_confirm_seconds
         # outputs of committed stages, earlier attempts' included: the job's deliverables
         self.outputs = job_queue.checkpoint_outputs(self.job)
+        self.started = time.monotonic()  # the attempt's run time (a metric) counts from here
 
     def run(self) -> Outcome:
         try:
@@ -390,7 +402,7 @@ class _Job:
             )
         except OwnerLost:
             return self._lost("done refused")
-        self.log.info("done")
+        self.log.info("done", **self._finished(metrics.Outcome.DONE))
         self._unmark()
         return self._outcome(OutcomeKind.DONE)
 
@@ -403,7 +415,12 @@ class _Job:
             self.owned.finish(lambda job: job_queue.fail_fields(job, now, error), "failed")
         except OwnerLost:
             return self._lost("fail refused")
-        self.log.error("failed", error_type=error["type"], error=error["message"])
+        self.log.error(
+            "failed",
+            error_type=error["type"],
+            error=error["message"],
+            **self._finished(metrics.Outcome.FAILED),
+        )
         self._unmark()
         return self._outcome(OutcomeKind.FAILED, error["message"])
 
@@ -431,9 +448,10 @@ class _Job:
             error_type=error["type"],
             error=error["message"],
             delay_s=round(delay, 3),
+            **self._finished(metrics.Outcome.REQUEUED),
         )
         if delay <= 0:
-            ring(self.r.doorbell, self.job_id, self.log)
+            ring(self.r.doorbell, self.job_id, self.log, self.job.get("traceparent"))
         return self._outcome(OutcomeKind.REQUEUED, error["message"])
 
     def _hand_back(self, why: str) -> Outcome:
@@ -449,8 +467,13 @@ class _Job:
             self.owned.finish(build, "handed back")
         except OwnerLost:
             return self._lost("hand-back refused")
-        rang = ring(self.r.doorbell, self.job_id, self.log)
-        self.log.warning("handed back: the instance is shutting down", why=why, rang=rang)
+        rang = ring(self.r.doorbell, self.job_id, self.log, self.job.get("traceparent"))
+        self.log.warning(
+            "handed back: the instance is shutting down",
+            why=why,
+            rang=rang,
+            **self._finished(metrics.Outcome.HANDED_BACK),
+        )
         outcome = self._outcome(OutcomeKind.HANDED_BACK, why)
         outcome.redeliver = not rang  # no doorbell rang: this push must come back instead
         return outcome
@@ -460,6 +483,9 @@ class _Job:
         check() in time: the stage cannot be stopped, but its owner's writes are refused
         from now on (a finished job refuses the hand-back instead)."""
         self._hand_back("the stage did not stop in time")
+
+    def _finished(self, outcome: metrics.Outcome) -> dict[str, Any]:
+        return metrics.finished(self.job, outcome, run_s=time.monotonic() - self.started)
 
     def _lost(self, why: str) -> Outcome:
         self.owned.close()
@@ -479,10 +505,13 @@ class _Job:
         )
 
 
-def ring(doorbell: Ringer, job_id: str, jlog: JobLogger | None = None) -> bool:
-    """Ring a job's doorbell; False (logged) if Pub/Sub refused: the sweep rings later."""
+def ring(
+    doorbell: Ringer, job_id: str, jlog: JobLogger | None = None, traceparent: str | None = None
+) -> bool:
+    """Ring a job's doorbell (with its trace); False (logged) if Pub/Sub refused: the
+    sweep rings later."""
     try:
-        doorbell.ring(job_id)
+        doorbell.ring(job_id, traceparent)
     except DoorbellError as exc:
         (jlog or log).warning(
             "doorbell failed; the sweep will ring", job_id=job_id, error=exc.reason

@@ -173,10 +173,15 @@ def _watchdog(
             "status watchdog could not act",
             job_id=stored.record.get("id"),
             error=f"{type(exc).__name__}: {exc}",
+            traceparent=stored.record.get("traceparent"),
         )
         return None, stored
     if action:
-        log.info(f"status read applied {action}", job_id=stored.record.get("id"))
+        log.info(
+            f"status read applied {action}",
+            job_id=stored.record.get("id"),
+            traceparent=stored.record.get("traceparent"),
+        )
     return action, after
 
 

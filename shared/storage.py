@@ -23,6 +23,7 @@ GcsStore shares one client per process (the client is documented thread-safe).
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import uuid
 from collections import Counter
@@ -59,9 +60,15 @@ SWEEP_CURSOR = "sweep/cursor"  # where the next sweep resumes when the backlog e
 RECORD_CONTENT_TYPE = "application/json"
 
 HTTP_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds per HTTP request
-RETRY_INITIAL_S = 0.2
+# Connections the storage client keeps open per host: every call one process may have in
+# flight. submit is the widest: its request concurrency (terraform submit_function, 8) x
+# one request's thread pool (shared.submission._WORKERS, 16). requests keeps 10 by
+# default and opens-and-discards the rest. tests/terraform keeps concurrency x workers
+# within it (terraform/README.md, "Sizing submit for a 1000-job batch").
+HTTP_POOL_SIZE = 128
 RETRY_MAX_DELAY_S = 4.0
 RETRY_DEADLINE_S = 30.0
+_TOKEN_REFRESH_TIMEOUT_S = 300  # what google-cloud-core gives the session it builds itself
 _OUTPUT_NAME_MAX = 512
 
 
@@ -210,21 +217,52 @@ class CallCounter:
 def default_retry() -> Any:
     """Bounded retry of transient errors (429/5xx/connection), used on every call.
 
+    The library's own predicate and its own delays, so no retry starts sooner than the
+    library's would: Cloud Storage takes about one write per second to one object name
+    (https://cloud.google.com/storage/quotas), and a 429 retried sooner only meets that
+    limit again. ``DEFAULT_RETRY`` (google-cloud-storage ``retry.py``) keeps
+    google-api-core's defaults: a first delay of 1.0 s that doubles
+    (``google/api_core/retry/retry_base.py``, ``_DEFAULT_INITIAL_DELAY``,
+    ``_DEFAULT_DELAY_MULTIPLIER``), each sleep drawn at random below it (full jitter;
+    https://cloud.google.com/storage/docs/retry-strategy). Ours are only the longest
+    delay and the deadline (RETRY_DEADLINE_S rather than 120 s), so a call gives up in
+    time for the caller's own budget.
+
     Passed explicitly so generation-matched writes are retried too; that is safe
     because a 412 after a retry is resolved by the write_id re-read, never retried.
     """
     from google.cloud.storage.retry import DEFAULT_RETRY
 
-    return DEFAULT_RETRY.with_delay(
-        initial=RETRY_INITIAL_S, maximum=RETRY_MAX_DELAY_S, multiplier=2.0
-    ).with_timeout(RETRY_DEADLINE_S)
+    return DEFAULT_RETRY.with_delay(maximum=RETRY_MAX_DELAY_S).with_timeout(RETRY_DEADLINE_S)
 
 
 def make_client(project: str | None) -> Client:
-    """A storage client: anonymous on STORAGE_EMULATOR_HOST (the library reads it), else ADC."""
-    from google.cloud import storage
+    """A storage client whose HTTP session keeps HTTP_POOL_SIZE connections per host.
 
-    return storage.Client(project=project)
+    Credentials as the client picks them: anonymous when STORAGE_EMULATOR_HOST is set
+    (fake-gcs-server), else Application Default Credentials with the client's scopes.
+    The session is the one the client would build itself (google-auth's
+    AuthorizedSession, mutual TLS configured when enabled), with a bigger pool: the
+    client has no public pool setting, and takes a session as ``_http``
+    (googleapis/python-storage#253 sizes the pool the same way).
+    """
+    import google.auth
+    from google.auth.credentials import AnonymousCredentials, Credentials
+    from google.auth.transport.requests import AuthorizedSession
+    from google.cloud import storage
+    from requests.adapters import HTTPAdapter
+
+    credentials: Credentials
+    if os.environ.get("STORAGE_EMULATOR_HOST"):
+        credentials = AnonymousCredentials()
+    else:
+        credentials, _ = google.auth.default(scopes=storage.Client.SCOPE)
+    session = AuthorizedSession(credentials, refresh_timeout=_TOKEN_REFRESH_TIMEOUT_S)
+    adapter = HTTPAdapter(pool_maxsize=HTTP_POOL_SIZE)
+    session.mount("https://", adapter)
+    session.mount("http://", adapter)  # the emulator
+    session.configure_mtls_channel()  # a no-op unless enabled; it keeps the pool size
+    return storage.Client(project=project, credentials=credentials, _http=session)
 
 
 class GcsStore(CallCounter):

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from shared import records
+from shared import records, tracing
 from shared.config import Settings
 from shared.doorbell import Ringer
 from shared.errors import (
@@ -44,7 +44,7 @@ BATCH_KEYS = frozenset({"batch_id", "jobs"})
 MAX_ATTEMPTS = 100
 MAX_PAYLOAD_BYTES = 256 * 1024
 UPLOAD_PIPELINE = "upload-digest"
-_WORKERS = 8
+_WORKERS = 16  # calls of one request in flight (terraform/README.md, "Sizing submit")
 RING_EVERY = 50
 """A batch rings the jobs written so far every this many records, so its first jobs run
 while the rest are still being written (each is complete before its doorbell rings)."""
@@ -79,6 +79,7 @@ class SubmittedJob:
     status: JobStatus | str  # a JobStatus; "unknown" if the existing record cannot be read
     created: bool
     batch_id: str | None = None
+    traceparent: str | None = None  # the job's trace (logs, doorbell); not in the answer
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -276,22 +277,34 @@ def _batch_id_for(specs: list[JobSpec]) -> str:
 # ------------------------------------------------------------------ creation
 
 
-def submit(store: Store, doorbell: Ringer, submission: Submission, now: datetime) -> SubmitResult:
+def submit(
+    store: Store,
+    doorbell: Ringer,
+    submission: Submission,
+    now: datetime,
+    *,
+    traceparent: str | None = None,
+) -> SubmitResult:
     """Create the jobs of a validated submission; Conflict before any write if a
-    client id names a job with other content."""
+    client id names a job with other content.
+
+    Each new job's trace is a child span of the request's `traceparent` (the W3C
+    header), or a new trace of its own when the request carried none."""
     planned = _plan(store, submission)
     todo = [(job_id, spec) for job_id, spec, found in planned if found is None]
+    traces = {job_id: tracing.for_job(traceparent).traceparent for job_id, _ in todo}
     created: dict[str, SubmittedJob] = {}
     for start in range(0, len(todo), RING_EVERY):  # a big batch starts running while it
-        chunk = _create_all(store, todo[start : start + RING_EVERY], now)  # is written
+        chunk = _create_all(store, todo[start : start + RING_EVERY], traces, now)  # is written
         created.update((o.job_id, o) for o in chunk)
-        _ring(doorbell, [o.job_id for o in chunk if o.created], submission.is_batch)
+        _ring(doorbell, [o for o in chunk if o.created], submission.is_batch)
     jobs = tuple(found or created[job_id] for job_id, _spec, found in planned)
     for job in jobs:
         log.info(
             "job created" if job.created else "job already existed",
             job_id=job.job_id,
             batch_id=job.batch_id,
+            traceparent=job.traceparent,
         )
     return SubmitResult(jobs, submission.batch_id, submission.is_batch)
 
@@ -306,8 +319,10 @@ def create_upload_job(
     content_type: str | None,
     size: int | None,
     now: datetime,
+    traceparent: str | None = None,
 ) -> SubmittedJob:
-    """The upload-digest job of one object version; a redelivered event finds it."""
+    """The upload-digest job of one object version; a redelivered event finds it.
+    Its trace is a child of the notification push's `traceparent`, or a new one."""
     job_id = records.upload_job_id(bucket, name, generation)
     payload = {
         "bucket": bucket,
@@ -324,15 +339,24 @@ def create_upload_job(
     except CorruptRecord as exc:
         raise Conflict(f"job {job_id} exists but its record is unreadable: {exc.reason}") from None
     else:
-        return SubmittedJob(job_id, existing.record["status"], created=False)
-    record = records.new_record(job_id, UPLOAD_PIPELINE, payload, now, source=source)
+        return SubmittedJob(
+            job_id,
+            existing.record["status"],
+            created=False,
+            traceparent=existing.record.get("traceparent"),
+        )
+    trace = tracing.for_job(traceparent).traceparent
+    record = records.new_record(
+        job_id, UPLOAD_PIPELINE, payload, now, source=source, traceparent=trace
+    )
     store.add_pending(job_id)
     try:
         stored = store.create(record)
     except AlreadyExists:
         return SubmittedJob(job_id, _status_of(store, job_id), created=False)
-    _ring(doorbell, [job_id], batch=False)
-    return SubmittedJob(job_id, stored.record["status"], created=True)
+    job = SubmittedJob(job_id, stored.record["status"], created=True, traceparent=trace)
+    _ring(doorbell, [job], batch=False)
+    return job
 
 
 def _plan(store: Store, submission: Submission) -> list[tuple[str, JobSpec, SubmittedJob | None]]:
@@ -379,18 +403,28 @@ def _compare(job_id: str, spec: JobSpec, record: JobRecord) -> SubmittedJob | st
                 f"id {job_id!r} already names a job with a different {key}; "
                 "use another id or resubmit the original content"
             )
-    return SubmittedJob(job_id, record["status"], created=False, batch_id=record.get("batch_id"))
+    return SubmittedJob(
+        job_id,
+        record["status"],
+        created=False,
+        batch_id=record.get("batch_id"),
+        traceparent=record.get("traceparent"),
+    )
 
 
-def _create_all(store: Store, jobs: list[tuple[str, JobSpec]], now: datetime) -> list[SubmittedJob]:
-    outcomes = _map(lambda pair: _create_one(store, pair[0], pair[1], now), jobs)
+def _create_all(
+    store: Store, jobs: list[tuple[str, JobSpec]], traces: dict[str, str], now: datetime
+) -> list[SubmittedJob]:
+    outcomes = _map(lambda pair: _create_one(store, pair[0], pair[1], traces[pair[0]], now), jobs)
     conflicts = [o for o in outcomes if isinstance(o, str)]
     if conflicts:  # lost a race with a concurrent submit of the same id
         raise Conflict(conflicts[0], conflicts[:_MAX_PROBLEMS])
     return [o for o in outcomes if isinstance(o, SubmittedJob)]
 
 
-def _create_one(store: Store, job_id: str, spec: JobSpec, now: datetime) -> SubmittedJob | str:
+def _create_one(
+    store: Store, job_id: str, spec: JobSpec, traceparent: str, now: datetime
+) -> SubmittedJob | str:
     """Pending marker, batch marker, then the create-only record."""
     record = records.new_record(
         job_id,
@@ -400,6 +434,7 @@ def _create_one(store: Store, job_id: str, spec: JobSpec, now: datetime) -> Subm
         batch_id=spec.batch_id,
         client_id=spec.client_id,
         max_attempts=spec.max_attempts,
+        traceparent=traceparent,
     )
     store.add_pending(job_id)
     if spec.batch_id is not None:
@@ -411,15 +446,26 @@ def _create_one(store: Store, job_id: str, spec: JobSpec, now: datetime) -> Subm
             return _compare(job_id, spec, store.read(job_id).record)
         except (NotFound, CorruptRecord) as exc:
             return f"id {job_id!r} was created concurrently and cannot be read: {exc}"
-    return SubmittedJob(job_id, stored.record["status"], created=True, batch_id=spec.batch_id)
+    return SubmittedJob(
+        job_id,
+        stored.record["status"],
+        created=True,
+        batch_id=spec.batch_id,
+        traceparent=traceparent,
+    )
 
 
-def _ring(doorbell: Ringer, job_ids: list[str], batch: bool) -> None:
+def _ring(doorbell: Ringer, jobs: list[SubmittedJob], batch: bool) -> None:
     """A failed ring is only a warning: the record is durable and the sweep re-rings."""
-    if not job_ids:
+    if not jobs:
         return
+    job_ids = [job.job_id for job in jobs]
+    traces = {job.job_id: job.traceparent for job in jobs if job.traceparent}
     try:
-        failed = doorbell.ring_many(job_ids) if batch else _ring_one(doorbell, job_ids[0])
+        if batch:
+            failed = doorbell.ring_many(job_ids, traces)
+        else:
+            failed = _ring_one(doorbell, job_ids[0], traces.get(job_ids[0]))
     except DoorbellError as exc:  # the record already exists; the sweep rings it
         log.warning(
             "doorbell failed; the sweep will ring again",
@@ -437,8 +483,8 @@ def _ring(doorbell: Ringer, job_ids: list[str], batch: bool) -> None:
         )
 
 
-def _ring_one(doorbell: Ringer, job_id: str) -> list[str]:
-    doorbell.ring(job_id)
+def _ring_one(doorbell: Ringer, job_id: str, traceparent: str | None) -> list[str]:
+    doorbell.ring(job_id, traceparent)
     return []
 
 

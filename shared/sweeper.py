@@ -18,6 +18,12 @@ deletes a marker before the record is terminal (and retry_fields re-adding a
 marker is the retry path's job). Corrupt records are counted, listed and left
 alone: never rewritten, never deleted, and their marker stays so the next sweep
 reports them again until a person acts.
+
+Gauges. The records the sweep reads anyway are the queue's pending jobs, so each
+run logs one ``queue`` metric line per pipeline (queued, running, the age of the
+oldest due job: shared.metrics) and one ``sweep`` line; the log-based metrics and
+alerts are built on those (docs/seeing.md). A truncated run's gauges cover the
+window it examined, and say so.
 """
 
 from __future__ import annotations
@@ -28,10 +34,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from shared import job_queue, metrics
 from shared.config import Settings
 from shared.doorbell import Ringer
 from shared.errors import CorruptRecord, NotFound, ReclaimError, StorageError
+from shared.jobs import JobRecord
 from shared.logs import get_logger
+from shared.pipelines import pipeline_names
 from shared.recovery import recover_one
 from shared.storage import PendingEntry, Store
 
@@ -78,6 +87,7 @@ def run_once(
     result = SweepResult()
     entries, backlog = pending_window(store, settings.sweep_max_jobs)
     last: str | None = None
+    pending: list[JobRecord] = []  # what the pending records are after this run
     for entry in entries:
         if monotonic() - start > settings.sweep_max_seconds:
             result.truncated = True
@@ -85,7 +95,7 @@ def run_once(
         result.examined += 1
         last = entry.job_id
         try:
-            _sweep_entry(store, doorbell, settings, now, entry, result)
+            record = _sweep_entry(store, doorbell, settings, now, entry, result)
         except ReclaimError as exc:  # a storage hiccup or an odd record: the next run retries
             result.errors += 1
             log.error(
@@ -93,17 +103,33 @@ def run_once(
                 job_id=entry.job_id,
                 error=f"{type(exc).__name__}: {exc}",
             )
+        else:
+            if record is not None:
+                pending.append(record)
     if backlog:
         result.truncated = True
         if last is not None:
             _save_cursor(store, next_cursor(last))
     result.elapsed = monotonic() - start
+    _log_gauges(pending, now, settings, truncated=result.truncated)
     log.info(
         "sweep finished",
         **{k: v for k, v in result.to_json().items() if k != "corrupt"},
         corrupt=len(result.corrupt),
+        **metrics.sweep_run(),
     )
     return result
+
+
+def _log_gauges(
+    pending: list[JobRecord], now: datetime, settings: Settings, *, truncated: bool
+) -> None:
+    """One ``queue`` line per known pipeline (zeros included) and per pipeline seen."""
+    gauges = metrics.queue_gauges(
+        pending, now, pipelines=pipeline_names(), skew_s=settings.clock_skew_seconds
+    )
+    for gauge in gauges.values():
+        log.info("queue gauge", **gauge.fields(truncated=truncated))
 
 
 def pending_window(store: Store, limit: int) -> tuple[list[PendingEntry], bool]:
@@ -137,7 +163,8 @@ def _sweep_entry(
     now: datetime,
     entry: PendingEntry,
     result: SweepResult,
-) -> None:
+) -> JobRecord | None:
+    """Recover one entry; returns its record afterwards if the job is still pending."""
     try:
         stored = store.read(entry.job_id)
     except NotFound:
@@ -145,12 +172,12 @@ def _sweep_entry(
             store.remove_pending(entry.job_id)
             result.repaired += 1
             log.warning("removed a pending marker without a record", job_id=entry.job_id)
-        return
+        return None
     except CorruptRecord as exc:
         if len(result.corrupt) < MAX_CORRUPT_LISTED:
             result.corrupt.append(entry.job_id)
         log.error("corrupt record left for a person", job_id=entry.job_id, reason=exc.reason)
-        return
+        return None
     done = recover_one(store, doorbell, stored, settings, now, clean_marker=True)
     if done.unmarked:
         result.repaired += 1
@@ -163,6 +190,7 @@ def _sweep_entry(
             result.requeued += 1
         if done.rang:
             result.rung += 1
+    return None if job_queue.is_terminal(done.stored.record) else done.stored.record
 
 
 def _save_cursor(store: Store, cursor: str) -> None:

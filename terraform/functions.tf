@@ -1,4 +1,4 @@
-# The four gen2 functions (README "Repository layout"), built from archives that hold the
+# The five gen2 functions (README "Repository layout"), built from archives that hold the
 # function's folder at the root, the repo's shared/ package beside main.py, and the
 # deployment's own pipelines package (var.pipelines_dir, default the repo's pipelines/).
 # tests/terraform/test_tf_packaging.py builds the same archives, imports each entry
@@ -50,13 +50,18 @@ locals {
     )
   }
 
-  # Only the public front door takes traffic from outside Google; Pub/Sub push and
-  # Cloud Scheduler count as internal sources for Cloud Run ingress.
+  # Only the two doors people use take traffic from outside Google (submit, and the
+  # dashboard, which `gcloud run services proxy` reaches from an operator's machine:
+  # "if the Cloud Run Service is configured to only allow internal ingress, this command
+  # will not work", cloud.google.com/sdk/gcloud/reference/run/services/proxy); IAM still
+  # admits only the named principals. Pub/Sub push and Cloud Scheduler count as
+  # internal sources for Cloud Run ingress.
   ingress = {
     submit        = "ALLOW_ALL"
     submit_upload = "ALLOW_INTERNAL_ONLY"
     claim         = "ALLOW_INTERNAL_ONLY"
     sweep         = "ALLOW_INTERNAL_ONLY"
+    dashboard     = "ALLOW_ALL"
   }
 }
 
@@ -98,7 +103,7 @@ resource "google_artifact_registry_repository" "functions" {
 }
 
 resource "google_cloudfunctions2_function" "fn" {
-  # checkov:skip=CKV_GCP_124:Only submit is ALLOW_ALL (local.ingress): it is the HTTP front door users curl, and IAM still admits only var.submit_invokers (run.invoker); the other three are ALLOW_INTERNAL_ONLY.
+  # checkov:skip=CKV_GCP_124:Only submit and dashboard are ALLOW_ALL (local.ingress): submit is the HTTP front door users curl, the dashboard is reached through gcloud run services proxy; IAM still admits only var.submit_invokers / var.dashboard_viewers (run.invoker); the other three are ALLOW_INTERNAL_ONLY.
   for_each = local.functions
 
   name        = "${var.name_prefix}-${replace(each.key, "_", "-")}"

@@ -1,9 +1,10 @@
 # Identities and grants. One runtime SA per function, one invoker SA for pushes and
 # the scheduler, one build SA. Every grant sits on the resource it is about (bucket,
-# topic, subscription, service, SA), except the build SA's two project-level grants:
-# its log writer (logs have no narrower grant point) and its read of the
-# gcf-v2-sources bucket, conditioned on that bucket's name because Cloud Functions
-# creates the bucket on the first deploy. No public members anywhere.
+# topic, subscription, service, SA), except three project-level grants: the build SA's
+# log writer (logs have no narrower grant point) and its read of the gcf-v2-sources
+# bucket, conditioned on that bucket's name because Cloud Functions creates the bucket
+# on the first deploy; and the dashboard's monitoring viewer (metrics have no narrower
+# grant point). No public members anywhere.
 
 resource "google_service_account" "fn" {
   for_each = local.functions
@@ -73,6 +74,18 @@ resource "google_cloud_run_v2_service_iam_member" "invoker" {
   member   = "serviceAccount:${google_service_account.invoker.email}"
 }
 
+# Who may open the dashboard (and press its retry and cancel buttons): named principals
+# only, like submit; their browser reaches it through `gcloud run services proxy`.
+resource "google_cloud_run_v2_service_iam_member" "dashboard_viewers" {
+  for_each = toset(var.dashboard_viewers)
+
+  project  = var.project_id
+  location = var.region
+  name     = google_cloudfunctions2_function.fn["dashboard"].name
+  role     = "roles/run.invoker"
+  member   = each.value
+}
+
 # Who may submit jobs: named principals only (variable validation refuses public ones).
 resource "google_cloud_run_v2_service_iam_member" "submitters" {
   for_each = toset(var.submit_invokers)
@@ -82,6 +95,22 @@ resource "google_cloud_run_v2_service_iam_member" "submitters" {
   name     = google_cloudfunctions2_function.fn["submit"].name
   role     = "roles/run.invoker"
   member   = each.value
+}
+
+# The dashboard peeks at the dead letters: pull, then hand each back (deadline 0).
+resource "google_pubsub_subscription_iam_member" "dashboard_reads_dead_letters" {
+  project      = var.project_id
+  subscription = google_pubsub_subscription.dead_letter_hold.name
+  role         = "roles/pubsub.subscriber"
+  member       = "serviceAccount:${google_service_account.fn["dashboard"].email}"
+}
+
+# The dashboard's charts read the log-based metrics' time series (timeSeries.list needs
+# monitoring.timeSeries.list on the project: metrics have no narrower grant point).
+resource "google_project_iam_member" "dashboard_reads_metrics" {
+  project = var.project_id
+  role    = "roles/monitoring.viewer"
+  member  = "serviceAccount:${google_service_account.fn["dashboard"].email}"
 }
 
 # --- Google service agents ---------------------------------------------------------
@@ -181,5 +210,6 @@ resource "time_sleep" "grants_propagate" {
     google_service_account_iam_member.pubsub_agent_mints_invoker_tokens,
     google_pubsub_topic_iam_member.pubsub_agent_dead_letters,
     google_pubsub_topic_iam_member.gcs_agent_publishes_uploads,
+    google_project_iam_member.dashboard_reads_metrics,
   ]
 }

@@ -10,6 +10,7 @@ locals {
     "cloudscheduler.googleapis.com",
     "iam.googleapis.com",
     "logging.googleapis.com",
+    "monitoring.googleapis.com",
     "pubsub.googleapis.com",
     "run.googleapis.com",
     "storage.googleapis.com",
@@ -59,6 +60,8 @@ locals {
     RECLAIM_RETENTION_DAYS_FAILED      = tostring(var.retention_days.failed)
     RECLAIM_RETENTION_DAYS_CANCELLED   = tostring(var.retention_days.cancelled)
     RECLAIM_PIPELINE_MODULES           = join(",", var.pipeline_modules)
+    RECLAIM_DEAD_LETTER_SUBSCRIPTION   = local.subscriptions.dead_letter_hold
+    RECLAIM_METRICS_SOURCE             = "monitoring:${var.name_prefix}"
     RECLAIM_LOG_LEVEL                  = var.queue.log_level
   }
 
@@ -68,6 +71,7 @@ locals {
     submit_upload = merge(var.submit_upload_function, { source = "submit", entry_point = "submit_upload" })
     claim         = merge(var.claim_function, { source = "claim", entry_point = "claim" })
     sweep         = merge(var.sweep_function, { source = "sweep", entry_point = "sweep" })
+    dashboard     = merge(var.dashboard_function, { source = "dashboard", entry_point = "dashboard" })
   }
   # Pushed functions: the subscription that feeds each, and its topic.
   pushes = {

@@ -3,6 +3,16 @@ output "submit_url" {
   value       = google_cloudfunctions2_function.fn["submit"].service_config[0].uri
 }
 
+output "dashboard" {
+  description = "Open the dashboard: run this (you must be in dashboard_viewers), then browse http://localhost:8080."
+  value       = "gcloud run services proxy ${google_cloudfunctions2_function.fn["dashboard"].name} --region ${var.region} --project ${var.project_id} --port 8080"
+}
+
+output "monitoring_dashboard" {
+  description = "The Cloud Monitoring dashboard of the queue's metrics."
+  value       = "https://console.cloud.google.com/monitoring/dashboards/builder/${element(split("/", google_monitoring_dashboard.reclaim.id), 3)}?project=${var.project_id}"
+}
+
 output "function_urls" {
   description = "Cloud Run URL of every function."
   value       = { for k, f in google_cloudfunctions2_function.fn : k => f.service_config[0].uri }

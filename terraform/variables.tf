@@ -1,6 +1,27 @@
 # Inputs, alphabetical. Defaults of `queue` mirror shared/config.py ENV_VARS
 # (tests/terraform checks both the names and the defaults).
 
+variable "alerts" {
+  description = "Alert thresholds (terraform/monitoring.tf): how long a due job may wait, the failure ratio over 10 min, how many minutes the sweep may be silent, claim 5xx per 5 min."
+  type = object({
+    oldest_due_job_seconds = optional(number, 600)
+    failure_ratio          = optional(number, 0.2)
+    sweep_silent_minutes   = optional(number, 10)
+    claim_errors_per_5min  = optional(number, 5)
+  })
+  default = {}
+  validation {
+    condition     = var.alerts.oldest_due_job_seconds >= 60 && var.alerts.failure_ratio > 0 && var.alerts.failure_ratio < 1 && var.alerts.claim_errors_per_5min >= 0
+    error_message = "alerts: oldest_due_job_seconds >= 60, 0 < failure_ratio < 1, claim_errors_per_5min >= 0."
+  }
+  # An absence condition's duration must be at least 120 s, in whole minutes
+  # (cloud.google.com/monitoring/api/ref_v3/rest/v3/projects.alertPolicies#metricabsence).
+  validation {
+    condition     = var.alerts.sweep_silent_minutes >= 2 && var.alerts.sweep_silent_minutes <= 1440 && var.alerts.sweep_silent_minutes == floor(var.alerts.sweep_silent_minutes)
+    error_message = "alerts.sweep_silent_minutes must be whole minutes from 2 to 1440."
+  }
+}
+
 variable "claim_function" {
   description = "Sizing of claim. concurrency is also RECLAIM_MAX_CONCURRENT and THREADS; >1 needs cpu >= 1."
   type = object({
@@ -48,6 +69,29 @@ variable "claim_push" {
   validation {
     condition     = try(tonumber(trimsuffix(var.claim_push.minimum_backoff, "s")) <= tonumber(trimsuffix(var.claim_push.maximum_backoff, "s")), false)
     error_message = "claim_push.minimum_backoff must not exceed claim_push.maximum_backoff."
+  }
+}
+
+variable "dashboard_function" {
+  description = "Sizing of dashboard (the web UI: a person's browser through `gcloud run services proxy`)."
+  type = object({
+    concurrency     = optional(number, 8)
+    cpu             = optional(string, "1")
+    memory          = optional(string, "512Mi")
+    timeout_seconds = optional(number, 60)
+    min_instances   = optional(number, 0)
+    max_instances   = optional(number, 2)
+  })
+  default = {}
+}
+
+variable "dashboard_viewers" {
+  description = "Principals allowed to open the dashboard (run.invoker on it; user:, group:, serviceAccount:, domain:). They can retry and cancel jobs. Never public."
+  type        = list(string)
+  default     = []
+  validation {
+    condition     = alltrue([for m in var.dashboard_viewers : can(regex("^(user|group|serviceAccount|domain):[^ ]+$", m))])
+    error_message = "dashboard_viewers entries must be user:, group:, serviceAccount: or domain: members (allUsers and allAuthenticatedUsers are refused)."
   }
 }
 
@@ -100,6 +144,16 @@ variable "noncurrent_retention_days" {
   validation {
     condition     = var.noncurrent_retention_days >= 1
     error_message = "noncurrent_retention_days must be >= 1."
+  }
+}
+
+variable "notification_channels" {
+  description = "Cloud Monitoring notification channels every alert policy notifies, as projects/<project>/notificationChannels/<id> (create them in the console or with google_monitoring_notification_channel). Empty: incidents open without notifying anyone."
+  type        = list(string)
+  default     = []
+  validation {
+    condition     = alltrue([for c in var.notification_channels : can(regex("^projects/[^/]+/notificationChannels/[^/]+$", c))])
+    error_message = "notification_channels entries must be projects/<project>/notificationChannels/<id>."
   }
 }
 

@@ -24,6 +24,7 @@ from shared.events import job_id_from_delivery, parse_pubsub
 from shared.http import Refusal, SettingsOnce, answer, entry_point, require_method
 from shared.logs import get_logger
 from shared.shutdown import SHUTDOWN
+from shared.tracing import TRACEPARENT_HEADER
 
 log = get_logger("claim")
 _settings = SettingsOnce("claim")
@@ -50,6 +51,7 @@ def claim(request: flask.Request) -> flask.Response:
             "no free slot; asked for a redelivery",
             job_id=job_id,
             delivery_attempt=delivery.delivery_attempt,
+            traceparent=delivery.attributes.get(TRACEPARENT_HEADER),
         )
         return answer(429, outcome.to_json(), {"Retry-After": retry})
     if outcome.redeliver:

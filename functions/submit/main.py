@@ -14,9 +14,14 @@ from shared.events import upload_from_http
 from shared.http import Refusal, SettingsOnce, answer, entry_point, read_body, require_method
 from shared.logs import get_logger
 from shared.submission import decode_body, parse_submission
+from shared.tracing import TRACEPARENT_HEADER
 
 log = get_logger("submit")
 _JSON_TYPES = ("application/json",)
+# Not /healthz: Cloud Run reserves some paths ending in "z" and answers them itself, so
+# such a request never reaches the function ("Reserved URL paths",
+# https://cloud.google.com/run/docs/known-issues). /healthz is an unknown route here.
+HEALTH_PATH = "/health"
 _settings = SettingsOnce("submit")
 _settings.validate_now()
 
@@ -26,11 +31,11 @@ _settings.validate_now()
 
 @entry_point("submit")
 def submit(request: flask.Request) -> flask.Response:
-    """The HTTP API: POST /jobs, GET /jobs/<id>, GET /batches/<id>, GET /healthz."""
+    """The HTTP API: POST /jobs, GET /jobs/<id>, GET /batches/<id>, GET /health."""
     path = request.path.rstrip("/") or "/"
     parts = path.lstrip("/").split("/", 1)
     head, rest = parts[0], (parts[1] if len(parts) > 1 else None)
-    if path == "/healthz":
+    if path == HEALTH_PATH:
         require_method(request, ("GET",))
         return answer(200, {"ok": True})
     if head == "jobs" and rest is None:
@@ -53,7 +58,10 @@ def _post_jobs(request: flask.Request) -> flask.Response:
     raw = read_body(request, settings.max_body_bytes)
     if not raw.strip():
         raise Refusal(400, "invalid request", "the body is empty; send a job as JSON")
-    result = _settings.queue().submit(parse_submission(decode_body(raw), settings))
+    result = _settings.queue().submit(
+        parse_submission(decode_body(raw), settings),
+        traceparent=request.headers.get(TRACEPARENT_HEADER),
+    )
     return answer(202 if result.created else 200, result.to_json())
 
 
@@ -82,10 +90,13 @@ def submit_upload(request: flask.Request) -> flask.Response:
     if upload.bucket == settings.records_bucket:  # never digest our own records: a loop
         log.warning("event from the records bucket ignored", bucket=upload.bucket)
         return answer(200, {"ignored": True, "reason": "object is in the records bucket"})
-    job = _settings.queue().submit_upload(upload)
+    job = _settings.queue().submit_upload(
+        upload, traceparent=request.headers.get(TRACEPARENT_HEADER)
+    )
     log.info(
         "upload job created" if job.created else "upload job already existed",
         job_id=job.job_id,
+        traceparent=job.traceparent,
         bucket=upload.bucket,
         object=upload.name,
         generation=upload.generation,

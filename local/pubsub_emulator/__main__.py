@@ -28,6 +28,20 @@ def _env_fraction(name: str) -> float:
         raise SystemExit(f"{name} must be a number between 0 and 1, got {raw!r}") from None
 
 
+def _count(raw: str) -> int:
+    if not raw.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {raw!r}")
+    return int(raw)
+
+
+def _env_count(name: str) -> int:
+    raw = os.environ.get(name, "")
+    try:
+        return _count(raw) if raw.strip() else 0
+    except argparse.ArgumentTypeError as exc:
+        raise SystemExit(f"{name} {exc}") from None
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m local.pubsub_emulator", description=__doc__)
     p.add_argument("--host", default="127.0.0.1")
@@ -75,6 +89,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=_env_fraction("PUBSUB_EMULATOR_DROP_PUBLISH_FRACTION"),
         help="test-only: answer OK but drop this fraction of published messages",
     )
+    p.add_argument(
+        "--max-pull-messages",
+        type=_count,
+        default=_env_count("PUBSUB_EMULATOR_MAX_PULL_MESSAGES"),
+        help="test-only: a Pull answers at most this many messages (0 = what was asked)",
+    )
     p.add_argument("--seed", type=int, default=None, help="seed of the fault knobs' randomness")
     p.add_argument("--verbose", action="store_true", help="log every call outcome to stderr")
     return p.parse_args(argv)
@@ -103,7 +123,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     broker = Broker(faults=faults)
     try:
-        server, port = build_server(broker, args.host, args.port, pull_wait=args.pull_wait)
+        server, port = build_server(
+            broker,
+            args.host,
+            args.port,
+            pull_wait=args.pull_wait,
+            max_pull_messages=args.max_pull_messages,
+        )
         admin = None
         if args.admin_port is not None:
             admin = AdminServer(broker, args.host, args.admin_port)

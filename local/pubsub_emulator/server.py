@@ -92,9 +92,10 @@ class Publisher:
 class Subscriber:
     """google.pubsub.v1.Subscriber."""
 
-    def __init__(self, broker: Broker, pull_wait: float) -> None:
+    def __init__(self, broker: Broker, pull_wait: float, max_pull_messages: int = 0) -> None:
         self.broker = broker
         self.pull_wait = pull_wait
+        self.max_pull_messages = max_pull_messages  # test-only cap on one Pull; 0 = none
 
     def create_subscription(
         self, request: pubsub.Subscription, context: Any
@@ -151,8 +152,13 @@ class Subscriber:
     def pull(
         self, request: pubsub.PullRequest, context: grpc.ServicerContext
     ) -> pubsub.PullResponse:
-        """Wait briefly for messages unless return_immediately, like the service."""
+        """Wait briefly for messages unless return_immediately, like the service.
+
+        With max_pull_messages, answer at most that many, as the service may return
+        fewer messages than are waiting."""
         name, limit = request.subscription, request.max_messages
+        if self.max_pull_messages and limit > 0:
+            limit = min(limit, self.max_pull_messages)
         if request.return_immediately:
             deliveries = self.broker.pull(name, limit)
         else:
@@ -187,8 +193,10 @@ def _unary(fn: Callable[..., Any], req: Any, resp: Any) -> grpc.RpcMethodHandler
     )
 
 
-def handlers(broker: Broker, pull_wait: float) -> list[grpc.GenericRpcHandler]:
-    pub, sub = Publisher(broker), Subscriber(broker, pull_wait)
+def handlers(
+    broker: Broker, pull_wait: float, max_pull_messages: int = 0
+) -> list[grpc.GenericRpcHandler]:
+    pub, sub = Publisher(broker), Subscriber(broker, pull_wait, max_pull_messages)
     p, e = pubsub, empty_pb2.Empty
     publisher = {
         "CreateTopic": _unary(pub.create_topic, p.Topic, p.Topic),
@@ -229,14 +237,20 @@ def handlers(broker: Broker, pull_wait: float) -> list[grpc.GenericRpcHandler]:
 
 
 def build_server(
-    broker: Broker, host: str, port: int, *, pull_wait: float = 2.0, max_workers: int = 128
+    broker: Broker,
+    host: str,
+    port: int,
+    *,
+    pull_wait: float = 2.0,
+    max_workers: int = 128,
+    max_pull_messages: int = 0,
 ) -> tuple[grpc.Server, int]:
     """A started-ready (not yet started) server and the port it bound; port 0 = any free one."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
         options=SERVER_OPTIONS,
     )
-    server.add_generic_rpc_handlers(handlers(broker, pull_wait))
+    server.add_generic_rpc_handlers(handlers(broker, pull_wait, max_pull_messages))
     bound = server.add_insecure_port(f"{host}:{port}")
     if not bound:
         raise OSError(f"cannot listen on {host}:{port}")

@@ -263,7 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
         "dlq",
         cli_dlq.cmd_dlq,
         "show (and optionally re-ring) what the dead-letter subscription holds",
-        "Pulls from the dead-letter pull subscription and shows each message's job id,\n"
+        "Pulls from the dead-letter pull subscription until a pull comes back empty and\n"
+        "shows each message (once, by message id) with its job id,\n"
         "delivery count and source. Without --requeue nothing is acknowledged: the\n"
         "messages go straight back (nothing is lost). With --requeue a job that still\n"
         "owes work is re-rung and its message acked; a terminal job's message is acked;\n"

@@ -2,13 +2,15 @@
 
 It makes the "412 although my write landed" path real: the first upload is
 forwarded (so it commits), then the client is told 503, so the official client
-retries its generation-matched upload by itself and gets 412.
+retries its generation-matched upload by itself and gets 412. With `delay_s`,
+every answer is held that long, so parallel calls are surely in flight together.
 """
 
 from __future__ import annotations
 
 import http.client
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,6 +33,7 @@ class ProxyState:
     upstream: str
     faults: list[Fault] = field(default_factory=list)
     uploads: list[int] = field(default_factory=list)  # status the client saw, per upload
+    delay_s: float = 0.0  # hold every answer this long
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def next_fault(self, method: str, path: str) -> Fault | None:
@@ -61,6 +64,8 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command == "POST" and self.path.startswith("/upload/"):
             with state.lock:
                 state.uploads.append(status)
+        if state.delay_s:
+            time.sleep(state.delay_s)
         self.send_response(status)
         for key, value in headers:
             self.send_header(key, value)
@@ -86,14 +91,15 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # parallel calls connect at once
     state: ProxyState
 
 
 class FlakyProxy:
     """Start with `with FlakyProxy(upstream) as proxy:`; `proxy.url` is the endpoint."""
 
-    def __init__(self, upstream: str) -> None:
-        self.state = ProxyState(upstream)
+    def __init__(self, upstream: str, *, delay_s: float = 0.0) -> None:
+        self.state = ProxyState(upstream, delay_s=delay_s)
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.state = self.state
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"

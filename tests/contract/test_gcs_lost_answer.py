@@ -99,7 +99,8 @@ def test_a_storage_outage_ends_in_unavailable_within_the_retry_budget(
     impatient = GcsStore(
         direct.bucket_name,
         make_gcs_client(proxy.url),
-        retry=default_retry().with_timeout(0.5),
+        # the first retry sleeps below the library's first delay (1 s): within 3 s there is one
+        retry=default_retry().with_timeout(3.0),
     )
     for _ in range(50):
         proxy.add_fault(Fault(forward=False))

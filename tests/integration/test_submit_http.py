@@ -84,9 +84,20 @@ def new_id(prefix: str = "job") -> str:
 # ------------------------------------------------------------------ happy paths
 
 
-def test_healthz(submit_fn: Submit) -> None:
-    resp = requests.get(f"{submit_fn.url}/healthz", timeout=10)
+def test_health(submit_fn: Submit) -> None:
+    resp = requests.get(f"{submit_fn.url}/health", timeout=10)
     assert resp.status_code == 200 and resp.json() == {"ok": True}
+
+
+def test_the_old_health_path_is_an_unknown_route(submit_fn: Submit) -> None:
+    # Cloud Run answers some paths ending in "z" itself, so /healthz never reached
+    # the function in production (https://cloud.google.com/run/docs/known-issues);
+    # the route is gone, and the path is answered like any other unknown one.
+    resp = requests.get(f"{submit_fn.url}/healthz", timeout=10)
+    assert resp.status_code == 404
+    body = resp.json()
+    assert body["error"] == "not found" and "no route /healthz" in body["reason"]
+    assert "ok" not in body
 
 
 def test_submit_creates_record_marker_and_rings(submit_fn: Submit, subscriber: Any) -> None:
@@ -371,7 +382,7 @@ def test_missing_records_bucket_answers_503_not_a_crash(
         resp = requests.post(f"{url}/jobs", json={"pipeline": "demo"}, timeout=60)
         assert resp.status_code == 503, resp.text
         assert resp.json()["error"] == "unavailable" and resp.headers["Retry-After"]
-        assert requests.get(f"{url}/healthz", timeout=10).status_code == 200
+        assert requests.get(f"{url}/health", timeout=10).status_code == 200
     finally:
         stop(proc)
 

@@ -82,7 +82,7 @@ def cloud(out_dir: Path) -> Iterator[LocalCloud]:
 def test_functions_get_their_environment(cloud: LocalCloud):
     status, seen = _get(cloud.endpoints["submit"] + "/jobs/x")
     assert status == 200 and seen["path"] == "/jobs/x"
-    assert seen["threads"] == "16"  # submit's concurrency, exactly (terraform's THREADS)
+    assert seen["threads"] == "8"  # submit's concurrency, exactly (terraform's THREADS)
     assert seen["storage"] == cloud.gcs_url
     assert seen["project"] == cloud.config.topology.project
     status, seen = _get(cloud.endpoints["claim"] + "/env")
@@ -257,7 +257,13 @@ def test_pause_and_resume_an_instance(cloud: LocalCloud):
 
 def test_the_platform_admin_api_is_wired(cloud: LocalCloud):
     status, stats = _get(cloud.endpoints["cloudrun_admin"] + "/stats")
-    assert status == 200 and set(stats["services"]) == {"submit", "submit_upload", "claim", "sweep"}
+    assert status == 200 and set(stats["services"]) == {
+        "submit",
+        "submit_upload",
+        "claim",
+        "sweep",
+        "dashboard",
+    }
     assert stats["services"]["claim"]["config"]["concurrency"] == 4
 
 

@@ -27,6 +27,7 @@ FUNCTIONS = {  # function -> (source folder, target), as the README lays out
     "submit_upload": ("submit", "submit_upload"),
     "claim": ("claim", "claim"),
     "sweep": ("sweep", "sweep"),
+    "dashboard": ("dashboard", "dashboard"),
 }
 PUSHED = {"claim": "jobs", "submit_upload": "uploads"}
 PUBLIC = ("allUsers", "allAuthenticatedUsers")
@@ -60,7 +61,7 @@ def _framework_env_vars() -> set[str]:
 # --- functions and their identities ---------------------------------------------------
 
 
-def test_the_four_entry_points_match_the_contract() -> None:
+def test_the_entry_points_match_the_contract() -> None:
     funcs = _locals()["functions"]
     assert set(funcs) == set(FUNCTIONS)
     for name, (folder, target) in FUNCTIONS.items():
@@ -139,6 +140,8 @@ def test_queue_defaults_equal_the_code_defaults() -> None:
         "max_concurrent",
         "push_deadline_seconds",
         "pipeline_modules",
+        "dead_letter_subscription",  # local.subscriptions.dead_letter_hold
+        "metrics_source",  # monitoring:<name_prefix> (test_tf_monitoring.py)
         *(f"retention_days_{state}" for state in retention),
     }
     assert optional_defaults("claim_function")["concurrency"] == float(
@@ -325,15 +328,19 @@ def test_no_public_members_anywhere() -> None:
 def test_grants_sit_on_resources_not_the_project() -> None:
     members = _iam_members()
     project_level = {a: b for a, b in members.items() if a.startswith("google_project_iam_member.")}
-    # the only two, both the build SA's: logs (no narrower grant point) and the read of
-    # gcf-v2-sources-*, which is conditioned on that bucket (test_tf_first_apply.py)
+    # the build SA's two: logs (no narrower grant point) and the read of gcf-v2-sources-*,
+    # which is conditioned on that bucket (test_tf_first_apply.py); and the dashboard's
+    # read of the metrics (time series have no narrower grant point either)
     assert {a: unquote(b["role"]) for a, b in project_level.items()} == {
         "google_project_iam_member.builder_writes_logs": "roles/logging.logWriter",
         "google_project_iam_member.builder_reads_gcf_sources": "roles/storage.objectViewer",
+        "google_project_iam_member.dashboard_reads_metrics": "roles/monitoring.viewer",
     }
     assert "condition" in project_level["google_project_iam_member.builder_reads_gcf_sources"]
-    for b in project_level.values():
-        assert unquote(b["member"]) == "serviceAccount:${google_service_account.builder.email}"
+    for address, b in project_level.items():
+        who = "dashboard" if "dashboard" in address else "builder"
+        sa = 'fn["dashboard"]' if who == "dashboard" else "builder"
+        assert unquote(b["member"]) == f"serviceAccount:${{google_service_account.{sa}.email}}"
     for addr, b in members.items():
         role = unquote(b["role"])
         assert not role.endswith((".admin", "/owner", "/editor")), f"{addr}: {role}"
@@ -401,8 +408,8 @@ def _calls_per_job_of_a_maximum_batch() -> float:
     from shared.submission import parse_submission, submit
 
     class Bell:
-        def ring(self, job_id: str) -> None: ...
-        def ring_many(self, job_ids: object) -> list[str]:
+        def ring(self, job_id: str, traceparent: str | None = None) -> None: ...
+        def ring_many(self, job_ids: object, traceparents: object = None) -> list[str]:
             return []
 
     n = int(optional_defaults("queue")["max_batch_jobs"])
@@ -427,3 +434,17 @@ def test_submit_fits_a_maximum_batch_in_its_timeout() -> None:
     submit_fn = optional_defaults("submit_function")
     assert submit_fn["timeout_seconds"] >= needed, (submit_fn["timeout_seconds"], needed)
     assert submit_fn["timeout_seconds"] <= 3600
+
+
+def test_the_storage_pool_holds_every_call_submit_has_in_flight() -> None:
+    """Each submit request overlaps up to its thread pool's size of storage calls (a
+    batch's writes, or a batch view's reads); the process's one storage client must keep
+    a connection for each of them, or it opens and discards the rest."""
+    from shared import status, storage, submission
+
+    per_request = max(submission._WORKERS, status._WORKERS)
+    assert per_request == 16  # the right-hand column of terraform/README.md's table
+    concurrency = optional_defaults("submit_function")["concurrency"]
+    assert concurrency * per_request <= storage.HTTP_POOL_SIZE, (concurrency, per_request)
+    # submit_upload creates one job per request, its calls one after another
+    assert optional_defaults("submit_upload_function")["concurrency"] <= storage.HTTP_POOL_SIZE

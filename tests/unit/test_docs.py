@@ -4,6 +4,7 @@ relative link in the docs points at a file that exists."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -44,3 +45,34 @@ def test_every_relative_link_resolves(doc: Path) -> None:
     assert links  # the pattern found them: this test can fail
     missing = [t for t in links if not (doc.parent / t.split("#")[0]).exists()]
     assert missing == []
+
+
+_ROUTE_ROW = re.compile(r"^\|\s*(GET|POST|PUT|PATCH|DELETE)\s*\|\s*`([^`]+)`", re.MULTILINE)
+
+
+def test_no_documented_route_ends_in_z() -> None:
+    """Cloud Run answers some paths ending in "z" itself ("Reserved URL paths",
+    https://cloud.google.com/run/docs/known-issues): no such route may be promised."""
+    routes = [path for doc in DOCS for _, path in _ROUTE_ROW.findall(doc.read_text())]
+    assert "/health" in routes and "/jobs" in routes  # the pattern found the API table
+    assert [r for r in routes if r.rstrip("/").endswith("z")] == []
+    assert [str(d.relative_to(ROOT)) for d in DOCS if "/healthz" in d.read_text()] == []
+
+
+_ANSWER = re.compile(r"^# (?:->|20[02]) (\{.*\})$", re.MULTILINE)
+
+
+def test_the_submit_answers_shown_in_the_docs_are_the_apis() -> None:
+    """Every one-job answer of POST /jobs a document shows has the keys the API sends
+    (`id`, never `job_id`)."""
+    from shared.submission import SubmittedJob
+
+    keys = set(SubmittedJob("j", "queued", created=True).to_json())
+    shown = [
+        (doc.relative_to(ROOT).as_posix(), json.loads(raw))
+        for doc in DOCS
+        for raw in _ANSWER.findall(doc.read_text())
+        if '"batch_id"' not in raw  # the batch answer is abridged with "..."
+    ]
+    assert {name for name, _ in shown} >= {"README.md", "terraform/README.md"}
+    assert [(name, sorted(body)) for name, body in shown if set(body) != keys] == []

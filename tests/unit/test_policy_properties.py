@@ -22,6 +22,7 @@ from hypothesis.stateful import (
 
 from shared import job_queue as q
 from shared import records as r
+from shared import tracing
 from shared.job_queue import IllegalTransition
 from shared.jobs import JobStatus
 
@@ -76,7 +77,10 @@ class JobLife(RuleBasedStateMachine):
 
     @initialize(max_attempts=st.one_of(st.none(), st.integers(min_value=1, max_value=5)))
     def submit(self, max_attempts: int | None) -> None:
-        self.record = r.new_record(r.new_job_id(), "demo", {}, self.now, max_attempts=max_attempts)
+        self.trace = tracing.new_trace().traceparent
+        self.record = r.new_record(
+            r.new_job_id(), "demo", {}, self.now, max_attempts=max_attempts, traceparent=self.trace
+        )
 
     # -- helpers
 
@@ -198,6 +202,20 @@ class JobLife(RuleBasedStateMachine):
     def record_stays_valid(self) -> None:
         assert self.record["status"] in set(JobStatus)
         assert r.decode(r.encode(self.record), self.record["id"]) == self.record
+
+    @invariant()
+    def the_trace_never_changes(self) -> None:
+        assert self.record["traceparent"] == self.trace  # every transition keeps the carrier
+
+    @invariant()
+    def a_due_queued_job_has_a_dated_non_negative_wait(self) -> None:
+        job, now = self.record, self.now
+        if self.edited or job["status"] != JobStatus.QUEUED or not q.is_due(job, now):
+            return
+        age = q.due_age_seconds(job, now)
+        assert age is not None and age >= 0
+        # a job is never older in the queue than the job itself
+        assert age <= (now - q.parse_time(job["created_at"])).total_seconds() + 1e-6  # type: ignore[operator]
 
     @invariant()
     def history_is_bounded(self) -> None:
@@ -352,6 +370,8 @@ def test_policy_never_raises_on_arbitrary_records(
     assert isinstance(q.claimable(job, now, stale_s, max_attempts), bool)
     assert q.stale_action(job, now, stale_s, max_attempts) in (None, "requeue", "fail")
     assert isinstance(q.is_due(job, now), bool)
+    age = q.due_age_seconds(job, now)
+    assert age is None or age >= 0
     assert q.attempts_of(job) >= 0
     assert q.max_attempts_of(job, max_attempts) in range(-2, q.MAX_ATTEMPTS_LIMIT + 1)
     assert isinstance(q.owns(job, "i1", 1), bool)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,18 +27,23 @@ class Bell:
 
     def __init__(self, fail: bool = False) -> None:
         self.rung: list[str] = []
+        self.traces: dict[str, str | None] = {}  # job id -> traceparent of its last ring
         self.fail = fail
 
-    def ring(self, job_id: str) -> None:
+    def ring(self, job_id: str, traceparent: str | None = None) -> None:
         if self.fail:
             raise DoorbellError(job_id, "down")
         self.rung.append(job_id)
+        self.traces[job_id] = traceparent
 
-    def ring_many(self, job_ids: Iterable[str]) -> list[str]:
+    def ring_many(
+        self, job_ids: Iterable[str], traceparents: Mapping[str, str] | None = None
+    ) -> list[str]:
         ids = list(job_ids)
         if self.fail:
             return ids
         self.rung.extend(ids)
+        self.traces.update({i: (traceparents or {}).get(i) for i in ids})
         return []
 
 

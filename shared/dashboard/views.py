@@ -1,0 +1,252 @@
+"""What each page shows, gathered through the Queue facade (no rendering here).
+
+Reads cost what they show: the overview and the batches page list the pending
+index once (at most PENDING_LIMIT ids) and read those records in parallel, as the
+sweep does; a batch page reads its members; a job page one record. Figures over
+time come from the Figures source, never from walking the history.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from shared import job_queue, metrics
+from shared.dashboard.figures import Figures
+from shared.jobs import JobRecord, JobStatus
+from shared.pipelines import pipeline_names
+from shared.queue import Queue
+
+PENDING_LIMIT = 2000
+"""Most pending jobs one page reads (more: the page says the figures are partial)."""
+ACTIVE_BATCHES_SHOWN = 20
+WINDOW_STEPS = 60
+STEP_S = 60
+PROGRESS_ORDER = ("done", "failed", "cancelled", "running", "queued", "missing", "unreadable")
+
+
+@dataclass
+class Pending:
+    """The pending index as one listing saw it."""
+
+    records: list[JobRecord]
+    truncated: bool
+    unreadable: int
+
+
+def read_pending(queue: Queue) -> Pending:
+    ids = queue.pending(limit=PENDING_LIMIT + 1)
+    listing = queue.read_many(ids[:PENDING_LIMIT])
+    return Pending(listing.records, len(ids) > PENDING_LIMIT, len(listing.corrupt))
+
+
+@dataclass
+class Chart:
+    times: list[datetime]
+    series: dict[str, list[float | None]]
+
+
+@dataclass
+class Overview:
+    gauges: list[metrics.Gauge]
+    counts: list[dict[str, Any]]  # one row per pipeline: queued, running, done, failed, ...
+    throughput: Chart
+    failures: Chart
+    waits: dict[str, dict[str, float | None]]  # pipeline -> mean/max wait and run (last hour)
+    truncated: bool
+    unreadable: int
+    figures_note: str | None = None
+    active_batches: list[tuple[str, int]] = field(default_factory=list)
+
+
+def window_start(now: datetime) -> datetime:
+    """Start of the charts' hour, on a whole minute."""
+    minute = now.replace(second=0, microsecond=0)
+    return minute - timedelta(seconds=STEP_S * (WINDOW_STEPS - 1))
+
+
+def overview(queue: Queue, figures: Figures, now: datetime) -> Overview:
+    pending = read_pending(queue)
+    skew = queue.settings.clock_skew_seconds
+    gauges = metrics.queue_gauges(pending.records, now, pipelines=pipeline_names(), skew_s=skew)
+    start = window_start(now)
+    note = None
+    by_outcome: dict[str, metrics.Buckets] = {}
+    run: metrics.Buckets | None = None
+    wait: metrics.Buckets | None = None
+    try:
+        finished = metrics.METRICS_BY_NAME["jobs_finished"]
+        for outcome in ("done", "failed", "cancelled"):
+            by_outcome[outcome] = figures.series(
+                finished,
+                start=start,
+                step_s=STEP_S,
+                size=WINDOW_STEPS,
+                group_by="pipeline",
+                where={"outcome": outcome},
+            )
+        span = {"start": start, "step_s": STEP_S * WINDOW_STEPS, "size": 1, "group_by": "pipeline"}
+        run = figures.series(metrics.METRICS_BY_NAME["job_run"], **span)  # type: ignore[arg-type]
+        wait = figures.series(metrics.METRICS_BY_NAME["job_wait"], **span)  # type: ignore[arg-type]
+    except Exception as exc:  # a dashboard must render even when its figures cannot be read
+        note = f"figures over time are unavailable: {type(exc).__name__}: {exc}"
+    times = [start + timedelta(seconds=STEP_S * i) for i in range(WINDOW_STEPS)]
+    rows = []
+    for pipeline, gauge in gauges.items():
+        row: dict[str, Any] = {
+            "pipeline": pipeline,
+            "queued": gauge.queued,
+            "running": gauge.running,
+        }
+        for outcome, buckets in by_outcome.items():
+            row[outcome] = sum(buckets.count.get(pipeline, []))
+        rows.append(row)
+    for buckets in by_outcome.values():  # pipelines with finished jobs but none pending
+        for pipeline in buckets.count:
+            if pipeline not in gauges:
+                row = {"pipeline": pipeline, "queued": 0, "running": 0}
+                row.update({o: sum(b.count.get(pipeline, [])) for o, b in by_outcome.items()})
+                rows.append(row)
+                gauges[pipeline] = metrics.Gauge(pipeline)
+    waits: dict[str, dict[str, float | None]] = {}
+    for name, dist in (("run", run), ("wait", wait)):
+        if dist is None:
+            continue
+        for pipeline in dist.count:
+            mean = dist.mean(pipeline)[0]
+            peak = dist.peak[pipeline][0]
+            waits.setdefault(pipeline, {})[f"{name}_mean"] = mean
+            waits.setdefault(pipeline, {})[f"{name}_max"] = peak
+    batches = Counter(
+        str(r.get("batch_id")) for r in pending.records if r.get("batch_id") is not None
+    )
+    return Overview(
+        gauges=list(gauges.values()),
+        counts=sorted(rows, key=lambda r: r["pipeline"]),
+        throughput=_chart(times, by_outcome.get("done")),
+        failures=_chart(times, by_outcome.get("failed")),
+        waits=dict(sorted(waits.items())),
+        truncated=pending.truncated,
+        unreadable=pending.unreadable,
+        figures_note=note,
+        active_batches=batches.most_common(ACTIVE_BATCHES_SHOWN),
+    )
+
+
+def _chart(times: list[datetime], buckets: metrics.Buckets | None) -> Chart:
+    series: dict[str, list[float | None]] = {}
+    for key, counts in sorted((buckets.count if buckets else {}).items()):
+        series[key] = [float(c) for c in counts]
+    return Chart(times, series)
+
+
+def progress(counts: dict[str, int]) -> list[tuple[str, int, float, float]]:
+    """(status, count, percent, offset percent) segments of a progress bar, terminal
+    ones first."""
+    total = sum(counts.values()) or 1
+    order = [s for s in PROGRESS_ORDER if counts.get(s)] + sorted(
+        s for s in counts if s not in PROGRESS_ORDER and counts[s]
+    )
+    out, offset = [], 0.0
+    for status in order:
+        pct = 100.0 * counts[status] / total
+        out.append((status, counts[status], pct, offset))
+        offset += pct
+    return out
+
+
+def active_batches(queue: Queue) -> list[dict[str, Any]]:
+    """Batches with a pending member (newest listing), each with its progress."""
+    pending = read_pending(queue)
+    seen = Counter(str(r["batch_id"]) for r in pending.records if r.get("batch_id"))
+    out = []
+    for batch_id, _ in seen.most_common(ACTIVE_BATCHES_SHOWN):
+        view = queue.get_batch(batch_id)
+        out.append(batch_summary(view.batch_id, view.counts, view.done))
+    return out
+
+
+def batch_summary(batch_id: str, counts: dict[str, int], done: bool) -> dict[str, Any]:
+    total = sum(counts.values())
+    finished = sum(counts.get(s, 0) for s in job_queue.TERMINAL_STATUSES)
+    return {
+        "batch_id": batch_id,
+        "total": total,
+        "finished": finished,
+        "done": done,
+        "segments": progress(counts),
+        "counts": counts,
+    }
+
+
+@dataclass
+class Step:
+    """One line of a job's timeline."""
+
+    at: str
+    event: str
+    took_s: float | None  # time until the next entry (or now, for a pending job's last)
+    stage: str | None
+    attempt: Any
+    owner: Any
+    error: str | None
+
+
+def timeline(record: JobRecord, now: datetime) -> list[Step]:
+    """The history with how long each step lasted: a checkpoint's duration is its
+    stage's run time (from the claim or the previous checkpoint)."""
+    history = record.get("history")
+    entries = [e for e in (history if isinstance(history, list) else []) if isinstance(e, dict)]
+    times = [job_queue.parse_time(e.get("at")) for e in entries]
+    pending = record.get("status") in job_queue.PENDING_STATUSES
+    steps = []
+    for i, entry in enumerate(entries):
+        end = times[i + 1] if i + 1 < len(entries) else (now if pending else None)
+        began = times[i]
+        took = (
+            max((end - began).total_seconds(), 0.0)
+            if end is not None and began is not None
+            else None
+        )
+        error = entry.get("error")
+        steps.append(
+            Step(
+                at=str(entry.get("at", "")),
+                event=str(entry.get("event", "")),
+                took_s=took,
+                stage=entry.get("stage") if isinstance(entry.get("stage"), str) else None,
+                attempt=entry.get("attempt"),
+                owner=entry.get("owner"),
+                error=f"{error.get('type')}: {error.get('message')}"
+                if isinstance(error, dict)
+                else None,
+            )
+        )
+    return steps
+
+
+def stage_durations(steps: list[Step]) -> list[tuple[str, float]]:
+    """(stage, seconds) per committed stage: from the claim (or the previous
+    checkpoint) to the checkpoint that committed it."""
+    out: list[tuple[str, float]] = []
+    start: datetime | None = None
+    for step in steps:
+        at = job_queue.parse_time(step.at)
+        if step.event == "claimed":
+            start = at
+        elif step.event in ("checkpoint", "done") and start is not None and at is not None:
+            out.append((step.stage or "last stage", (at - start).total_seconds()))
+            start = at
+    return out
+
+
+def actions(record: JobRecord) -> list[str]:
+    """The buttons a job's page offers: the facade's transitions that are legal now."""
+    status = record.get("status")
+    if status in (JobStatus.QUEUED, JobStatus.RUNNING):
+        return ["cancel"]
+    if status in job_queue.RETRYABLE_STATUSES:
+        return ["retry"]
+    return []

@@ -1,0 +1,112 @@
+"""W3C trace context for a job's whole life, and the Cloud Logging fields that show it.
+
+A job gets a ``traceparent`` when it is created: a child of the submit request's
+own (the W3C header a client or Cloud Run's front end sends), or a new trace when
+there is none or it is malformed (the W3C rule: an invalid header is ignored and
+a new trace starts, https://www.w3.org/TR/trace-context/#traceparent-header).
+The RECORD carries it (so a retry, a rescue or a re-rung doorbell keeps it) and
+so does each doorbell's attributes. Every log line about the job carries Cloud
+Logging's trace fields (``logging.googleapis.com/trace`` = ``projects/<project>/
+traces/<trace id>``, ``spanId``, ``trace_sampled``:
+https://cloud.google.com/logging/docs/structured-logging#special-payload-fields),
+so one filter, ``trace="projects/P/traces/T"``, shows it across submit, claim,
+drain and sweep. Pure: stdlib only.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+TRACEPARENT_HEADER = "traceparent"
+"""The request header, the record field and the doorbell attribute: one name."""
+
+TRACE_FIELD = "logging.googleapis.com/trace"
+SPAN_FIELD = "logging.googleapis.com/spanId"
+SAMPLED_FIELD = "logging.googleapis.com/trace_sampled"
+
+_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
+_ZERO_TRACE = "0" * 32
+_ZERO_SPAN = "0" * 16
+_SAMPLED = 0x01
+
+
+@dataclass(frozen=True)
+class TraceContext:
+    """One span of one trace: ids as lowercase hex, and the sampled flag."""
+
+    trace_id: str
+    span_id: str
+    sampled: bool = True
+
+    @property
+    def traceparent(self) -> str:
+        """The version-00 header value."""
+        return f"00-{self.trace_id}-{self.span_id}-{'01' if self.sampled else '00'}"
+
+    def child(self) -> TraceContext:
+        """A new span of the same trace (the job's own span under the request's)."""
+        return TraceContext(self.trace_id, _new_span_id(), self.sampled)
+
+
+def parse(value: object) -> TraceContext | None:
+    """A traceparent header value, or None if it is not a valid one.
+
+    Version ff is forbidden; a higher known-format version is read by its first
+    four fields, as the spec asks of a parser of version 00.
+    """
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    match = _TRACEPARENT.fullmatch(text[:55])
+    if match is None:
+        return None
+    version, trace_id, span_id, flags = match.groups()
+    if version == "ff" or (version == "00" and len(text) != 55):
+        return None
+    if version != "00" and len(text) > 55 and text[55] != "-":
+        return None
+    if trace_id == _ZERO_TRACE or span_id == _ZERO_SPAN:
+        return None
+    return TraceContext(trace_id, span_id, bool(int(flags, 16) & _SAMPLED))
+
+
+def new_trace() -> TraceContext:
+    """A fresh trace, sampled (the ids are random, as the spec recommends)."""
+    trace_id = secrets.token_hex(16)
+    while trace_id == _ZERO_TRACE:  # pragma: no cover - one chance in 2**128
+        trace_id = secrets.token_hex(16)
+    return TraceContext(trace_id, _new_span_id())
+
+
+def for_job(request_traceparent: object) -> TraceContext:
+    """The trace of a job created by a request: a child span of the request's trace,
+    or a new trace when the request carried no valid one."""
+    parent = parse(request_traceparent)
+    return parent.child() if parent is not None else new_trace()
+
+
+def log_fields(traceparent: object, project: str | None) -> dict[str, Any]:
+    """Cloud Logging's special trace fields for a traceparent; {} if it is not valid.
+
+    Without a project the resource name cannot be built: the raw ids are given instead.
+    """
+    context = parse(traceparent)
+    if context is None:
+        return {}
+    if not project:
+        return {"trace_id": context.trace_id, "span_id": context.span_id}
+    return {
+        TRACE_FIELD: f"projects/{project}/traces/{context.trace_id}",
+        SPAN_FIELD: context.span_id,
+        SAMPLED_FIELD: context.sampled,
+    }
+
+
+def _new_span_id() -> str:
+    span_id = secrets.token_hex(8)
+    while span_id == _ZERO_SPAN:  # pragma: no cover - one chance in 2**64
+        span_id = secrets.token_hex(8)
+    return span_id

@@ -1,0 +1,79 @@
+"""One trace across functions: a job submitted with a W3C traceparent, whose doorbell
+is lost, is re-rung by the sweep and run by claim; every log line any function
+wrote about it (the local cloud's log files stand in for Cloud Logging) carries
+the same Cloud Logging trace, that of the submit request."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from local.cloud import LocalCloud
+
+REQUEST_TRACE = "0af7651916cd43dd8448eb211c80319c"
+TRACEPARENT = f"00-{REQUEST_TRACE}-b7ad6b7169203331-01"
+
+
+def lines_about(log_dir: Path, job_id: str) -> dict[str, list[dict[str, Any]]]:
+    """function (from the log file's name) -> the JSON lines about job_id."""
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for path in sorted(log_dir.glob("*.log")):
+        # one log per instance on the local Cloud Run: "<function>-<instance>.log"
+        function = re.sub(r"-[0-9]+$", "", path.stem)
+        for raw in path.read_text(errors="replace").splitlines():
+            try:
+                entry = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and entry.get("job_id") == job_id:
+                out[function].append(entry)
+    return out
+
+
+def test_a_jobs_lines_across_functions_carry_one_trace() -> None:
+    with LocalCloud.for_tests(
+        stale_seconds=3, sweep_interval_seconds=1, drop_publish_fraction=1.0
+    ) as cloud:
+        e = cloud.endpoints
+        answer = requests.post(
+            e["jobs"],
+            json={"pipeline": "demo", "id": "traced-1", "payload": {"stages": 2, "sleep_s": 0.2}},
+            headers={"traceparent": TRACEPARENT},
+            timeout=30,
+        )
+        assert answer.status_code == 202, answer.text
+        # the doorbell was dropped; let the sweep's re-ring through
+        requests.post(
+            e["emulator_admin"] + "/faults", json={"drop_publish_fraction": 0}, timeout=10
+        )
+        # watch the record as stored: a status read (GET /jobs/<id>) would apply the
+        # watchdog itself and take the re-ring away from the sweep
+        record = (
+            f"{e['storage_emulator_host']}/storage/v1/b/{e['records_bucket']}/o/"
+            "jobs%2Ftraced-1.json?alt=media"
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            job = requests.get(record, timeout=30).json()
+            if job["status"] == "done":
+                break
+            time.sleep(0.3)
+        assert job["status"] == "done", job
+        time.sleep(1.0)  # the last lines reach the files (the children write unbuffered)
+        found = lines_about(Path(e["log_dir"]), "traced-1")
+    assert {"submit", "sweep", "claim"} <= set(found), sorted(found)
+    messages = {f: [x["message"] for x in lines] for f, lines in found.items()}
+    assert "job created" in messages["submit"]
+    assert "re-rang a queued job" in messages["sweep"]
+    assert {"claimed", "done"} <= set(messages["claim"])
+    want = f"projects/{e['project']}/traces/{REQUEST_TRACE}"
+    traces = {x.get("logging.googleapis.com/trace") for lines in found.values() for x in lines}
+    assert traces == {want}, traces
+    spans = {x.get("logging.googleapis.com/spanId") for lines in found.values() for x in lines}
+    assert len(spans) == 1 and "b7ad6b7169203331" not in spans  # the job's own span

@@ -1,0 +1,215 @@
+"""The dashboard in process on MemoryStore: every page renders, buttons call the facade,
+forged posts are refused, charts read the figures the metric lines give."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import flask
+import pytest
+
+from shared import job_queue, records
+from shared.dashboard import app as dashboard_app
+from shared.dashboard import charts, csrf, figures, views
+from shared.queue import Queue
+from shared.storage_memory import MemoryStore
+from tests.unit.unit_support import Bell, Clock, settings
+
+
+class Letter:
+    job_id = "gone-1"
+    delivery_count = 20
+    source_subscription = "projects/p/subscriptions/reclaim-claim"
+    published = "2026-07-26T12:00:00+00:00"
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    clock = Clock()
+    store, bell = MemoryStore(), Bell()
+    queue = Queue(store, bell, settings(), clock=clock)
+    source = figures.LogFiles(tmp_path)
+    web = flask.Flask(__name__, static_folder=None)
+
+    @web.route("/", defaults={"path": ""}, methods=["GET", "POST", "HEAD", "PUT"])
+    @web.route("/<path:path>", methods=["GET", "POST", "HEAD", "PUT"])
+    def any_path(path: str) -> flask.Response:
+        return dashboard_app.handle(
+            flask.request, queue, source, clock=clock, peek=lambda p, s: [Letter()]
+        )
+
+    yield {
+        "client": web.test_client(),
+        "store": store,
+        "queue": queue,
+        "clock": clock,
+        "logs": tmp_path,
+        "bell": bell,
+    }
+
+
+def add(store: MemoryStore, job_id: str, clock: Clock, **fields: Any) -> None:
+    store.add_pending(job_id)
+    store.add_to_batch("b1", job_id)
+    store.create({**records.new_record(job_id, "demo", {}, clock(), batch_id="b1"), **fields})
+
+
+def failed(store: MemoryStore, job_id: str, clock: Clock) -> None:
+    stored = store.read(job_id)
+    claimed = store.update(
+        {**stored.record, **job_queue.claim_fields(stored.record, "o", clock())}, stored.generation
+    )
+    error = job_queue.error_info(
+        ValueError("the input is bad"), stage="parse", attempt=1, now=clock(), retryable=False
+    )
+    store.update(
+        {**claimed.record, **job_queue.fail_fields(claimed.record, clock(), error)},
+        claimed.generation,
+    )
+    store.remove_pending(job_id)
+
+
+def test_the_overview_shows_gauges_and_charts_from_the_log_lines(world: dict[str, Any]) -> None:
+    store, clock = world["store"], world["clock"]
+    add(store, "q1", clock)
+    clock.advance(42)
+    line = {
+        "time": (clock() - timedelta(minutes=1)).isoformat(),
+        "metric": "finished",
+        "pipeline": "demo",
+        "outcome": "done",
+        "run_s": 1.5,
+    }
+    (world["logs"] / "claim-0.log").write_text(json.dumps(line) + "\n")
+    page = world["client"].get("/")
+    html = page.get_data(as_text=True)
+    assert page.status_code == 200 and "<svg" in html and "jobs done per minute" in html
+    row = re.search(r'<tr data-pipeline="demo">(.*?)</tr>', html, re.S)
+    assert row is not None and "42.0 s" in row.group(1) and "/jobs/q1" in row.group(1)
+    assert "b1" in html  # an active batch
+    body = world["client"].get("/metrics").get_json()
+    assert body["gauges"]["demo"]["queued"] == 1 and body["gauges"]["demo"]["oldest_job_id"] == "q1"
+    assert body["last_hour"]["jobs_finished"] == {"done": 1}
+
+
+def test_a_batch_shows_its_progress_and_a_failed_jobs_error(world: dict[str, Any]) -> None:
+    store, clock = world["store"], world["clock"]
+    add(store, "a", clock)
+    add(store, "b", clock)
+    failed(store, "b", clock)
+    html = world["client"].get("/batches/b1").get_data(as_text=True)
+    assert 'data-finished="1" data-total="2"' in html and "the input is bad" in html
+    listing = world["client"].get("/batches").get_data(as_text=True)
+    assert 'data-batch="b1"' in listing
+    job = world["client"].get("/jobs/b").get_data(as_text=True)
+    assert "ValueError" in job and "the input is bad" in job and 'id="retry"' in job
+
+
+def test_retry_needs_the_token_and_calls_the_facade(world: dict[str, Any]) -> None:
+    store, clock, client = world["store"], world["clock"], world["client"]
+    add(store, "f", clock)
+    failed(store, "f", clock)
+    page = client.get("/jobs/f")
+    token = re.search(r'name="csrf" value="([^"]+)"', page.get_data(as_text=True)).group(1)  # type: ignore[union-attr]
+    refused = client.post("/jobs/f/retry", data={"csrf": "forged"})
+    assert refused.status_code == 403 and store.read("f").record["status"] == "failed"
+    cross = client.post(
+        "/jobs/f/retry", data={"csrf": token}, headers={"Sec-Fetch-Site": "cross-site"}
+    )
+    assert cross.status_code == 403
+    other = client.post(
+        "/jobs/f/retry", data={"csrf": token}, headers={"Origin": "https://evil.example"}
+    )
+    assert other.status_code == 403
+    done = client.post(
+        "/jobs/f/retry", data={"csrf": token}, headers={"Sec-Fetch-Site": "same-origin"}
+    )
+    assert done.status_code == 303 and done.headers["Location"].startswith("/jobs/f?done=retried")
+    record = store.read("f").record
+    assert record["status"] == "queued" and record["history"][-1]["by"] == "dashboard"
+    assert world["bell"].rung == ["f"]
+    cancel = client.post("/jobs/f/cancel", data={"csrf": token})
+    assert cancel.status_code == 303 and store.read("f").record["status"] == "cancelled"
+
+
+def test_errors_are_pages_with_their_status(world: dict[str, Any]) -> None:
+    client = world["client"]
+    assert client.get("/jobs/nope").status_code == 404
+    assert client.get("/jobs/..").status_code == 400
+    assert client.get("/nowhere").status_code == 404
+    put = client.put("/")
+    assert put.status_code == 405 and put.headers["Allow"] == "GET, HEAD"
+    letters = client.get("/dead-letters").get_data(as_text=True)
+    assert "gone-1" in letters
+    assert client.get("/assets/dashboard.js").status_code == 200
+
+
+def test_csrf_rules() -> None:
+    ok = {csrf.COOKIE: "t"}
+    assert csrf.problem({}, ok, {"csrf": "t"}) is None
+    assert (
+        csrf.problem({"Origin": "http://localhost:8080", "Host": "x.run.app"}, ok, {"csrf": "t"})
+        is None
+    )
+    assert (
+        csrf.problem({"Origin": "https://x.run.app", "Host": "x.run.app"}, ok, {"csrf": "t"})
+        is None
+    )
+    assert csrf.problem({"Origin": "null"}, ok, {"csrf": "t"}) is not None
+    assert csrf.problem({"Sec-Fetch-Site": "same-site"}, ok, {"csrf": "t"}) is not None
+    assert csrf.problem({}, {}, {"csrf": ""}) is not None
+
+
+def test_who_reads_iap_or_the_verified_token() -> None:
+    import base64
+
+    claims = base64.urlsafe_b64encode(json.dumps({"email": "ops@example.com"}).encode()).decode()
+    with flask.Flask(__name__).test_request_context(
+        headers={"Authorization": f"Bearer a.{claims}.c"}
+    ):
+        assert dashboard_app.who(flask.request) == "dashboard:ops@example.com"
+    iap = {"X-Goog-Authenticated-User-Email": "accounts.google.com:me@example.com"}
+    with flask.Flask(__name__).test_request_context(headers=iap):
+        assert dashboard_app.who(flask.request) == "dashboard:me@example.com"
+
+
+def test_a_chart_is_escaped_svg_with_a_nice_axis() -> None:
+    clock = Clock()
+    svg = str(charts.line_chart([clock(), clock()], {"<x>": [0.0, 7.0]}, label="l"))
+    assert "<x>" not in svg and "&lt;x&gt;" in svg and ">10<" in svg
+    assert "no data yet" in str(charts.line_chart([], {}, label="l"))
+
+
+def test_monitoring_answers_fold_into_buckets() -> None:
+    clock = Clock()
+    start = views.window_start(clock())
+    metric = figures.metrics.METRICS_BY_NAME["jobs_finished"]
+    params = figures.query("reclaim", metric, start, 60, 60, "pipeline", {"outcome": "done"})
+    assert params["filter"] == (
+        'metric.type="logging.googleapis.com/user/reclaim/jobs_finished" '
+        'AND metric.label.outcome="done"'
+    )
+    assert params["aggregation.groupByFields"] == "metric.label.pipeline"
+    body = {
+        "timeSeries": [
+            {
+                "metric": {"labels": {"pipeline": "demo"}},
+                "points": [
+                    {
+                        "interval": {
+                            "endTime": job_queue.format_time(start + timedelta(seconds=120))
+                        },
+                        "value": {"int64Value": "3"},
+                    }
+                ],
+            }
+        ]
+    }
+    out = figures.metrics.Buckets(start, 60, 60)
+    figures.add_points(out, body, metric, "pipeline")
+    assert out.count["demo"][1] == 3 and sum(out.count["demo"]) == 3
