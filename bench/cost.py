@@ -34,42 +34,49 @@ CHECKED = "2026-12-01"
 
 PRICES: dict[str, dict[str, Any]] = {
     "cpu_s": {
+        "shown": "$0.000024 per vCPU-second",
         "usd": 0.000024,
         "what": "Cloud Run vCPU-second, request-based billing, Tier 1",
         "source": "https://cloud.google.com/run/pricing",
         "confirmed": True,
     },
     "gib_s": {
+        "shown": "$0.0000025 per GiB-second",
         "usd": 0.0000025,
         "what": "Cloud Run GiB-second, request-based billing, Tier 1",
         "source": "https://cloud.google.com/run/pricing",
         "confirmed": False,  # the stored copy of the page cut its table after the CPU column
     },
     "request": {
+        "shown": "$0.40 per million requests",
         "usd": 0.40 / 1_000_000,
         "what": "Cloud Run request, request-based billing",
         "source": "https://cloud.google.com/run/pricing",
         "confirmed": False,  # as above; third-party summaries quote $0.40 per million
     },
     "class_a": {
+        "shown": "$0.005 per 1,000",
         "usd": 0.005 / 1000,
         "what": "Cloud Storage class A operation, Standard",
         "source": "https://cloud.google.com/storage/pricing-examples",
         "confirmed": True,
     },
     "class_b": {
+        "shown": "$0.0004 per 1,000",
         "usd": 0.0004 / 1000,
         "what": "Cloud Storage class B operation, Standard",
         "source": "https://cloud.google.com/storage/pricing-examples",
         "confirmed": True,
     },
     "pubsub_byte": {
+        "shown": "$40 per TiB",
         "usd": 40 / 2**40,
         "what": "Pub/Sub throughput ($40 per TiB; at least 1,000 bytes per request)",
         "source": "https://cloud.google.com/pubsub/pricing",
         "confirmed": True,
     },
     "e2_small_hour": {
+        "shown": "$0.016751 per hour",
         "usd": 0.016751,
         "what": "Compute Engine e2-small on demand, us-central1",
         "source": "https://cloud.google.com/compute/vm-instance-pricing",
@@ -177,7 +184,7 @@ def run() -> dict[str, Any]:
     m = _measure()
     c = price(m)
     sources = "; ".join(
-        f"{v['what']} ${v['usd']:.8g} ({v['source']}"
+        f"{v['what']}: {v['shown']} ({v['source']}"
         + ("" if v["confirmed"] else ", not confirmed on the page as stored")
         + ")"
         for v in PRICES.values()

@@ -204,10 +204,11 @@ def _note(f: dict[str, Any], raw: dict[str, Any]) -> str:
     tail = max(f["wall_s"] - f["submit_s"], 0.0)
     return (
         f"the batch is bounded by submit: one POST wrote the {f['jobs']} records (3 objects "
-        f"each, 8 at a time, ringing every 50) in {f['submit_s']:.1f} s while the claim side "
+        f"each, in parallel, ringing every 50) in {f['submit_s']:.1f} s while the claim side "
         f"ran the jobs behind it, the last ending {tail:.1f} s after the POST returned; the "
         f"floor makes the same calls on {raw['threads']} threads and no HTTP hops (push, front, "
         f"functions-framework), on the same {os.cpu_count()} CPUs (busy "
-        f"{_pct(f['cpu_busy'])}). Splitting a batch over several POSTs spreads it over submit "
-        "instances"
+        f"{_pct(f['cpu_busy'])}): the floor waits on I/O and gains from threads, the framework "
+        "is CPU-bound here and does not gain from more instances on 2 CPUs. Splitting a batch "
+        "over several POSTs spreads it over submit instances"
     )

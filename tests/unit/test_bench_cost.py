@@ -37,4 +37,4 @@ def test_every_price_names_its_page() -> None:
     for key, p in PRICES.items():
         assert p["usd"] > 0, key
         assert p["source"].startswith("https://cloud.google.com/"), key
-        assert isinstance(p["confirmed"], bool) and p["what"], key
+        assert isinstance(p["confirmed"], bool) and p["what"] and p["shown"].startswith("$"), key
