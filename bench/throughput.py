@@ -189,7 +189,7 @@ def _row(v: dict[str, Any]) -> dict[str, Any]:
         f"CPUs {_pct(f['cpu_busy'])} busy)",
         f"raw floor {JOBS / raw['wall_s']:.1f} jobs/s ({raw['wall_s']:.1f} s; same calls on "
         f"{raw['threads']} threads; CPUs {_pct(raw['cpu_busy'])} busy)",
-        f"{ratio:.2f} of the floor",
+        f"{ratio:.3f} of the floor",
         f">= {TARGET}",
         ratio >= TARGET,
         "" if ratio >= TARGET else _note(f, raw),
