@@ -5,7 +5,7 @@ A 3-stage `demo` pipeline, jobs submitted one POST each (no batch marker),
 own). Calls are counted on the wire by local.faultproxy (client retries and
 412s included). Workloads: stages of 1.2 s (every stage boundary is
 checkpointed: the worst case) with as many jobs as slots, then with twice as
-many (doorbells refused with 429, the drain at work), and no-op stages
+many (doorbells wait for a slot, the drain at work), and no-op stages
 (boundaries within 1 s are coalesced).
 """
 
@@ -30,7 +30,8 @@ WORKLOADS = (
     ("no_op", f"{STAGES} no-op stages, {2 * SLOTS} jobs on {SLOTS} slots", 0.0, 2 * SLOTS),
 )
 """(key, label, seconds per stage, jobs): fewer jobs than slots is the plain claim path;
-more jobs than slots adds 429s and the drain; no-op stages coalesce their checkpoints."""
+more jobs than slots makes doorbells wait for a slot and brings in the drain; no-op stages
+coalesce their checkpoints."""
 STALE_S = 30.0
 DRAIN_GATE_S = Settings.from_env({}, stale_seconds=STALE_S).drain_interval_seconds
 TARGET_MUTATIONS = STAGES + 4
@@ -108,12 +109,12 @@ def _row(name: str, m: dict[str, Any]) -> dict[str, Any]:
         note = (
             f"the claim path itself costs 1 read per job; the rest ({m['reads_per_job'] - 1:.2f} "
             f"reads, {per['list']:g} lists and {m['lost_cas_per_job']:g} writes answered 412 "
-            "per job) is the drain that runs when a slot frees. While doorbells are refused "
-            "(429: more jobs than slots, as here) every freed slot lists the pending index "
-            "and reads up to 4 records, in its own random order, to take a due job itself "
-            "rather than idle on Pub/Sub's backoff; a refused doorbell redelivered after its "
-            "job was drained costs one more read. That is the price of the throughput row's "
-            "backlog figure; the happy path (first row) costs 1 read"
+            "per job) is the drain that runs when a slot frees: with more jobs than slots, "
+            "doorbells wait in Cloud Run's pending queue, and once a push shows that its "
+            "doorbell waited (publishTime, deliveryAttempt) every freed slot lists the pending "
+            "index and reads a few records, in its own random order, to take a due job itself "
+            "rather than leave it to a held-back doorbell; a doorbell that arrives after its job "
+            "was drained costs one more read. The happy path (first row) costs 1 read"
         )
     return row(
         name,

@@ -10,16 +10,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from local import wiring
 from local.cloud import LocalCloud
 from local.faultproxy import FaultProxy
-from local.observe import all_terminal, emulator_stats, topic_count
+from local.observe import all_terminal, emulator_stats, snapshot, topic_count, watching_queue
 from local.procs import free_port
-from shared.config import Settings
-from shared.doorbell import Doorbell
-from shared.jobs import MEMBER_MISSING, MEMBER_UNREADABLE
 from shared.queue import Queue
-from shared.storage import GcsStore
 
 
 @dataclass
@@ -48,32 +43,6 @@ def bench_cloud(**overrides: Any) -> Iterator[Bench]:
         )
         with cloud:
             yield Bench(cloud, proxy, watching_queue(cloud))
-
-
-def watching_queue(cloud: LocalCloud) -> Queue:
-    """A Queue on the local cloud's records bucket and topic that talks to
-    fake-gcs-server directly, not through the counting proxy, so watching costs the
-    queue nothing it would report. Benchmarks only read with it (no watchdog)."""
-    ep = cloud.endpoints
-    settings = Settings.from_env(
-        {},
-        project=ep["project"],
-        records_bucket=ep["records_bucket"],
-        jobs_topic=ep["jobs_topic"],
-    )
-    store = GcsStore(settings.records_bucket, wiring.storage_client(cloud.gcs_url, ep["project"]))
-    return Queue(store, Doorbell(settings.project, settings.jobs_topic), settings)
-
-
-def snapshot(queue: Queue, job_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
-    """job id -> its record as stored, or a stand-in whose status says it is missing
-    or unreadable."""
-    ids = list(job_ids)
-    listing = queue.read_many(ids)
-    found: dict[str, dict[str, Any]] = {str(r["id"]): dict(r) for r in listing.records}
-    for job_id, reason in listing.corrupt.items():
-        found[job_id] = {"id": job_id, "status": MEMBER_UNREADABLE, "reason": reason}
-    return {i: found.get(i, {"id": i, "status": MEMBER_MISSING}) for i in ids}
 
 
 def wait_pending_empty(queue: Queue, timeout_s: float, poll_s: float = 0.2) -> float:

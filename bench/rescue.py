@@ -1,12 +1,20 @@
-"""Rescue latency after an instance kill, against stale_s + sweep interval.
+"""Rescue latency after a platform reclaim: SIGTERM (the hand-back) and SIGKILL (the
+staleness rescue), each against its bound.
 
-At most 3 claim instances x concurrency 4 on the local Cloud Run, stale_s 6,
-sweep every 2 s. Each round submits 6 long jobs (3 stages of 4 s), waits until
-they run, SIGKILLs the instance holding the most (a hard platform reclaim; the
-autoscaler starts a replacement on demand), and times each of its jobs from the
-kill to the watchdog's requeue and to the re-claim by a live instance (from the
-records' history). Capacity is left free so the re-claim measures the queue,
-not a wait for a slot.
+3 warm claim instances x concurrency 4 on the local Cloud Run, stale_s 6, sweep every
+2 s. Each round submits 6 long jobs (3 stages of 4 s; they spread 2 per instance),
+waits until they run, and reclaims the instance holding the most, mid-stage:
+
+- gracefully (SIGTERM, the grace, SIGKILL, as a rollout or host maintenance does): its
+  jobs are handed back at their next check() and resumed by a live instance. Target:
+  re-claimed within 2 s of the SIGTERM;
+- hard (SIGKILL alone, a host failure): its jobs wait until their record is stale_s old,
+  then the sweep requeues them (or a drain takes them over). Bound: stale_s + the sweep
+  interval.
+
+Times come from the records' history (hand-back, requeue, re-claim), measured from the
+moment the platform sent the signal. The other instances keep free slots, so a re-claim
+measures the queue, not a wait for a slot.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from typing import Any
 from bench.common import Bench, bench_cloud, median, row
 from local.observe import (
     all_terminal,
+    handed_back_at,
     instance_pids,
     reclaimed_at,
     rescued_at,
@@ -31,9 +40,10 @@ SWEEP_S = 2.0
 ROUNDS = 2
 JOBS = 6
 SLACK_S = 2.0
+HAND_BACK_TARGET_S = 2.0
 
 
-def _round(b: Bench) -> list[dict[str, float]]:
+def _round(b: Bench, graceful: bool) -> list[dict[str, float]]:
     jobs = [{"pipeline": "demo", "payload": {"stages": 3, "sleep_s": 4.0}}] * JOBS
     _batch, ids = submit_batch(b.cloud.endpoints["jobs"], jobs)
     deadline = time.monotonic() + 30
@@ -46,8 +56,8 @@ def _round(b: Bench) -> list[dict[str, float]]:
             busy = {i: running_on(records, p) for i, p in instance_pids(b.cloud).items()}
             index = max(busy, key=lambda i: len(busy[i]))
             victims = busy[index]
-            kill_at = datetime.now(UTC)
-            b.cloud.service("claim").reclaim(index, graceful=False)
+            signal_at = datetime.now(UTC)
+            b.cloud.service("claim").reclaim(index, graceful=graceful)
             break
         time.sleep(0.1)
     if not victims:
@@ -56,12 +66,13 @@ def _round(b: Bench) -> list[dict[str, float]]:
     while time.monotonic() < deadline + 60 and len(out) < len(victims):
         records = b.snapshot(victims)
         for job_id, (_owner, attempt) in victims.items():
-            back = reclaimed_at(records[job_id], attempt)
-            requeued = rescued_at(records[job_id], attempt)
+            rec = records[job_id]
+            back = reclaimed_at(rec, attempt)
+            requeued = handed_back_at(rec, attempt) if graceful else rescued_at(rec, attempt)
             if back is not None and job_id not in out:
                 out[job_id] = {
-                    "reclaim_s": (back - kill_at).total_seconds(),
-                    "requeue_s": (requeued - kill_at).total_seconds() if requeued else -1.0,
+                    "reclaim_s": (back - signal_at).total_seconds(),
+                    "requeue_s": (requeued - signal_at).total_seconds() if requeued else -1.0,
                 }
         time.sleep(0.1)
     while not all_terminal(b.snapshot(ids)) and time.monotonic() < deadline + 90:
@@ -70,12 +81,48 @@ def _round(b: Bench) -> list[dict[str, float]]:
 
 
 def run() -> dict[str, Any]:
-    samples: list[dict[str, float]] = []
+    samples: dict[str, list[dict[str, float]]] = {"sigterm": [], "sigkill": []}
     with bench_cloud(
-        max_instances=3, concurrency=4, stale_seconds=STALE_S, sweep_interval_seconds=SWEEP_S
+        max_instances=3,
+        min_instances=3,
+        concurrency=4,
+        stale_seconds=STALE_S,
+        sweep_interval_seconds=SWEEP_S,
     ) as b:
         for _ in range(ROUNDS):
-            samples += _round(b)
+            samples["sigterm"] += _round(b, graceful=True)
+            samples["sigkill"] += _round(b, graceful=False)
+    return {
+        "raw": {"samples": samples, "stale_s": STALE_S, "sweep_interval_s": SWEEP_S},
+        "rows": [_sigterm_row(samples["sigterm"]), _sigkill_row(samples["sigkill"])],
+    }
+
+
+def _sigterm_row(samples: list[dict[str, float]]) -> dict[str, Any]:
+    reclaim = [s["reclaim_s"] for s in samples]
+    handed = [s["requeue_s"] for s in samples if s["requeue_s"] >= 0]
+    worst = max(reclaim)
+    met = worst <= HAND_BACK_TARGET_S and len(handed) == len(reclaim)
+    note = ""
+    if len(handed) < len(reclaim):
+        note = f"{len(reclaim) - len(handed)} job(s) were not handed back (see raw samples)"
+    elif not met:
+        note = "the re-claim waited on the doorbell's push or a start-up after the hand-back"
+    return row(
+        "rescue latency after SIGTERM (hand-back)",
+        f"re-claimed by a live instance: max {worst:.2f} s, median {median(reclaim):.2f} s "
+        f"(handed back: median {median(handed) if handed else float('nan'):.2f} s; "
+        f"{len(samples)} jobs, {ROUNDS} reclaims; no attempt spent)",
+        f"target {HAND_BACK_TARGET_S:g} s; the staleness path's bound is "
+        f"{STALE_S + SWEEP_S:g} s here, {120:g} s + a sweep in production",
+        f"{worst / HAND_BACK_TARGET_S:.2f}x the target",
+        f"<= {HAND_BACK_TARGET_S:g} s",
+        met,
+        note,
+    )
+
+
+def _sigkill_row(samples: list[dict[str, float]]) -> dict[str, Any]:
     reclaim = [s["reclaim_s"] for s in samples]
     requeue = [s["requeue_s"] for s in samples if s["requeue_s"] >= 0]
     bound = STALE_S + SWEEP_S
@@ -86,21 +133,16 @@ def run() -> dict[str, Any]:
     elif len(requeue) < len(reclaim):
         note = (
             f"{len(reclaim) - len(requeue)} job(s) were re-claimed straight from the stale "
-            "running state by a doorbell or drain, before the sweep requeued them (no rescue count)"
+            "running state by a doorbell or a drain, before the sweep requeued them"
         )
-    return {
-        "raw": {"samples": samples, "stale_s": STALE_S, "sweep_interval_s": SWEEP_S},
-        "rows": [
-            row(
-                "rescue latency after SIGKILL",
-                f"re-claim max {worst:.1f} s, median {median(reclaim):.1f} s "
-                f"(requeue median {median(requeue) if requeue else float('nan'):.1f} s; "
-                f"{len(samples)} jobs, {ROUNDS} kills)",
-                f"stale_s + sweep interval = {STALE_S:g} + {SWEEP_S:g} = {bound:g} s",
-                f"{worst / bound:.2f}x the bound",
-                f"<= {bound + SLACK_S:g} s",
-                worst <= bound + SLACK_S,
-                note,
-            )
-        ],
-    }
+    return row(
+        "rescue latency after SIGKILL (staleness)",
+        f"re-claim max {worst:.1f} s, median {median(reclaim):.1f} s "
+        f"(requeue median {median(requeue) if requeue else float('nan'):.1f} s; "
+        f"{len(samples)} jobs, {ROUNDS} kills)",
+        f"stale_s + sweep interval = {STALE_S:g} + {SWEEP_S:g} = {bound:g} s",
+        f"{worst / bound:.2f}x the bound",
+        f"<= {bound + SLACK_S:g} s",
+        worst <= bound + SLACK_S,
+        note,
+    )

@@ -1,11 +1,11 @@
 """End-to-end throughput of 500 no-op jobs against the raw floor.
 
 Framework: one POST /jobs of 500 one-stage `demo` jobs (no sleep) to the local
-cloud (sweep every 3 s), timed until the pending index is empty (every job
+cloud (sweep every 3 s; submit rings the batch every 50 records, so jobs run while
+it is still being written), timed until the pending index is empty (every job
 terminal and unmarked). Two shapes, on the local Cloud Run with the instances
 kept warm (min_instances = max_instances, so the figure is the queue's, not
-start-ups'): 2 claim instances x concurrency 4 (the incident's), and 2 x 16 (as
-many slots as the emulator's largest push window).
+start-ups'): max_instances x concurrency = 2 x 4 (the incident's) and 8 x 4.
 
 Raw floor: the same calls per job issued by a script with the official
 clients and no framework, on as many threads as the framework has slots:
@@ -34,8 +34,8 @@ from shared.jobs import JobStatus
 from shared.queue import Queue
 
 JOBS = 500
-SHAPES = ((2, 4), (2, 16))
-"""(claim instances, MAX_CONCURRENT): the incident's shape, then slots >= push fan-out."""
+SHAPES = ((2, 4), (8, 4))
+"""(claim max instances, concurrency): the incident's shape, then four times the instances."""
 TARGET = 0.6
 
 
@@ -156,12 +156,14 @@ def _variant(instances: int, max_concurrent: int) -> dict[str, Any]:
         c2 = _cpu()
         raw["cpu_busy"], framework["cpu_busy"] = _busy(c0, c1), _busy(c1, c2)
         stats = emulator_stats(cloud.endpoints["emulator_admin"])
+        platform = cloud.service("claim").stats()
     subs = stats.get("subscriptions") or {}
     claim: dict[str, int] = next(
         (v for k, v in subs.items() if k.endswith(wiring.CLAIM_SUBSCRIPTION)), {}
     )
     framework["pushes"] = claim.get("push_attempts", 0)
-    framework["refused_429"] = claim.get("push_failures", 0)
+    framework["refused_429"] = platform["requests"]["refused"]
+    framework["push_failures"] = claim.get("push_failures", 0)
     ratio = (framework["done"] / framework["wall_s"]) / (JOBS / raw["wall_s"])
     return {
         "instances": instances,
@@ -182,11 +184,12 @@ def _row(v: dict[str, Any]) -> dict[str, Any]:
     return row(
         f"throughput, {JOBS} no-op jobs, {v['instances']}x{v['max_concurrent']} slots",
         f"{f['done'] / f['wall_s']:.1f} jobs/s ({f['wall_s']:.1f} s, submit "
-        f"{f['submit_s']:.1f} s; {f['pushes']} pushes, {f['refused_429']} refused 429; "
+        f"{f['submit_s']:.1f} s; {f['pushes']} pushes, {f['refused_429']} refused by the "
+        f"platform (429); "
         f"CPUs {_pct(f['cpu_busy'])} busy)",
         f"raw floor {JOBS / raw['wall_s']:.1f} jobs/s ({raw['wall_s']:.1f} s; same calls on "
         f"{raw['threads']} threads; CPUs {_pct(raw['cpu_busy'])} busy)",
-        f"{ratio:.2f} of the floor",
+        f"{ratio:.3f} of the floor",
         f">= {TARGET}",
         ratio >= TARGET,
         "" if ratio >= TARGET else _note(f, raw),
@@ -198,26 +201,14 @@ def _pct(share: float | None) -> str:
 
 
 def _note(f: dict[str, Any], raw: dict[str, Any]) -> str:
-    floor = JOBS / raw["wall_s"]
-    after_submit = f["done"] / max(f["wall_s"] - f["submit_s"], 1e-9)
-    parts = []
-    if f["refused_429"] > f["jobs"] / 2:
-        parts.append(
-            f"{f['refused_429']} of {f['pushes']} pushes were refused (429, no free slot): "
-            "the emulator pushes up to 32 doorbells at once and a refused one returns only "
-            "after Pub/Sub's retry backoff (1-10 s locally, 10-600 s in production), so slots "
-            f"idle (CPUs {_pct(f['cpu_busy'])} busy) except for the backlog drain, in which a "
-            "freed slot takes a due job from the pending index itself (one listing and a few "
-            "reads per job, serialised behind each slot). What reaches the target: slots for "
-            "the push fan-out (the 2x16 row), or a push endpoint that slows down on 429 as "
-            "real Pub/Sub does (the emulator keeps 32 pushes in flight)"
-        )
-        return "; ".join(parts)
-    parts.append(
-        f"submit rings only after all {f['jobs']} records exist ({f['submit_s']:.1f} s in which "
-        f"no job can start); after that the claim side ran {after_submit:.0f} jobs/s "
-        f"({after_submit / floor:.2f} of the floor). Ringing each job as soon as its record "
-        "is written would overlap the two; the rest is the push/front/functions-framework "
-        f"hops the floor does not make, on the same {os.cpu_count()} CPUs"
+    tail = max(f["wall_s"] - f["submit_s"], 0.0)
+    return (
+        f"the batch is bounded by submit: one POST wrote the {f['jobs']} records (3 objects "
+        f"each, in parallel, ringing every 50) in {f['submit_s']:.1f} s while the claim side "
+        f"ran the jobs behind it, the last ending {tail:.1f} s after the POST returned; the "
+        f"floor makes the same calls on {raw['threads']} threads and no HTTP hops (push, front, "
+        f"functions-framework), on the same {os.cpu_count()} CPUs (busy "
+        f"{_pct(f['cpu_busy'])}): the floor waits on I/O and gains from threads, the framework "
+        "is CPU-bound here and does not gain from more instances on 2 CPUs. Splitting a batch "
+        "over several POSTs spreads it over submit instances"
     )
-    return "; ".join(parts)

@@ -121,6 +121,11 @@ class CloudConfig:
     (None: Cloud Run's rule, max(10 s, 3.5 x the average start-up time))."""
     push_window: str = "adaptive"
     """The emulator's push flow control: "adaptive" (the service's) or "fixed"."""
+    push_max_window: int = 32
+    """The most pushes of one subscription in flight at once (the emulator's
+    --push-concurrency: the adaptive window's ceiling, the fixed window's size)."""
+    claim_timeout_seconds: float = CLAIM_TIMEOUT_SECONDS
+    """Claim's request timeout: the front answers 504 past it while the instance goes on."""
     stale_seconds: float = 30.0
     sweep_interval_seconds: float = 3.0
     """Scheduler tick period; 0 = no tick (a test calls sweep itself)."""
@@ -151,6 +156,8 @@ class CloudConfig:
             raise ValueError("sweep_interval_seconds must be >= 0")
         if self.push_window not in PUSH_WINDOWS:
             raise ValueError(f"push_window={self.push_window!r} must be one of {PUSH_WINDOWS}")
+        if self.push_max_window < 1:
+            raise ValueError(f"push_max_window={self.push_max_window} must be >= 1")
         for name in ("duplicate_fraction", "drop_publish_fraction"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name}={getattr(self, name)} must be within 0..1")
@@ -186,7 +193,7 @@ class CloudConfig:
                 concurrency=self.concurrency,
                 max_instances=self.max_instances,
                 min_instances=self.min_instances,
-                timeout_s=CLAIM_TIMEOUT_SECONDS,
+                timeout_s=self.claim_timeout_seconds,
                 **common,  # type: ignore[arg-type]
             )
         size = self.sizing.get(name, DEFAULT_SIZING[name])
@@ -468,6 +475,8 @@ class LocalCloud:
                 "RECLAIM_JOBS_TOPIC": t.jobs_topic,
                 "RECLAIM_MAX_CONCURRENT": str(c.concurrency),
                 "RECLAIM_STALE_SECONDS": str(c.stale_seconds),
+                # as terraform: a push's deadline is the claim subscription's ack deadline
+                "RECLAIM_PUSH_DEADLINE_SECONDS": str(t.claim_ack_deadline_seconds),
                 # the dashboard: its dead letters, and its charts from the functions' logs
                 "RECLAIM_DEAD_LETTER_SUBSCRIPTION": wiring.DEAD_LETTER_SUBSCRIPTION,
                 "RECLAIM_METRICS_SOURCE": f"logs:{c.log_dir}",
@@ -517,6 +526,7 @@ def emulator_args(config: CloudConfig, port: int, admin_port: int | None) -> lis
     if config.seed is not None:
         args += ["--seed", str(config.seed)]
     args += ["--push-window", config.push_window]
+    args += ["--push-concurrency", str(config.push_max_window)]
     return args
 
 

@@ -1,16 +1,18 @@
 """`make demo`: the incident replay, on the local cloud.
 
-One catalog batch of 22 jobs once lost 12 pieces when the platform reclaimed
-an instance. This replays exactly that: 22 `demo` jobs reach a claim service
-scaled to zero on the local Cloud Run (at most 2 instances x concurrency 4; they
-start on demand, cold), the busiest instance is SIGKILLed mid-batch with jobs
-running on it (a hard platform reclaim; the autoscaler starts a replacement when
-demand calls for one), live progress until every job is terminal, then a
-summary: jobs done, jobs rescued, how long rescue took, GCS calls (counted by
-local.faultproxy in front of fake-gcs-server), Pub/Sub publishes (the emulator's
-/stats) and the platform's figures (instances, cold starts, 429s,
-instance-seconds). Exit status 1 if any job is not terminal, 2 if the local cloud
-could not start.
+One catalog batch of 22 jobs once lost 12 pieces when the platform reclaimed an
+instance. This replays it on the local Cloud Run: 22 `demo` jobs reach a claim
+service scaled to zero (at most 2 instances x concurrency 4, started on demand,
+cold) and it scales out. Mid-batch the platform reclaims the busiest instance
+gracefully, as a rollout or host maintenance does (SIGTERM, the grace, SIGKILL):
+its jobs are handed back and resumed by live instances within seconds. Later it
+kills another busy instance hard (SIGKILL alone, a host failure): its jobs wait
+for the staleness rescue. Idle instances scale in as the batch drains. Live
+progress until every job is terminal, then a summary: jobs done, both rescues and
+their times, GCS calls (counted by local.faultproxy in front of
+fake-gcs-server), Pub/Sub figures (the emulator's /stats) and the platform's
+(cold starts, peak instances, scale-ins, 429s, billable instance-seconds). Exit
+status 1 if any job is not terminal, 2 if the local cloud could not start.
 
 The record-watching helpers live in local/observe.py (shared with the
 benchmarks and the chaos test).
@@ -37,6 +39,7 @@ from local.observe import (
     all_terminal,
     counts_by_status,
     emulator_stats,
+    handed_back_at,
     instance_pids,
     reclaimed_at,
     rescued_at,
@@ -57,10 +60,14 @@ class DemoConfig:
     concurrency: int = 4
     stale_seconds: float = 8.0
     sweep_interval_seconds: float = 2.0
+    idle_timeout_seconds: float = 2.0
+    """Scale-in after this long without a request (Cloud Run: up to ~15 min)."""
     stages: int = 3
     sleep_s: float = 1.5
-    kill_after_s: float = 2.0
-    """Seconds after the first claim at which the busiest instance is killed."""
+    reclaim_after_s: float = 2.0
+    """Seconds after the first claim at which the busiest instance is reclaimed gracefully."""
+    kill_after_s: float = 3.0
+    """Seconds after the graceful reclaim at which the busiest instance left is killed hard."""
     timeout_s: float = 100.0
     log_dir: Path = ROOT / ".local-cloud" / "demo-logs"
 
@@ -79,28 +86,39 @@ def progress_line(counts: Mapping[str, int], total: int, elapsed: float, width: 
 
 @dataclass
 class Rescue:
-    """What happened to the jobs that were running on the killed instance."""
+    """What happened to the jobs running on one reclaimed instance: handed back (SIGTERM)
+    or rescued by the watchdog once stale (SIGKILL)."""
 
-    killed: dict[str, tuple[str, int]] = field(default_factory=dict)
-    kill_at: datetime | None = None
+    graceful: bool
+    instance: int | None = None
+    jobs: dict[str, tuple[str, int]] = field(default_factory=dict)
+    at: datetime | None = None
     requeued: dict[str, float] = field(default_factory=dict)
-    """job id -> seconds from the kill to the watchdog's requeue."""
+    """job id -> seconds from the signal to the hand-back (or the watchdog's requeue)."""
     reclaimed: dict[str, float] = field(default_factory=dict)
-    """job id -> seconds from the kill to the re-claim by a live instance."""
+    """job id -> seconds from the signal to the re-claim by a live instance."""
+
+    @property
+    def signal(self) -> str:
+        return "SIGTERM" if self.graceful else "SIGKILL"
 
     def update(self, records: Mapping[str, Mapping[str, Any]]) -> list[str]:
-        """Note new requeues / re-claims of killed jobs; returns event lines to show."""
+        """Note new requeues / re-claims of the reclaimed jobs; returns event lines to show."""
         events: list[str] = []
-        if self.kill_at is None:
+        if self.at is None:
             return events
-        for job_id, (_owner, attempt) in self.killed.items():
+        for job_id, (_owner, attempt) in self.jobs.items():
             rec = records.get(job_id, {})
-            if job_id not in self.requeued and (at := rescued_at(rec, attempt)):
-                self.requeued[job_id] = (at - self.kill_at).total_seconds()
-                events.append(f"rescued  {job_id[:12]} (requeued by the watchdog)")
+            back = handed_back_at(rec, attempt) if self.graceful else rescued_at(rec, attempt)
+            if job_id not in self.requeued and back is not None:
+                self.requeued[job_id] = (back - self.at).total_seconds()
+                how = "handed back by its owner" if self.graceful else "requeued by the watchdog"
+                events.append(
+                    f"{'handed back' if self.graceful else 'rescued'}  {job_id[:12]} ({how})"
+                )
             if job_id not in self.reclaimed and (at := reclaimed_at(rec, attempt)):
-                self.reclaimed[job_id] = (at - self.kill_at).total_seconds()
-                events.append(f"reclaimed {job_id[:12]} (attempt {attempt + 1})")
+                self.reclaimed[job_id] = (at - self.at).total_seconds()
+                events.append(f"resumed  {job_id[:12]} by a live instance (attempt {attempt + 1})")
         return events
 
 
@@ -108,14 +126,48 @@ def _span(prefix: str, values: Iterable[float], empty: str = "") -> str:
     got = sorted(values)
     if not got:
         return empty
-    if got[-1] - got[0] < 0.05:
-        return f"{prefix}{got[0]:.1f} s"
-    return f"{prefix}{got[0]:.1f}-{got[-1]:.1f} s"
+    digits = 2 if got[-1] < 1 else 1  # sub-second spans (a hand-back) keep their detail
+    if got[-1] - got[0] < 0.5 * 10**-digits:
+        return f"{prefix}{got[0]:.{digits}f} s"
+    return f"{prefix}{got[0]:.{digits}f}-{got[-1]:.{digits}f} s"
+
+
+def _rescue_lines(rescue: Rescue, config: DemoConfig) -> list[str]:
+    head = f"{'hand-back' if rescue.graceful else 'staleness rescue':<17}"
+    pad = " " * 17
+    if not rescue.jobs:
+        return [f"{head}- (no job was running on the instance that got {rescue.signal})"]
+    lines = [
+        f"{head}{len(rescue.reclaimed)} of the {len(rescue.jobs)} jobs running on "
+        f"claim-{rescue.instance} at its {rescue.signal} were resumed by a live instance"
+    ]
+    times = sorted(rescue.reclaimed.values())
+    resumed = (
+        _span("after ", times) + f" (median {statistics.median(times):.1f} s)" if times else "-"
+    )
+    if rescue.graceful:
+        lines += [
+            pad + "handed back " + _span("", rescue.requeued.values(), "-") + " after the "
+            "SIGTERM (Cloud Run allows 10 s), and resumed",
+            pad + f"{resumed}, in turn with the queued jobs; no attempt spent, no stale time",
+        ]
+    else:
+        bound = config.stale_seconds + config.sweep_interval_seconds
+        requeued = _span("", rescue.requeued.values(), "")
+        which = "them" if len(rescue.requeued) == len(rescue.jobs) else "some"
+        lines += [
+            pad
+            + f"taken over {resumed} once stale"
+            + (f" (the watchdog requeued {which} after {requeued})" if requeued else ""),
+            pad + f"(bound: stale_s {config.stale_seconds:g} + sweep every "
+            f"{config.sweep_interval_seconds:g} s = {bound:g} s after the job's last write)",
+        ]
+    return lines
 
 
 def summary_lines(
     records: Mapping[str, Mapping[str, Any]],
-    rescue: Rescue,
+    rescues: list[Rescue],
     gcs: Mapping[str, int],
     publishes: int,
     deliveries: Mapping[str, int],
@@ -126,37 +178,23 @@ def summary_lines(
     """The end-of-demo summary (pure, so its wording is tested)."""
     counts = counts_by_status(records)
     total = len(records)
-    rescues = sum(int(r.get("rescues") or 0) for r in records.values())
+    rescued = sum(int(r.get("rescues") or 0) for r in records.values())
+    handed = sum(int(r.get("handbacks") or 0) for r in records.values())
     lines = [
         f"jobs done        {counts.get('done', 0)} / {total}"
         + (f"   (failed {counts['failed']})" if counts.get("failed") else ""),
-        f"jobs rescued     {rescues}   (sum of the records' `rescues`); "
-        f"{len(rescue.reclaimed)} of the {len(rescue.killed)} jobs running on the killed "
-        "instance were taken over by a live one",
+        f"recoveries       {handed} hand-back(s), {rescued} staleness rescue(s) "
+        "(the records' `handbacks` and `rescues`)",
     ]
-    if rescue.reclaimed:
-        times = sorted(rescue.reclaimed.values())
-        bound = config.stale_seconds + config.sweep_interval_seconds
-        lines.append(
-            "rescue took      "
-            + _span("", rescue.requeued.values(), "-")
-            + " from the SIGKILL to the watchdog's requeue; re-claimed by a live instance "
-            + _span("after ", times)
-            + f" (median {statistics.median(times):.1f} s; a re-claim waits for a free slot)"
-        )
-        lines.append(
-            f"                 bound: stale_s {config.stale_seconds:g} + sweep every "
-            f"{config.sweep_interval_seconds:g} s = {bound:g} s"
-        )
-    else:
-        lines.append("rescue took      - (no job was running on the killed instance)")
+    for rescue in rescues:
+        lines += _rescue_lines(rescue, config)
     gcs_total = sum(gcs.values())
     kinds = ", ".join(f"{k} {v}" for k, v in gcs.items() if v)
     lines += [
         f"GCS calls        {gcs_total}   ({kinds}; {gcs_total / max(total, 1):.1f} per job)",
         f"Pub/Sub          {publishes} doorbell publishes ({publishes / max(total, 1):.2f} per "
         f"job); {deliveries.get('push_attempts', 0)} pushes, "
-        f"{deliveries.get('push_failures', 0)} refused (redelivered)",
+        f"{deliveries.get('push_failures', 0)} failed (redelivered)",
     ]
     if platform:
         starts = platform.get("startup_s") or []
@@ -164,8 +202,18 @@ def summary_lines(
             f"Cloud Run        claim peaked at {platform['instances']['peak']} instance(s); "
             f"{platform['cold_starts']} cold start(s)"
             + (f" ({_span('', starts)})" if starts else "")
-            + f"; {platform['requests']['refused']} refused by the platform (429 after "
-            f"pending); {platform['billing']['instance_seconds']:.1f} billable instance-seconds"
+            + f"; {platform.get('scale_ins', 0)} scale-in(s) (idle); "
+            f"{platform['requests']['refused']} push(es) refused by the platform (429)"
+        )
+        ends = platform.get("shutdowns") or {}
+        if ends:
+            lines.append(
+                "                 shutdowns: "
+                + ", ".join(f"{n} {how}" for how, n in sorted(ends.items()))
+            )
+        lines.append(
+            f"                 {platform['billing']['instance_seconds']:.1f} billable "
+            "instance-seconds (request-based: start-up, requests, shutdown)"
         )
     lines.append(f"wall time        {wall_s:.1f} s")
     not_terminal = total - sum(counts.get(s, 0) for s in TERMINAL_STATUSES)
@@ -220,6 +268,7 @@ def _cloud_config(config: DemoConfig, gcs_port: int, proxy_url: str) -> CloudCon
     return CloudConfig(
         max_instances=config.max_instances,
         concurrency=config.concurrency,
+        idle_timeout_seconds=config.idle_timeout_seconds,
         cloudrun_admin_port=0,
         stale_seconds=config.stale_seconds,
         sweep_interval_seconds=config.sweep_interval_seconds,
@@ -231,20 +280,19 @@ def _cloud_config(config: DemoConfig, gcs_port: int, proxy_url: str) -> CloudCon
 
 
 class _Replay:
-    """One run of the incident: submit, watch, kill, scale out, wait, summarise."""
+    """One run of the incident: submit, watch, reclaim gracefully, kill hard, summarise."""
 
-    def __init__(self, cloud: LocalCloud, proxy: FaultProxy, config: DemoConfig, out: TextIO):
+    def __init__(self, cloud: LocalCloud, config: DemoConfig, out: TextIO):
         self.cloud = cloud
-        self.proxy = proxy
         self.config = config
         self.screen = _Screen(out)
-        self.rescue = Rescue()
-        ep = cloud.endpoints
-        self.watch = Watch(cloud.gcs_url, ep["project"], ep["records_bucket"])
+        self.graceful = Rescue(graceful=True)
+        self.hard = Rescue(graceful=False)
+        self.watch = Watch(cloud)
         self.t0 = time.monotonic()
         self.first_claim: float | None = None
-        self.killed_index: int | None = None
-        self.seen_instances: set[int] = set()
+        self.reclaimed_t: float | None = None
+        self.seen: dict[int, str] = {}
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
@@ -257,50 +305,88 @@ class _Replay:
         while time.monotonic() < deadline:
             records = self.watch.snapshot(ids)
             self._note_instances()
-            self._maybe_kill(records)
-            for line in self.rescue.update(records):
-                self.screen.event(self.elapsed(), line)
+            self._maybe_reclaim(records)
+            for rescue in (self.graceful, self.hard):
+                for line in rescue.update(records):
+                    self.screen.event(self.elapsed(), line)
             self.screen.bar(progress_line(counts_by_status(records), len(ids), self.elapsed()))
             if all_terminal(records):
                 break
-            time.sleep(0.25)
+            time.sleep(0.2)
         self.screen.done()
-        self.watch.close()
-        return records, self.elapsed()
+        wall = self.elapsed()
+        self._watch_scale_to_zero()
+        return records, wall
+
+    def _watch_scale_to_zero(self) -> None:
+        """The batch is done: show the idle instances scaling in, down to zero."""
+        claim = self.cloud.service("claim")
+        c = self.cloud.config
+        deadline = time.monotonic() + c.idle_timeout_seconds + c.shutdown_grace_seconds + 5
+        while time.monotonic() < deadline:
+            self._note_instances()
+            if claim.stats()["instances"]["current"] == 0:
+                self.screen.event(self.elapsed(), "claim scaled to zero")
+                return
+            time.sleep(0.2)
 
     def _note_instances(self) -> None:
-        """Say when the autoscaler brought an instance up (a cold start)."""
+        """Say when the autoscaler brought an instance up (a cold start) or scaled one in."""
         for inst in self.cloud.service("claim").instances():
-            if inst["state"] == "serving" and inst["id"] not in self.seen_instances:
-                self.seen_instances.add(inst["id"])
+            was = self.seen.get(inst["id"])
+            if inst["state"] == "serving" and was is None:
+                self.seen[inst["id"]] = "serving"
                 self.screen.event(
                     self.elapsed(),
-                    f"claim-{inst['id']} started (scale-out from the pending requests; "
-                    f"cold start {inst['startup_s']:.1f} s)",
+                    f"claim-{inst['id']} started (scale-out; cold start {inst['startup_s']:.1f} s)",
                 )
+            shutdown = inst.get("shutdown") or {}
+            if shutdown.get("reason") == "idle" and was != "idle":
+                self.seen[inst["id"]] = "idle"
+                self.screen.event(self.elapsed(), f"claim-{inst['id']} scaled in (idle)")
 
-    def _maybe_kill(self, records: dict[str, dict[str, Any]]) -> None:
-        if self.killed_index is not None:
-            return
+    def _busiest(self, records: dict[str, dict[str, Any]]) -> tuple[int, dict[str, Any]] | None:
+        skip = {self.graceful.instance, self.hard.instance}
+        busy = {i: running_on(records, p) for i, p in instance_pids(self.cloud).items()}
+        busy = {i: jobs for i, jobs in busy.items() if jobs and i not in skip}
+        if not busy:
+            return None
+        index = max(busy, key=lambda i: len(busy[i]))
+        return index, busy[index]
+
+    def _maybe_reclaim(self, records: dict[str, dict[str, Any]]) -> None:
+        now = time.monotonic()
         if self.first_claim is None:
             if any(r.get("status") == "running" for r in records.values()):
-                self.first_claim = time.monotonic()
+                self.first_claim = now
             return
-        if time.monotonic() - self.first_claim < self.config.kill_after_s:
+        if self.graceful.at is None:
+            if now - self.first_claim >= self.config.reclaim_after_s:
+                self._reclaim(self.graceful, records)
+                self.reclaimed_t = now
             return
-        pids = instance_pids(self.cloud)
-        busy = {i: running_on(records, p) for i, p in pids.items()}
-        index = max(busy, key=lambda i: len(busy[i]), default=None)
-        if index is None or not busy[index]:
+        due = self.reclaimed_t is not None and now - self.reclaimed_t >= self.config.kill_after_s
+        if self.hard.at is None and due:
+            self._reclaim(self.hard, records)
+
+    def _reclaim(self, rescue: Rescue, records: dict[str, dict[str, Any]]) -> None:
+        found = self._busiest(records)
+        if found is None:
             return
-        self.rescue.kill_at = datetime.now(UTC)
-        self.cloud.service("claim").reclaim(index, graceful=False)
-        self.killed_index = index
-        self.rescue.killed = busy[index]
+        index, jobs = found
+        rescue.at = datetime.now(UTC)
+        rescue.instance, rescue.jobs = index, jobs
+        self.cloud.service("claim").reclaim(index, graceful=rescue.graceful)
+        how = (
+            "SIGTERM, then SIGKILL after the grace: a rollout or host maintenance"
+            if rescue.graceful
+            else "SIGKILL: a host failure"
+        )
         self.screen.event(
             self.elapsed(),
-            f"SIGKILL claim-{index}: the platform reclaimed it with "
-            f"{len(busy[index])} jobs running (" + ", ".join(j[:8] for j in busy[index]) + ")",
+            f"{rescue.signal} claim-{index} ({how}) with {len(jobs)} jobs running ("
+            + ", ".join(j[:8] for j in jobs)
+            + ")",
         )
 
 
@@ -308,10 +394,12 @@ def run(config: DemoConfig, out: TextIO = sys.stdout) -> int:
     """The whole demo; returns the process exit status."""
     out.write(
         f"reclaim demo: {config.jobs} jobs to a claim service scaled to zero (at most "
-        f"{config.max_instances} instances x concurrency {config.concurrency}); the busiest "
-        "instance will be SIGKILLed mid-batch.\n"
+        f"{config.max_instances} instances x concurrency {config.concurrency}). Mid-batch the "
+        "busiest instance is reclaimed gracefully (SIGTERM), later another one is killed hard "
+        "(SIGKILL).\n"
         f"stale after {config.stale_seconds:g} s, sweep every "
-        f"{config.sweep_interval_seconds:g} s. Starting the local cloud...\n"
+        f"{config.sweep_interval_seconds:g} s, idle scale-in after "
+        f"{config.idle_timeout_seconds:g} s. Starting the local cloud...\n"
     )
     out.flush()
     gcs_port = free_port()
@@ -328,7 +416,7 @@ def run(config: DemoConfig, out: TextIO = sys.stdout) -> int:
                 f"local cloud up in {time.monotonic() - started:.1f} s "
                 f"(logs: {cloud.config.log_dir})\n"
             )
-            replay = _Replay(cloud, proxy, config, out)
+            replay = _Replay(cloud, config, out)
             records, wall = replay.run()
             stats = emulator_stats(cloud.endpoints["emulator_admin"])
             platform = cloud.service("claim").stats()
@@ -339,8 +427,9 @@ def run(config: DemoConfig, out: TextIO = sys.stdout) -> int:
         deliveries: dict[str, int] = next(
             (v for k, v in subs.items() if k.endswith(wiring.CLAIM_SUBSCRIPTION)), {}
         )
+        rescues = [replay.graceful, replay.hard]
         lines = summary_lines(
-            records, replay.rescue, proxy.counts(), publishes, deliveries, config, wall, platform
+            records, rescues, proxy.counts(), publishes, deliveries, config, wall, platform
         )
     out.write("\nsummary\n" + "\n".join("  " + line for line in lines) + "\n")
     out.flush()
@@ -355,6 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=d.concurrency)
     p.add_argument("--stale-seconds", type=float, default=d.stale_seconds)
     p.add_argument("--sweep-interval", type=float, default=d.sweep_interval_seconds)
+    p.add_argument("--idle", type=float, default=d.idle_timeout_seconds, help="scale-in after")
     p.add_argument("--sleep", type=float, default=d.sleep_s, help="seconds per stage")
     p.add_argument("--timeout", type=float, default=d.timeout_s)
     a = p.parse_args(argv)
@@ -362,12 +452,15 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--jobs, --max-instances and --concurrency must be >= 1")
     if a.stale_seconds < 3 or a.sweep_interval <= 0 or a.sleep < 0 or a.timeout <= 0:
         p.error("--stale-seconds must be >= 3; --sweep-interval and --timeout > 0; --sleep >= 0")
+    if a.idle < 0:
+        p.error("--idle must be >= 0")
     config = DemoConfig(
         jobs=a.jobs,
         max_instances=a.max_instances,
         concurrency=a.concurrency,
         stale_seconds=a.stale_seconds,
         sweep_interval_seconds=a.sweep_interval,
+        idle_timeout_seconds=a.idle,
         sleep_s=a.sleep,
         timeout_s=a.timeout,
     )

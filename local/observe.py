@@ -1,8 +1,10 @@
 """Watching a running local cloud from outside: job records, instances, emulator figures.
 
-What the demo, the benchmarks and the chaos test share. Records are read straight
-from fake-gcs-server (not through a counting proxy, so watching costs the queue
-nothing a figure would report); owners are mapped to instances by process id.
+What the demo, the benchmarks and the chaos test share. Records are read through the
+queue's own front door (shared.queue.Queue: read_many, pending, list_jobs), on a store
+that talks to fake-gcs-server directly, not through a counting proxy, so watching costs
+the queue nothing a figure would report, and without the watchdog, so watching changes
+nothing. Owners are mapped to instances by process id.
 """
 
 from __future__ import annotations
@@ -11,44 +13,70 @@ import json
 import urllib.request
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
 from local import wiring
 from local.cloud import LocalCloud
 from local.procs import group_pids
+from shared.config import Settings
+from shared.doorbell import Doorbell
 from shared.job_queue import TERMINAL_STATUSES
-from shared.storage import CorruptRecord, GcsStore, NotFound
+from shared.jobs import MEMBER_MISSING, MEMBER_UNREADABLE, JobStatus
+from shared.queue import Queue
+from shared.storage import GcsStore
 
-UNREADABLE = "unreadable"
-MISSING = "missing"
-STATUS_ORDER = ("queued", "running", "done", "failed", "cancelled", MISSING, UNREADABLE)
+STATUS_ORDER: tuple[str, ...] = (*JobStatus, MEMBER_MISSING, MEMBER_UNREADABLE)
+"""The order the demo shows counts in: the job states, then the stand-ins."""
+
+
+def watching_queue(cloud: LocalCloud) -> Queue:
+    """A Queue on the local cloud's records bucket and topic that talks to
+    fake-gcs-server directly (not through a counting proxy). Watchers only read with it
+    (read, read_many, pending, list_jobs: no watchdog)."""
+    ep = cloud.endpoints
+    settings = Settings.from_env(
+        {},
+        project=ep["project"],
+        records_bucket=ep["records_bucket"],
+        jobs_topic=ep["jobs_topic"],
+    )
+    store = GcsStore(settings.records_bucket, wiring.storage_client(cloud.gcs_url, ep["project"]))
+    return Queue(store, Doorbell(settings.project, settings.jobs_topic), settings)
+
+
+def snapshot(queue: Queue, job_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """job id -> its record as stored, or a stand-in whose status says it is missing
+    or unreadable."""
+    ids = list(job_ids)
+    listing = queue.read_many(ids)
+    found: dict[str, dict[str, Any]] = {str(r["id"]): dict(r) for r in listing.records}
+    for job_id, reason in listing.corrupt.items():
+        found[job_id] = {"id": job_id, "status": MEMBER_UNREADABLE, "reason": reason}
+    return {i: found.get(i, {"id": i, "status": MEMBER_MISSING}) for i in ids}
 
 
 class Watch:
-    """Reads job records straight from fake-gcs-server (not through the counting
-    proxy, so watching costs the queue nothing it would report)."""
+    """Job records of a local cloud, read through its watching queue."""
 
-    def __init__(self, gcs_url: str, project: str, bucket: str, workers: int = 8) -> None:
-        self.store = GcsStore(bucket, wiring.storage_client(gcs_url, project))
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="watch")
-
-    def read(self, job_id: str) -> dict[str, Any]:
-        """The record, or a stand-in whose status says it is missing or unreadable."""
-        try:
-            return dict(self.store.read(job_id).record)
-        except NotFound:
-            return {"id": job_id, "status": MISSING}
-        except CorruptRecord as exc:
-            return {"id": job_id, "status": UNREADABLE, "reason": exc.reason}
+    def __init__(self, cloud: LocalCloud) -> None:
+        self.queue = watching_queue(cloud)
 
     def snapshot(self, job_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
-        ids = list(job_ids)
-        return dict(zip(ids, self._pool.map(self.read, ids), strict=True))
+        return snapshot(self.queue, job_ids)
 
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+    def pending(self) -> list[str]:
+        """Ids of the jobs that still owe work (the pending index)."""
+        return self.queue.pending()
+
+    def stored_ids(self) -> set[str]:
+        """Every job the bucket holds a record for, readable or not (O(history))."""
+        listing = self.queue.list_jobs()
+        return {str(r["id"]) for r in listing.records} | set(listing.corrupt)
+
+    def output(self, name: str) -> bytes:
+        """A stage output's bytes (outputs/<id>/<attempt>/<name> in the records bucket)."""
+        return self.queue.store.read_object(self.queue.settings.records_bucket, name)[0]
 
 
 def counts_by_status(records: Mapping[str, Mapping[str, Any]]) -> Counter[str]:
@@ -56,6 +84,7 @@ def counts_by_status(records: Mapping[str, Mapping[str, Any]]) -> Counter[str]:
 
 
 def all_terminal(records: Mapping[str, Mapping[str, Any]]) -> bool:
+    """Every record is done, failed or cancelled (and there is at least one)."""
     return bool(records) and all(r.get("status") in TERMINAL_STATUSES for r in records.values())
 
 
@@ -81,7 +110,7 @@ def running_on(
     """job id -> (owner, attempt) of running jobs owned by one of these pids."""
     out = {}
     for job_id, rec in records.items():
-        if rec.get("status") == "running" and owner_pid(rec.get("owner")) in pids:
+        if rec.get("status") == JobStatus.RUNNING and owner_pid(rec.get("owner")) in pids:
             out[job_id] = (str(rec.get("owner")), int(rec.get("attempts") or 0))
     return out
 
@@ -116,6 +145,11 @@ def reclaimed_at(record: Mapping[str, Any], lost_attempt: int) -> datetime | Non
 def rescued_at(record: Mapping[str, Any], lost_attempt: int) -> datetime | None:
     """When the watchdog requeued the job that `lost_attempt` held."""
     return history_time(record, "rescued", lost_attempt)
+
+
+def handed_back_at(record: Mapping[str, Any], attempt: int) -> datetime | None:
+    """When the owner of `attempt` handed the job back (its instance got SIGTERM)."""
+    return history_time(record, "handed back", attempt)
 
 
 def emulator_stats(admin_url: str) -> dict[str, Any]:

@@ -193,6 +193,24 @@ ENV_VARS: tuple[EnvVar, ...] = (
         minimum=0,
     ),
     EnvVar(
+        name="RECLAIM_DRAIN_JOB_SECONDS",
+        field="drain_job_seconds",
+        default="60",
+        parse=float,
+        doc="The longest a job taken from the pending index may run: a claim starts one only "
+        "while this much of its push deadline is left.",
+        minimum=0,
+    ),
+    EnvVar(
+        name="RECLAIM_PUSH_DEADLINE_SECONDS",
+        field="push_deadline_seconds",
+        default="600",
+        parse=float,
+        doc="How long a push to claim may take before Pub/Sub gives up on it: the claim "
+        "subscription's ack deadline (the function's timeout is never shorter).",
+        minimum=10,
+    ),
+    EnvVar(
         name="RECLAIM_MAX_BODY_BYTES",
         field="max_body_bytes",
         default="1048576",
@@ -283,6 +301,8 @@ class Settings:
     sweep_max_jobs: int
     sweep_max_seconds: float
     drain_max_jobs: int
+    drain_job_seconds: float
+    push_deadline_seconds: float
     max_body_bytes: int
     max_batch_jobs: int
     retention_days_done: int
@@ -344,8 +364,9 @@ class Settings:
 
     @property
     def busy_retry_after_seconds(self) -> float:
-        """Retry-After of a doorbell refused for want of a slot (429): a quarter of the
-        stale time, between 1 and 30 s."""
+        """Retry-After of a doorbell the in-app slot guard refuses (429; only a direct
+        caller meets it, Cloud Run never sends more than the concurrency): a quarter of
+        the stale time, between 1 and 30 s."""
         return max(1.0, min(self.stale_seconds / 4, 30.0))
 
     @property
@@ -356,8 +377,9 @@ class Settings:
 
     @property
     def backlog_window_seconds(self) -> float:
-        """How long after a refused doorbell the process counts as backlogged (every
-        freed slot then takes a due job from the pending index itself)."""
+        """How long after a push showed a backlog (its doorbell waited, or was delivered
+        before: shared.drain.backlog_sign) the process counts as backlogged: every freed
+        slot then takes due jobs from the pending index itself."""
         return self.stale_seconds
 
     @property

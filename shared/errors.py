@@ -171,6 +171,10 @@ class Stopped(ReclaimError):
     """This owner lost the job (re-claimed or cancelled): stop, commit nothing."""
 
 
+class ShuttingDown(Stopped):
+    """The instance got SIGTERM: stop the stage, the job is handed back (shared.shutdown)."""
+
+
 class OwnerLost(ReclaimError):
     """The owner's claim is gone: someone else wrote the record."""
 

@@ -17,6 +17,7 @@ import binascii
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from cloudevents import exceptions as ce_errors
@@ -64,6 +65,17 @@ class PubsubDelivery:
     publish_time: str | None = None
     delivery_attempt: int | None = None
     subscription: str | None = None
+
+    @property
+    def published_at(self) -> datetime | None:
+        """publish_time as an aware datetime; None when absent or unreadable."""
+        if not self.publish_time:
+            return None
+        try:
+            at = datetime.fromisoformat(self.publish_time)
+        except ValueError:
+            return None
+        return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)

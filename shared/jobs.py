@@ -50,6 +50,7 @@ HistoryEvent = Literal[
     "checkpoint",
     "requeued",
     "rescued",
+    "handed back",
     "done",
     "failed",
     "cancelled",
@@ -95,6 +96,7 @@ HistoryEntry = TypedDict(
         "by": str,
         "reason": str | None,
         "from": str | None,
+        "max_attempts": int,
     },
     total=False,
 )
@@ -124,6 +126,7 @@ class JobRecord(TypedDict, total=False):
     updated_at: str
     not_before: str | None
     rescues: int
+    handbacks: int
     checkpoint: Checkpoint
     result: JsonObject | None
     outputs: list[str]

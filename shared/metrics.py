@@ -65,6 +65,7 @@ class Outcome(StrEnum):
     FAILED = "failed"
     REQUEUED = "requeued"
     CANCELLED = "cancelled"
+    HANDED_BACK = "handed back"  # its instance got SIGTERM (no attempt spent)
 
 
 @dataclass(frozen=True)

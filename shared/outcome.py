@@ -8,7 +8,9 @@ from typing import Any
 
 
 class OutcomeKind(StrEnum):
-    """What became of a delivery. Only BUSY asks for a redelivery; the rest are decided (ack)."""
+    """What became of a delivery. BUSY asks for a redelivery, and so does an Outcome whose
+    `redeliver` is set (a hand-back whose doorbell could not be rung); the rest are
+    decided (ack)."""
 
     BUSY = "busy"
     """No free slot: the claim function answers 429."""
@@ -30,6 +32,9 @@ class OutcomeKind(StrEnum):
     """A stage failed and attempts are left: queued again, with backoff."""
     LOST = "lost"
     """This owner lost the job mid-run (re-claimed, rescued or cancelled): wrote nothing more."""
+    HANDED_BACK = "handed back"
+    """The instance is shutting down: the job was queued again at no cost (or, not yet
+    claimed, passed on) and its doorbell rung for a live instance."""
 
 
 @dataclass
@@ -42,6 +47,8 @@ class Outcome:
     owner: str | None = None
     attempt: int | None = None
     retry_after_s: float | None = None
+    redeliver: bool = False
+    """Answer so that Pub/Sub delivers this push again (the job is not settled)."""
     drained: list[Outcome] = field(default_factory=list)
 
     @property
@@ -54,6 +61,8 @@ class Outcome:
             value = getattr(self, key)
             if value not in (None, ""):
                 out[key] = value
+        if self.redeliver:
+            out["redeliver"] = True
         if self.drained:
             out["drained"] = [d.to_json() for d in self.drained]
         return out

@@ -27,7 +27,7 @@ from shared.logs import JobLogger
 from shared.storage import Store, Stored
 
 Build = Callable[[JobRecord], JobRecord]  # the fields a write merges into the record
-Write = Literal["checkpoint", "heartbeat", "fence", "done", "failed", "requeued"]
+Write = Literal["checkpoint", "heartbeat", "fence", "done", "failed", "requeued", "handed back"]
 """What an owner's write is, as its log lines name it."""
 
 
@@ -123,7 +123,7 @@ class OwnedRecord:
             self._write(lambda job: job_queue.heartbeat_fields(job, self._clock()), "fence")
 
     def finish(self, build: Build, event: Write, *, fold: bool = True) -> Stored:
-        """The final write (done/failed/requeued), at once; with fold, a pending
+        """The final write (done/failed/requeued/handed back), at once; with fold, a pending
         checkpoint goes into the same write so the next attempt resumes after it."""
         with self._lock:
             self._check_open()

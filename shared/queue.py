@@ -11,7 +11,7 @@ the work, one per concern:
 - cancel, retry: shared.control (a person's transitions, with their CAS loops)
 - ring: the doorbell itself
 - sweep_once: shared.sweeper (the scheduled rescue pass)
-- handle_delivery: shared.runner (claim, run, drain)
+- handle_delivery: shared.runner (claim, run, drain, hand back on shutdown)
 
 A new operation is a function in the module of its concern (or a new module)
 plus a one-line method here. Errors are the ReclaimError family; HTTP status
@@ -31,9 +31,10 @@ from shared.jobs import JobRecord, JobStatus
 from shared.storage import Store, get_store
 
 if TYPE_CHECKING:
-    from shared.drain import DrainGate
+    from shared.drain import Arrival, DrainGate
     from shared.events import UploadedObject
     from shared.outcome import Outcome
+    from shared.shutdown import Shutdown
     from shared.slots import Slots
 
 
@@ -153,11 +154,15 @@ class Queue:
         job_id: str,
         *,
         owner: str | None = None,
+        arrival: Arrival | None = None,
         slots: Slots | None = None,
         gate: DrainGate | None = None,
+        shutdown: Shutdown | None = None,
     ) -> Outcome:
-        """One doorbell: claim and run the job if it is claimable, then drain overdue
-        ones; BUSY at once when no slot is free. `slots` and `gate` default to the
+        """One doorbell: claim and run the job if it is claimable, then drain due ones
+        within the push's time budget; BUSY at once when no slot is free; HANDED_BACK
+        once the instance is shutting down. `arrival` (the push's delivery attempt and
+        publish time) may show a backlog; `slots`, `gate` and `shutdown` default to the
         process's own."""
         return runner.handle_delivery(
             job_id,
@@ -168,4 +173,6 @@ class Queue:
             self.clock,
             slots=slots,
             gate=gate,
+            arrival=arrival,
+            shutdown=shutdown,
         )

@@ -1,14 +1,20 @@
-"""Claim and run one job, then drain overdue ones: the heart of the claim function.
+"""Claim and run one job, then drain due ones: the heart of the claim function.
 
 A delivery is only a doorbell; the record decides. Order of business:
-slot (none: "busy", the function answers 429 at once) -> read -> claimable?
--> CAS claim -> stages from the checkpoint, each boundary a coalesced CAS
-checkpoint, a heartbeat thread during long stages -> one final CAS (done,
-requeued with backoff, or failed) -> drop the pending marker -> drain.
+backlog sign (shared.drain) -> slot (none: "busy", answered 429 at once; Cloud
+Run never sends an instance more requests than its concurrency, so this is a
+guard for direct callers) -> read -> claimable? -> CAS claim -> stages from the
+checkpoint, each boundary a coalesced CAS checkpoint, a heartbeat thread during
+long stages -> one final CAS (done, requeued with backoff, or failed) -> drop the
+pending marker -> drain, within the push's time budget (shared.budget).
 
 Every write of the owner goes through shared.owned.OwnedRecord, so a LostRace
 anywhere (re-claimed, rescued, cancelled) stops the job at once: no further
 write, no result, outputs refused. The generation is the fencing token.
+
+Once the instance is shutting down (shared.shutdown), a job is handed back at its
+next stage boundary or check() (queued, due now, no attempt spent, doorbell rung),
+and a delivery that arrives meanwhile rings its doorbell again instead of claiming.
 """
 
 from __future__ import annotations
@@ -25,10 +31,11 @@ from datetime import datetime
 from typing import Any
 
 from shared import job_queue, metrics, records
+from shared.budget import PushBudget
 from shared.clock import Clock, utcnow
 from shared.config import Settings
 from shared.doorbell import Ringer
-from shared.drain import GATE, DrainGate, drain
+from shared.drain import GATE, Arrival, DrainGate, backlog_sign, drain
 from shared.errors import (
     CorruptRecord,
     DoorbellError,
@@ -37,6 +44,7 @@ from shared.errors import (
     NotFound,
     OwnerLost,
     PermanentError,
+    ShuttingDown,
     Stopped,
     StorageError,
     Unavailable,
@@ -47,6 +55,7 @@ from shared.outcome import Outcome, OutcomeKind
 from shared.owned import Heartbeat, OwnedRecord
 from shared.pipelines import Pipeline, StageContext, get_pipeline
 from shared.recovery import recover
+from shared.shutdown import SHUTDOWN, Shutdown
 from shared.slots import Slots, get_slots
 from shared.storage import Store, Stored
 
@@ -86,26 +95,45 @@ def handle_delivery(
     *,
     slots: Slots | None = None,
     gate: DrainGate | None = None,
+    arrival: Arrival | None = None,
+    shutdown: Shutdown | None = None,
 ) -> Outcome:
     """Handle one doorbell for job_id; never waits for a slot.
 
     `owner` is the instance id (default: this process's); each claim appends a
-    suffix. `now` is the clock (injectable for tests). Raises InvalidInput for a
-    malformed id, and lets storage errors propagate (the function answers 503 and
-    Pub/Sub redelivers; the record is still the truth).
+    suffix. `now` is the clock (injectable for tests). `arrival` is what the push
+    said of its doorbell (a backlog sign); `slots`, `gate` and `shutdown` default to
+    the process's own. Raises InvalidInput for a malformed id, and lets storage
+    errors propagate (the function answers 503 and Pub/Sub redelivers; the record is
+    still the truth).
     """
     records.validate_job_id(job_id)
+    budget = PushBudget(settings.push_deadline_seconds)
     pool = slots if slots is not None else get_slots(settings.max_concurrent)
     gate = gate if gate is not None else GATE
+    shutdown = shutdown if shutdown is not None else SHUTDOWN
+    runner = _Runner(store, doorbell, settings, owner or instance_id(), now, shutdown)
+    if shutdown.requested:
+        return runner.decline(job_id)
+    if arrival is not None and (sign := backlog_sign(arrival, now())) is not None:
+        log.info("doorbells are being held back: draining", job_id=job_id, sign=sign)
+        gate.note_backlog()
     slot = pool.try_acquire()
     if slot is None:
-        gate.note_refusal()
         retry = settings.busy_retry_after_seconds
         return Outcome(job_id, OutcomeKind.BUSY, "no free slot", retry_after_s=retry)
-    runner = _Runner(store, doorbell, settings, owner or instance_id(), now)
     with slot:
         outcome = runner.attempt(job_id)
-        outcome.drained = drain(store, settings, now, runner.attempt, gate, skip=job_id)
+        outcome.drained = drain(
+            store,
+            settings,
+            now,
+            runner.attempt,
+            gate,
+            skip=job_id,
+            budget=budget,
+            shutdown=shutdown,
+        )
     return outcome
 
 
@@ -116,13 +144,28 @@ class _Runner:
     """One request's worth of work: a job, then maybe a few drained ones."""
 
     def __init__(
-        self, store: Store, doorbell: Ringer, settings: Settings, instance: str, clock: Clock
+        self,
+        store: Store,
+        doorbell: Ringer,
+        settings: Settings,
+        instance: str,
+        clock: Clock,
+        shutdown: Shutdown,
     ) -> None:
         self.store = store
         self.doorbell = doorbell
         self.settings = settings
         self.instance = instance
         self.clock = clock
+        self.shutdown = shutdown
+
+    def decline(self, job_id: str, traceparent: str | None = None) -> Outcome:
+        """Shutting down: ring the job's doorbell again so a live instance takes it, and
+        ack this delivery (a failed ring asks Pub/Sub to redeliver this one instead)."""
+        rang = ring(self.doorbell, job_id, traceparent=traceparent)
+        log.info("shutting down: delivery passed on", job_id=job_id, rang=rang)
+        detail = "shutting down: " + ("doorbell rung again" if rang else "redeliver")
+        return Outcome(job_id, OutcomeKind.HANDED_BACK, detail, redeliver=not rang)
 
     def attempt(self, job_id: str, stored: Stored | None = None) -> Outcome:
         """Read (unless given), decide, claim and run one job."""
@@ -176,6 +219,8 @@ class _Runner:
         return Outcome(job_id, OutcomeKind.SKIPPED, reason)
 
     def _claim_and_run(self, job_id: str, stored: Stored, now: datetime) -> Outcome:
+        if self.shutdown.requested:
+            return self.decline(job_id, stored.record.get("traceparent"))
         job = stored.record
         owner = new_owner(self.instance)
         try:
@@ -282,8 +327,11 @@ class _Job:
         if next_stage > len(stages):
             next_stage = len(stages)
         result: JsonObject = {}
-        with Heartbeat(self.owned, self.r.settings.heartbeat_tick_seconds, self.log):
+        heartbeat = Heartbeat(self.owned, self.r.settings.heartbeat_tick_seconds, self.log)
+        with heartbeat, self.r.shutdown.running(self._hand_back_from_outside):
             for index in range(next_stage, len(stages)):
+                if self.r.shutdown.requested:  # a stage boundary: the checkpoint is saved
+                    return self._hand_back("at a stage boundary")
                 name, fn = stages[index]
                 outcome = self._stage(pipeline, index, len(stages), name, fn, state, result)
                 if outcome is not None:
@@ -318,6 +366,8 @@ class _Job:
             )
             fn(ctx)
             _require_plain(state, result)
+        except ShuttingDown:
+            return self._hand_back("the stage called check()")
         except Stopped:
             return self._lost("stage stopped")
         except PermanentError as exc:
@@ -337,12 +387,16 @@ class _Job:
         return None
 
     def _stopped(self) -> bool:
+        """check(): True once this owner lost the job; ShuttingDown once the instance
+        is going away (the stage stops and the job is handed back)."""
         try:
             self.owned.confirm(self.confirm_s)
         except OwnerLost:
             return True
         except Unavailable as exc:  # a storage hiccup is no proof of loss; the CAS writes decide
             self.log.warning("could not confirm ownership", error=str(exc))
+        if self.r.shutdown.requested:
+            raise ShuttingDown(f"job {self.job_id}: the instance is shutting down")
         return False
 
     # --- final writes
@@ -406,8 +460,38 @@ class _Job:
             **self._finished(metrics.Outcome.REQUEUED),
         )
         if delay <= 0:
-            self._ring()
+            ring(self.r.doorbell, self.job_id, self.log, self.job.get("traceparent"))
         return self._outcome(OutcomeKind.REQUEUED, error["message"])
+
+    def _hand_back(self, why: str) -> Outcome:
+        """The instance is shutting down: queue the job again at no cost (the pending
+        checkpoint goes into the same write), ring its doorbell, answer the push."""
+        now = self.r.clock()
+        budget = self.r.settings.max_attempts
+
+        def build(job: JobRecord) -> JobRecord:
+            return job_queue.handback_fields(job, now, max_attempts=budget)
+
+        try:
+            self.owned.finish(build, "handed back")
+        except OwnerLost:
+            return self._lost("hand-back refused")
+        rang = ring(self.r.doorbell, self.job_id, self.log, self.job.get("traceparent"))
+        self.log.warning(
+            "handed back: the instance is shutting down",
+            why=why,
+            rang=rang,
+            **self._finished(metrics.Outcome.HANDED_BACK),
+        )
+        outcome = self._outcome(OutcomeKind.HANDED_BACK, why)
+        outcome.redeliver = not rang  # no doorbell rang: this push must come back instead
+        return outcome
+
+    def _hand_back_from_outside(self) -> None:
+        """Called by the shutdown's thread when the stage reached neither a boundary nor
+        check() in time: the stage cannot be stopped, but its owner's writes are refused
+        from now on (a finished job refuses the hand-back instead)."""
+        self._hand_back("the stage did not stop in time")
 
     def _finished(self, outcome: metrics.Outcome) -> dict[str, Any]:
         return metrics.finished(self.job, outcome, run_s=time.monotonic() - self.started)
@@ -424,13 +508,22 @@ class _Job:
         except StorageError as exc:
             self.log.warning("could not remove the pending marker", error=str(exc))
 
-    def _ring(self) -> None:
-        try:
-            self.r.doorbell.ring(self.job_id, self.job.get("traceparent"))
-        except DoorbellError as exc:
-            self.log.warning("doorbell failed; the sweep will ring", error=exc.reason)
-
     def _outcome(self, kind: OutcomeKind, detail: str = "") -> Outcome:
         return Outcome(
             self.job_id, kind, detail, owner=self.owned.owner, attempt=self.owned.attempt
         )
+
+
+def ring(
+    doorbell: Ringer, job_id: str, jlog: JobLogger | None = None, traceparent: str | None = None
+) -> bool:
+    """Ring a job's doorbell (with its trace); False (logged) if Pub/Sub refused: the
+    sweep rings later."""
+    try:
+        doorbell.ring(job_id, traceparent)
+    except DoorbellError as exc:
+        (jlog or log).warning(
+            "doorbell failed; the sweep will ring", job_id=job_id, error=exc.reason
+        )
+        return False
+    return True

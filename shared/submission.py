@@ -46,6 +46,9 @@ MAX_ATTEMPTS = 100
 MAX_PAYLOAD_BYTES = 256 * 1024
 UPLOAD_PIPELINE = "upload-digest"
 _WORKERS = 16  # calls of one request in flight (terraform/README.md, "Sizing submit")
+RING_EVERY = 50
+"""A batch rings the jobs written so far every this many records, so its first jobs run
+while the rest are still being written (each is complete before its doorbell rings)."""
 _MAX_PROBLEMS = 10
 
 
@@ -295,10 +298,14 @@ def submit(
     planned = _plan(store, submission)
     todo = [(job_id, spec) for job_id, spec, found in planned if found is None]
     traces = {job_id: tracing.for_job(traceparent).traceparent for job_id, _ in todo}
+    # every record is built (and so checked) before the first write
     built = [(spec, _new_record(job_id, spec, now, traces[job_id])) for job_id, spec in todo]
-    created = {o.job_id: o for o in _create_all(store, built)}  # every record built first
     _map(lambda p: _mark_batch(store, p[0], p[1]), [(i, s) for i, s, f in planned if f])
-    _ring(doorbell, [o for o in created.values() if o.created], submission.is_batch)
+    created: dict[str, SubmittedJob] = {}
+    for start in range(0, len(built), RING_EVERY):  # a big batch starts running while it
+        chunk = _create_all(store, built[start : start + RING_EVERY])  # is written
+        created.update((o.job_id, o) for o in chunk)
+        _ring(doorbell, [o for o in chunk if o.created], submission.is_batch)
     jobs = tuple(found or created[job_id] for job_id, _spec, found in planned)
     for job in jobs:
         log.info(

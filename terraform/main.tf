@@ -35,7 +35,9 @@ locals {
   }
 
   # Every variable shared/config.py ENV_VARS declares, and nothing else
-  # (tests/terraform/test_config.py reads that list from the code).
+  # (tests/terraform/test_config.py reads that list from the code). A push's deadline
+  # is the claim subscription's ack deadline: functions.tf keeps claim's timeout at
+  # least that long, so it is claim's time budget for the jobs it drains.
   reclaim_env = {
     RECLAIM_PROJECT                    = var.project_id
     RECLAIM_RECORDS_BUCKET             = local.buckets.records
@@ -50,6 +52,8 @@ locals {
     RECLAIM_SWEEP_MAX_JOBS             = tostring(var.queue.sweep_max_jobs)
     RECLAIM_SWEEP_MAX_SECONDS          = tostring(var.queue.sweep_max_seconds)
     RECLAIM_DRAIN_MAX_JOBS             = tostring(var.queue.drain_max_jobs)
+    RECLAIM_DRAIN_JOB_SECONDS          = tostring(var.queue.drain_job_seconds)
+    RECLAIM_PUSH_DEADLINE_SECONDS      = tostring(var.claim_push.ack_deadline_seconds)
     RECLAIM_MAX_BODY_BYTES             = tostring(var.queue.max_body_bytes)
     RECLAIM_MAX_BATCH_JOBS             = tostring(var.queue.max_batch_jobs)
     RECLAIM_RETENTION_DAYS_DONE        = tostring(var.retention_days.done)

@@ -202,14 +202,15 @@ variable "queue" {
     sweep_max_jobs             = optional(number, 1000)
     sweep_max_seconds          = optional(number, 45)
     drain_max_jobs             = optional(number, 3)
+    drain_job_seconds          = optional(number, 60)
     max_body_bytes             = optional(number, 1048576)
     max_batch_jobs             = optional(number, 1000)
     log_level                  = optional(string, "INFO")
   })
   default = {}
   validation {
-    condition     = var.queue.stale_seconds >= 3 && var.queue.max_attempts >= 1 && var.queue.sweep_max_jobs >= 1 && var.queue.max_body_bytes >= 1 && var.queue.max_batch_jobs >= 1 && var.queue.drain_max_jobs >= 0
-    error_message = "queue: stale_seconds >= 3, max_attempts/sweep_max_jobs/max_body_bytes/max_batch_jobs >= 1, drain_max_jobs >= 0."
+    condition     = var.queue.stale_seconds >= 3 && var.queue.max_attempts >= 1 && var.queue.sweep_max_jobs >= 1 && var.queue.max_body_bytes >= 1 && var.queue.max_batch_jobs >= 1 && var.queue.drain_max_jobs >= 0 && var.queue.drain_job_seconds >= 0
+    error_message = "queue: stale_seconds >= 3, max_attempts/sweep_max_jobs/max_body_bytes/max_batch_jobs >= 1, drain_max_jobs >= 0, drain_job_seconds >= 0."
   }
   validation {
     condition     = var.queue.backoff_base_seconds >= 0 && var.queue.backoff_max_seconds >= var.queue.backoff_base_seconds

@@ -119,14 +119,21 @@ def forward(
     return _text(503, INSTANCE_LOST_TEXT)
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024
+    """Google's front end does not refuse connections: a burst of pushes (the emulator's
+    window may be in the hundreds) must queue for accept, not be reset (the default
+    listen backlog is 5)."""
+
+
 class Front:
     """The service's URL: a threading HTTP server in front of its instances."""
 
     def __init__(self, service: Service, host: str = "127.0.0.1", port: int = 0) -> None:
         self.service = service
         self._host = host
-        self._server = ThreadingHTTPServer((host, port), _handler(service))
-        self._server.daemon_threads = True
+        self._server = _Server((host, port), _handler(service))
         self._thread: threading.Thread | None = None
 
     @property
@@ -159,13 +166,18 @@ def _handler(service: Service) -> type[BaseHTTPRequestHandler]:
             headers["X-Forwarded-For"] = self.client_address[0]
             headers["Connection"] = "close"
             status, out_headers, data = forward(service, self.command, self.path, headers, body)
-            self.send_response(status)
-            for key, value in out_headers:
-                self.send_header(key, value)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(data)
+            try:
+                self.send_response(status)
+                for key, value in out_headers:
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                # the caller stopped waiting (Pub/Sub at its ack deadline): the instance's
+                # answer has nobody to go to, as on Cloud Run
+                self.close_connection = True
 
         do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _proxy
 

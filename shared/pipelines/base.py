@@ -59,7 +59,8 @@ class StageContext:
         self._stopped = stopped or (lambda: False)
 
     def check(self) -> None:
-        """Raise Stopped if this owner lost the job; long stages call it often."""
+        """Raise Stopped if this owner lost the job, or the instance is shutting down (the
+        job is then handed back to another instance); long stages call it often."""
         if self._stopped():
             raise Stopped(f"job {self.job_id} attempt {self.attempt} is no longer ours")
 

@@ -3,18 +3,21 @@
 Claim runs on the local Cloud Run platform (scaled from zero, at most 3 instances
 x concurrency 4, idle ones scaled in). At random (seeded; the seed is printed and
 in every failure message; set RECLAIM_CHAOS_SEED to replay one): the platform
-reclaims busy instances hard (SIGKILL; the autoscaler starts replacements as
-demand calls for them); one instance is SIGSTOPped and unrouted past stale_s and
-SIGCONTed only after its jobs were re-claimed (the zombie); the Pub/Sub emulator
-duplicates deliveries and drops doorbell publishes; the fault proxy in front of
-fake-gcs-server answers 503/429 to a fraction of requests and loses the answer of
-a few it forwarded.
+reclaims busy instances, twice gracefully (SIGTERM, the grace, SIGKILL: a rollout
+or host maintenance; their jobs are handed back) and twice hard (SIGKILL: a host
+failure; their jobs wait for the staleness rescue), and the autoscaler starts
+replacements as demand calls for them; one instance is SIGSTOPped and unrouted
+past stale_s and SIGCONTed only after its jobs were re-claimed (the zombie); the
+Pub/Sub emulator duplicates deliveries and drops doorbell publishes; the fault
+proxy in front of fake-gcs-server answers 503/429 to a fraction of requests and
+loses the answer of a few it forwarded.
 
-Then, reading the bucket directly: every job terminal, no unreadable record,
-attempts <= max, every done job's result written by its final owner and
-attempt (history never goes back to an older attempt, so no zombie commit),
-every output the result names exists and was written by the attempt it names,
-no pending marker left over.
+Then, reading the bucket through the queue's front door: every job terminal, no
+unreadable record, attempts <= the job's budget (which grows by one per hand-back
+only), every done job's result written by its final owner and attempt (history
+never goes back to an older attempt, so no zombie commit), every output the result
+names exists and was written by the attempt it names, no job of a gracefully
+reclaimed instance left to the staleness rescue, no pending marker left over.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from local.observe import (
     all_terminal,
     counts_by_status,
     emulator_stats,
+    handed_back_at,
     instance_pids,
     reclaimed_at,
     running_on,
@@ -54,7 +58,7 @@ IDLE_S = 5.0
 STALE_S = 6.0
 SWEEP_S = 2.0
 MAX_ATTEMPTS = 6
-KILLS = 3
+RECLAIMS = ("graceful", "hard", "graceful", "hard")  # shuffled by the seed
 DEADLINE_S = 150.0
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]
@@ -65,7 +69,10 @@ class Chaos:
     """What the storm did, for the assertions and the failure messages."""
 
     seed: int
-    kills: list[int] = field(default_factory=list)
+    plan: list[str] = field(default_factory=list)
+    kills: list[tuple[int, str]] = field(default_factory=list)
+    handed: dict[str, tuple[str, int]] = field(default_factory=dict)
+    """Jobs running on a gracefully reclaimed instance: (owner, attempt) at the SIGTERM."""
     zombie: int | None = None
     zombie_jobs: dict[str, tuple[str, int]] = field(default_factory=dict)
     paused_at: float | None = None
@@ -131,7 +138,8 @@ def _storm(
         _maybe_pause(cloud, watch, records, chaos, now)
         _maybe_resume(cloud, records, chaos, now)
         _maybe_kill(cloud, records, rng, chaos, now)
-        if all_terminal(records) and chaos.resumed_at is not None and len(chaos.kills) >= KILLS:
+        done = len(chaos.kills) >= len(RECLAIMS)
+        if all_terminal(records) and chaos.resumed_at is not None and done:
             return records
         time.sleep(0.3)
     return records
@@ -181,18 +189,22 @@ def _maybe_resume(cloud: LocalCloud, records: dict[str, Any], chaos: Chaos, now:
 def _maybe_kill(
     cloud: LocalCloud, records: dict[str, Any], rng: random.Random, chaos: Chaos, now: float
 ) -> None:
-    if len(chaos.kills) >= KILLS or now < chaos.next_kill:
+    if len(chaos.kills) >= len(RECLAIMS) or now < chaos.next_kill:
         return
     serving = {i["id"] for i in cloud.service("claim").instances() if i["state"] == "serving"}
     live = {i: p for i, p in instance_pids(cloud).items() if i in serving and i != chaos.zombie}
     if not live:
         return
-    busy = [i for i, pids in live.items() if running_on(records, pids)]
-    index = rng.choice(sorted(busy or live))
-    cloud.service("claim").reclaim(index, graceful=False)
-    chaos.kills.append(index)
+    busy = {i: running_on(records, pids) for i, pids in live.items()}
+    index = rng.choice(sorted(i for i in busy if busy[i]) or sorted(live))
+    mode = chaos.plan[len(chaos.kills)]
+    cloud.service("claim").reclaim(index, graceful=mode == "graceful")
+    if mode == "graceful":
+        chaos.handed.update(busy[index])
+    chaos.kills.append((index, mode))
     chaos.next_kill = now + rng.uniform(4.0, 9.0)
-    print(chaos.say(f"t={now:.1f}s SIGKILL claim-{index} (a hard platform reclaim)"))
+    signal = "SIGTERM (a graceful" if mode == "graceful" else "SIGKILL (a hard"
+    print(chaos.say(f"t={now:.1f}s {signal} platform reclaim) claim-{index} {sorted(busy[index])}"))
 
 
 # ----------------------------------------------------------------- the checks
@@ -223,18 +235,25 @@ def _check_done(job_id: str, rec: dict[str, Any], watch: Watch, chaos: Chaos) ->
     assert all(c["attempt"] <= attempts for c in completed)
     outputs = result.get("outputs") or []
     assert len(outputs) == 3, chaos.say(f"{job_id}: outputs {outputs}")
-    bucket = watch.store.bucket_name
     for stage, (entry, name) in enumerate(zip(completed, outputs, strict=True)):
         assert name == f"outputs/{job_id}/{entry['attempt']}/stage-{stage}.json", chaos.say(name)
-        body = json.loads(watch.store.read_object(bucket, name)[0])
+        body = json.loads(watch.output(name))
         assert body == {"job_id": job_id, "stage": stage, "attempt": entry["attempt"]}
+
+
+def _budget(rec: dict[str, Any]) -> int:
+    """The job's attempt budget: MAX_ATTEMPTS plus one per hand-back (which costs none)."""
+    return MAX_ATTEMPTS + int(rec.get("handbacks") or 0)
 
 
 def _check_record(job_id: str, rec: dict[str, Any], watch: Watch, chaos: Chaos) -> None:
     status = rec.get("status")
     assert status in ("done", "failed", "cancelled"), chaos.say(f"{job_id} is {status}: {rec}")
     attempts = rec.get("attempts")
-    assert isinstance(attempts, int) and 1 <= attempts <= MAX_ATTEMPTS, chaos.say(
+    assert (rec.get("max_attempts") or MAX_ATTEMPTS) == _budget(rec), chaos.say(
+        f"{job_id}: max_attempts {rec.get('max_attempts')} with {rec.get('handbacks')} hand-backs"
+    )
+    assert isinstance(attempts, int) and 1 <= attempts <= _budget(rec), chaos.say(
         f"{job_id}: attempts={attempts}"
     )
     seen = _history_attempts(rec)
@@ -254,16 +273,29 @@ def _expected_outcome(job: dict[str, Any], rec: dict[str, Any], chaos: Chaos) ->
         )
         assert "injected failure" in rec["error"]["message"]
     elif rec["status"] != "done":
-        assert rec["attempts"] == MAX_ATTEMPTS, chaos.say(
+        assert rec["attempts"] == _budget(rec), chaos.say(
             f"{job_id} failed early: {rec.get('error')}"
         )
+
+
+def _never_left_to_staleness(records: dict[str, dict[str, Any]], chaos: Chaos) -> list[str]:
+    """Jobs of a gracefully reclaimed instance whose attempt there was rescued by the
+    watchdog or taken over as stale (the hand-back exists to avoid exactly that)."""
+    stale = []
+    for job_id, (owner, attempt) in chaos.handed.items():
+        for entry in records[job_id].get("history") or []:
+            rescued = entry.get("event") == "rescued" and entry.get("attempt") == attempt
+            taken = entry.get("event") == "claimed" and entry.get("took_over_from") == owner
+            if rescued or taken:
+                stale.append(job_id)
+    return stale
 
 
 def _pending_drained(watch: Watch) -> list[str]:
     """The pending index, once the sweep had a few ticks to repair leftovers."""
     left: list[str] = []
     for _ in range(int(4 * SWEEP_S / 0.5)):
-        left = [e.job_id for e in watch.store.list_pending()]
+        left = watch.pending()
         if not left:
             break
         time.sleep(0.5)
@@ -299,7 +331,8 @@ def _platform_summary(cloud: LocalCloud) -> str:
     )
     return (
         f"claim platform: peak {s['instances']['peak']} instances, {s['cold_starts']} cold "
-        f"starts, {s['scale_ins']} scale-ins, requests {s['requests']}, peak per instance "
+        f"starts, {s['scale_ins']} scale-ins, reclaims {s['reclaims']}, shutdowns "
+        f"{s['shutdowns']}, requests {s['requests']}, peak per instance "
         f"{s['peak_in_flight_per_instance']}, {s['billing']['instance_seconds']} "
         f"instance-seconds; claim's own 429s: {in_app}"
     )
@@ -347,46 +380,55 @@ def test_every_job_survives_the_storm(
 ) -> None:
     cloud, proxy = storm_cloud
     rng = random.Random(seed)
-    chaos = Chaos(seed)
+    chaos = Chaos(seed, plan=rng.sample(RECLAIMS, len(RECLAIMS)))
     jobs = _jobs(rng)
     ids: list[str] = []
     for start in range(0, N_JOBS, BATCH):
         ids += _submit(cloud.endpoints["jobs"], jobs[start : start + BATCH], chaos)
     assert ids == [j["id"] for j in jobs]
     ep = cloud.endpoints
-    watch = Watch(cloud.gcs_url, ep["project"], ep["records_bucket"])
-    try:
-        records = _storm(cloud, watch, ids, rng, chaos)
-        counts = counts_by_status(records)
-        print(chaos.say(f"final counts {dict(counts)}; proxy faults {proxy.faults()}"))
-        print(chaos.say(_platform_summary(cloud)))
+    watch = Watch(cloud)
+    records = _storm(cloud, watch, ids, rng, chaos)
+    counts = counts_by_status(records)
+    print(chaos.say(f"final counts {dict(counts)}; proxy faults {proxy.faults()}"))
+    print(chaos.say(_platform_summary(cloud)))
 
-        # the storm really happened
-        assert len(chaos.kills) == KILLS and chaos.resumed_at is not None, chaos.say("no storm")
-        assert sum(proxy.faults().values()) > 0, chaos.say("the proxy injected no fault")
-        stats = emulator_stats(ep["emulator_admin"])
-        assert stats["totals"]["duplicated"] > 0, chaos.say("no duplicate delivery")
-        assert topic_count(stats, ep["jobs_topic"], "dropped") > 0, chaos.say("no dropped ring")
-
-        # the invariants
-        assert all_terminal(records), chaos.say(f"not every job is terminal: {dict(counts)}")
-        for job, job_id in zip(jobs, ids, strict=True):
-            _check_record(job_id, records[job_id], watch, chaos)
-            _expected_outcome(job, records[job_id], chaos)
-        stored = set(watch.store.list_jobs())
-        assert stored == set(ids), chaos.say(f"records beyond the jobs: {stored - set(ids)}")
-        assert _pending_drained(watch) == [], chaos.say("pending markers left over")
-
-        # the zombie woke up, learnt it had lost, and committed nothing
-        finished_by_zombie = {
-            j
-            for j, (owner, _a) in chaos.zombie_jobs.items()
-            if records[j].get("status") == "done" and records[j].get("owner") == owner
-        }
-        assert not finished_by_zombie, chaos.say(f"the zombie committed {finished_by_zombie}")
-        noticed = _zombie_noticed(cloud.config.log_dir, chaos)
-        assert noticed == set(chaos.zombie_jobs), chaos.say(
-            f"the zombie noticed the loss of {sorted(noticed)} of {sorted(chaos.zombie_jobs)}"
+    handbacks = sum(int(r.get("handbacks") or 0) for r in records.values())
+    victims = sum(handed_back_at(records[j], a) is not None for j, (_o, a) in chaos.handed.items())
+    print(
+        chaos.say(
+            f"reclaims {chaos.kills}; {handbacks} hand-backs, {victims} of the "
+            f"{len(chaos.handed)} jobs running on the gracefully reclaimed instances"
         )
-    finally:
-        watch.close()
+    )
+
+    # the storm really happened
+    assert len(chaos.kills) == len(RECLAIMS), chaos.say("no storm")
+    assert chaos.resumed_at is not None, chaos.say("the zombie never woke")
+    assert sum(proxy.faults().values()) > 0, chaos.say("the proxy injected no fault")
+    stats = emulator_stats(ep["emulator_admin"])
+    assert stats["totals"]["duplicated"] > 0, chaos.say("no duplicate delivery")
+    assert topic_count(stats, ep["jobs_topic"], "dropped") > 0, chaos.say("no dropped ring")
+
+    # the invariants
+    assert all_terminal(records), chaos.say(f"not every job is terminal: {dict(counts)}")
+    for job, job_id in zip(jobs, ids, strict=True):
+        _check_record(job_id, records[job_id], watch, chaos)
+        _expected_outcome(job, records[job_id], chaos)
+    stored = watch.stored_ids()
+    assert stored == set(ids), chaos.say(f"records beyond the jobs: {stored - set(ids)}")
+    stale = _never_left_to_staleness(records, chaos)
+    assert stale == [], chaos.say(f"gracefully reclaimed, yet rescued once stale: {stale}")
+    assert _pending_drained(watch) == [], chaos.say("pending markers left over")
+
+    # the zombie woke up, learnt it had lost, and committed nothing
+    finished_by_zombie = {
+        j
+        for j, (owner, _a) in chaos.zombie_jobs.items()
+        if records[j].get("status") == "done" and records[j].get("owner") == owner
+    }
+    assert not finished_by_zombie, chaos.say(f"the zombie committed {finished_by_zombie}")
+    noticed = _zombie_noticed(cloud.config.log_dir, chaos)
+    assert noticed == set(chaos.zombie_jobs), chaos.say(
+        f"the zombie noticed the loss of {sorted(noticed)} of {sorted(chaos.zombie_jobs)}"
+    )

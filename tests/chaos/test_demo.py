@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from local.demo import DemoConfig, Rescue, progress_line, run, summary_lines
-from local.observe import all_terminal, owner_pid, reclaimed_at, rescued_at
+from local.observe import all_terminal, handed_back_at, owner_pid, reclaimed_at, rescued_at
 
 T0 = datetime(2026, 7, 26, 12, 0, tzinfo=UTC)
 
@@ -51,14 +51,29 @@ def test_history_times_of_a_rescued_job() -> None:
     assert reclaimed_at(rec, 1) == T0 + timedelta(seconds=10)
     assert reclaimed_at(rec, 2) is None
     assert reclaimed_at({"history": "garbage"}, 1) is None
+    assert handed_back_at(rec, 1) is None
+
+
+def _handed_back_record() -> dict[str, Any]:
+    history = [
+        {"at": _at(0), "event": "claimed", "owner": "h-11-aa.1", "attempt": 1},
+        {"at": _at(3.1), "event": "handed back", "owner": "h-11-aa.1", "attempt": 1},
+        {"at": _at(4), "event": "claimed", "owner": "h-12-bb.4", "attempt": 2},
+        {"at": _at(8), "event": "done", "owner": "h-12-bb.4", "attempt": 2},
+    ]
+    return {"status": "done", "attempts": 2, "handbacks": 1, "rescues": 0, "history": history}
 
 
 def test_rescue_events_are_reported_once() -> None:
-    rescue = Rescue(killed={"j1": ("h-11-aa.1", 1)}, kill_at=T0 + timedelta(seconds=3))
-    events = rescue.update({"j1": _record()})
+    hard = Rescue(graceful=False, jobs={"j1": ("h-11-aa.1", 1)}, at=T0 + timedelta(seconds=3))
+    events = hard.update({"j1": _record()})
     assert len(events) == 2 and "rescued" in events[0] and "attempt 2" in events[1]
-    assert rescue.update({"j1": _record()}) == []
-    assert rescue.requeued == {"j1": 6.0} and rescue.reclaimed == {"j1": 7.0}
+    assert hard.update({"j1": _record()}) == []
+    assert hard.requeued == {"j1": 6.0} and hard.reclaimed == {"j1": 7.0}
+    soft = Rescue(graceful=True, jobs={"j2": ("h-11-aa.1", 1)}, at=T0 + timedelta(seconds=3))
+    events = soft.update({"j2": _handed_back_record()})
+    assert "handed back" in events[0] and soft.requeued["j2"] == pytest.approx(0.1)
+    assert soft.reclaimed == {"j2": 1.0}
 
 
 def test_progress_line() -> None:
@@ -68,48 +83,63 @@ def test_progress_line() -> None:
 
 
 def test_summary_lines_say_what_happened() -> None:
-    records = {f"j{i}": _record() for i in range(21)} | {"x": {"status": "running"}}
-    rescue = Rescue(killed={"j0": ("h-11-aa.1", 1)}, kill_at=T0)
-    rescue.update(records)
+    records = {f"j{i}": _record() for i in range(20)} | {"h": _handed_back_record()}
+    records["x"] = {"status": "running"}
+    soft = Rescue(
+        graceful=True, instance=0, jobs={"h": ("h-11-aa.1", 1)}, at=T0 + timedelta(seconds=3)
+    )
+    hard = Rescue(graceful=False, instance=1, jobs={"j0": ("h-11-aa.1", 1)}, at=T0)
+    soft.update(records)
+    hard.update(records)
     lines = summary_lines(
         records,
-        rescue,
+        [soft, hard],
         {"read": 30, "write": 60, "delete": 20, "list": 2, "other": 0},
         25,
         {"push_attempts": 40, "push_failures": 15},
         DemoConfig(),
         31.0,
         {
-            "instances": {"peak": 2},
+            "instances": {"peak": 3},
             "cold_starts": 3,
             "startup_s": [1.2, 1.5, 1.4],
+            "scale_ins": 2,
             "requests": {"refused": 4},
+            "shutdowns": {"exited": 3, "killed": 1},
             "billing": {"instance_seconds": 41.3},
         },
     )
     text = "\n".join(lines)
     assert "jobs done        21 / 22" in text
-    assert "jobs rescued     21" in text
-    assert "rescue took      9.0 s from the SIGKILL to the watchdog's requeue" in text
-    assert "re-claimed by a live instance after 10.0 s" in text
+    assert "recoveries       1 hand-back(s), 20 staleness rescue(s)" in text
+    assert "hand-back        1 of the 1 jobs running on claim-0 at its SIGTERM" in text
+    assert "handed back 0.10 s after the SIGTERM" in text and "after 1.0 s (median" in text
+    assert "staleness rescue 1 of the 1 jobs running on claim-1 at its SIGKILL" in text
+    assert "taken over after 10.0 s (median 10.0 s) once stale" in text
     assert "bound: stale_s 8 + sweep every 2 s = 10 s" in text
     assert "GCS calls        112" in text and "list 2" in text
-    assert "25 doorbell publishes" in text and "15 refused" in text
-    assert "claim peaked at 2 instance(s); 3 cold start(s) (1.2-1.5 s); 4 refused" in text
-    assert "41.3 billable instance-seconds" in text
+    assert "25 doorbell publishes" in text and "15 failed" in text
+    assert "claim peaked at 3 instance(s); 3 cold start(s) (1.2-1.5 s); 2 scale-in(s)" in text
+    assert "4 push(es) refused by the platform (429)" in text
+    assert "shutdowns: 3 exited, 1 killed" in text and "41.3 billable instance-seconds" in text
     assert "NOT TERMINAL     1 job(s)" in text
     assert not all_terminal(records)
+    quiet = summary_lines(records, [Rescue(graceful=True)], {}, 0, {}, DemoConfig(), 1.0)
+    assert any("no job was running on the instance that got SIGTERM" in x for x in quiet)
 
 
 def test_the_replay_finishes_every_job(tmp_path: Path) -> None:
-    """`make demo`, shortened: 8 jobs on 2 x 2 slots, one instance killed mid-batch."""
+    """`make demo`, shortened: 8 jobs on 2 x 2 slots, one instance reclaimed gracefully
+    (its jobs handed back), another killed hard (its jobs rescued once stale)."""
     out = io.StringIO()
     config = DemoConfig(
         jobs=8,
         concurrency=2,
         stale_seconds=4.0,
         sweep_interval_seconds=1.0,
+        idle_timeout_seconds=1.0,
         sleep_s=0.8,
+        reclaim_after_s=1.0,
         kill_after_s=1.0,
         timeout_s=90.0,
         log_dir=tmp_path,
@@ -117,7 +147,8 @@ def test_the_replay_finishes_every_job(tmp_path: Path) -> None:
     status = run(config, out)
     text = out.getvalue()
     assert status == 0, text
-    assert "SIGKILL claim-" in text and "started (scale-out" in text, text
-    assert "Cloud Run        claim peaked at" in text, text
+    assert "SIGTERM claim-" in text and "SIGKILL claim-" in text, text
+    assert "started (scale-out" in text and "Cloud Run        claim peaked at" in text, text
     assert "jobs done        8 / 8" in text, text
-    assert "rescue took" in text and "(no job was running" not in text, text
+    assert "hand-back        " in text and "staleness rescue " in text, text
+    assert "(no job was running" not in text, text

@@ -1,4 +1,7 @@
-"""A deployment's own pipeline, registered by import (RECLAIM_PIPELINE_MODULES)."""
+"""A deployment's own pipelines, registered by import (RECLAIM_PIPELINE_MODULES):
+`shout`, and `nap`, whose middle stage sleeps without ever calling check()."""
+
+import time
 
 from shared.pipelines import Pipeline, StageContext, register
 
@@ -8,3 +11,20 @@ def _shout(ctx: StageContext) -> None:
 
 
 register(Pipeline("shout", stages=[("shout", _shout)]), replace=True)
+
+
+def _first(ctx: StageContext) -> None:
+    ctx.state["first"] = ctx.attempt
+
+
+def _nap(ctx: StageContext) -> None:
+    """One long call that never calls check() (a blocking library call, say)."""
+    time.sleep(float(ctx.payload.get("nap_s", 1.0)))
+    ctx.state["napped"] = ctx.attempt
+
+
+def _last(ctx: StageContext) -> None:
+    ctx.result.update(state=dict(ctx.state), attempt=ctx.attempt)
+
+
+register(Pipeline("nap", stages=[("first", _first), ("nap", _nap), ("last", _last)]), replace=True)

@@ -161,7 +161,15 @@ def test_an_unknown_job_is_acked(cloud: Env) -> None:
     assert resp.status_code == 200 and resp.json()["outcome"] == "missing"
 
 
-def test_no_free_slot_answers_429_and_leaves_the_job_queued(cloud: Env) -> None:
+def test_a_direct_caller_beyond_the_concurrency_gets_429_and_the_job_stays_queued(
+    cloud: Env,
+) -> None:
+    """The in-app slot guard. Cloud Run never sends an instance more requests than its
+    concurrency (THREADS = RECLAIM_MAX_CONCURRENT on the local Cloud Run too), so pushes
+    never meet it; the backlog design does not rely on it (its signal is what arriving
+    pushes say, shared.drain). It still matters for whoever calls an instance directly
+    with more threads than slots, as this fixture does (THREADS 6, slots 2): the third
+    call is refused at once, nothing waits in memory and the record is untouched."""
     long_jobs = [submit(cloud, {"stages": 1, "sleep_s": 2.0}) for _ in range(2)]
     waiting = submit(cloud, {"stages": 1})
     with ThreadPoolExecutor(2) as pool:

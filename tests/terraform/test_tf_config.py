@@ -138,6 +138,7 @@ def test_queue_defaults_equal_the_code_defaults() -> None:
         "records_bucket",
         "jobs_topic",
         "max_concurrent",
+        "push_deadline_seconds",
         "pipeline_modules",
         "dead_letter_subscription",  # local.subscriptions.dead_letter_hold
         "metrics_source",  # monitoring:<name_prefix> (test_tf_monitoring.py)
@@ -145,6 +146,13 @@ def test_queue_defaults_equal_the_code_defaults() -> None:
     }
     assert optional_defaults("claim_function")["concurrency"] == float(
         next(v.default for v in ENV_VARS if v.name == "RECLAIM_MAX_CONCURRENT")
+    )
+    assert optional_defaults("claim_push")["ack_deadline_seconds"] == float(
+        next(v.default for v in ENV_VARS if v.name == "RECLAIM_PUSH_DEADLINE_SECONDS")
+    )
+    assert (
+        unquote(_locals()["reclaim_env"]["RECLAIM_PUSH_DEADLINE_SECONDS"])
+        == "tostring(var.claim_push.ack_deadline_seconds)"
     )
 
 

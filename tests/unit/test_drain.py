@@ -1,19 +1,21 @@
-"""shared.drain: the gate's rate limit and backlog window, what counts as overdue,
-and drains run through handle_delivery on MemoryStore with an injected clock."""
+"""shared.drain: the backlog sign a push carries, the gate's rate limit and backlog
+window, what counts as overdue, the push's time budget, and drains run through
+handle_delivery on MemoryStore with an injected clock."""
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from shared import job_queue, records
-from shared.drain import DrainGate, drain, overdue
+from shared.budget import PushBudget
+from shared.drain import BACKLOG_WAIT_S, Arrival, DrainGate, backlog_sign, drain, overdue
 from shared.errors import Unavailable
 from shared.jobs import JobStatus
 from shared.outcome import Outcome, OutcomeKind
+from shared.shutdown import Shutdown
 from shared.slots import Slots
 from shared.storage_memory import MemoryStore
 from tests.unit.unit_support import Clock, handle, settings, submit
@@ -28,15 +30,50 @@ def test_the_gate_lets_one_listing_through_per_interval() -> None:
     assert gate.try_enter(10.0, now_s=110.0)
 
 
-def test_a_refusal_opens_a_backlog_window_that_a_clear_or_time_closes() -> None:
+def test_a_backlog_sign_opens_a_window_that_a_clear_or_time_closes() -> None:
     gate = DrainGate()
     assert not gate.backlogged(30.0, now_s=0.0)
-    gate.note_refusal(now_s=100.0)
+    gate.note_backlog(now_s=100.0)
     assert gate.backlogged(30.0, now_s=129.0)
     assert not gate.backlogged(30.0, now_s=130.0)
-    gate.note_refusal(now_s=200.0)
+    gate.note_backlog(now_s=200.0)
     gate.clear_backlog()
     assert not gate.backlogged(30.0, now_s=201.0)
+
+
+# --- the sign a push carries
+
+
+NOW = datetime(2026, 7, 26, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("attempt", "waited_s", "sign"),
+    [
+        (None, None, None),  # a push without either field (no dead-letter policy)
+        (1, 0.2, None),  # a first delivery, straight through
+        (1, BACKLOG_WAIT_S, None),  # a cold start or a short pending wait
+        (1, BACKLOG_WAIT_S + 0.1, "the doorbell waited 5.1 s"),  # held in Pub/Sub or pending
+        (2, 0.0, "delivery attempt 2"),  # refused (the platform's 429) or failed before
+        (None, 30.0, "the doorbell waited 30.0 s"),
+        (1, -3.0, None),  # a publish time ahead of this clock says nothing
+    ],
+)
+def test_backlog_sign(attempt: int | None, waited_s: float | None, sign: str | None) -> None:
+    published = None if waited_s is None else NOW - timedelta(seconds=waited_s)
+    assert backlog_sign(Arrival(attempt, published), NOW) == sign
+
+
+# --- the time budget
+
+
+def test_the_budget_counts_the_pending_allowance_and_the_elapsed_time() -> None:
+    t = [100.0]
+    budget = PushBudget(600, clock=lambda: t[0])
+    assert budget.remaining() == 590 and budget.allows(590) and not budget.allows(590.1)
+    t[0] += 500
+    assert budget.remaining() == 90 and budget.allows(60) and not budget.allows(91)
+    assert PushBudget(10, clock=lambda: 0.0).remaining() == 0  # the allowance ate it all
 
 
 # --- one drain, called directly
@@ -100,34 +137,99 @@ def test_drain_runs_overdue_jobs_in_the_same_slot_and_is_rate_limited() -> None:
     assert store.read(another).record["status"] == "queued"
 
 
-def test_in_a_backlog_a_freed_slot_takes_due_jobs_at_once() -> None:
+def test_in_a_backlog_a_freed_slot_keeps_taking_due_jobs() -> None:
+    """A push delivered before (deliveryAttempt 2: the platform refused it) says doorbells
+    are held back: the freed slot takes every due job, beyond drain_max_jobs, however
+    fresh (their doorbells are the ones waiting)."""
     store = MemoryStore()
     clock = Clock()
-    waiting = [submit(store, now=clock()) for _ in range(3)]  # fresh: doorbells held back
+    waiting = [submit(store, now=clock()) for _ in range(5)]
     trigger = submit(store, now=clock())
     gate = DrainGate()
     s = settings(drain_max_jobs=3, max_concurrent=1)
-    slots = Slots(1)
-    with slots.try_acquire():  # this instance is full: the next doorbell is refused
-        assert handle(waiting[0], store, s, clock, gate=gate, slots=slots).kind == OutcomeKind.BUSY
-    assert gate.backlogged(s.stale_seconds)
-    outcome = handle(trigger, store, s, clock, gate=gate, slots=slots)
+    outcome = handle(trigger, store, s, clock, gate=gate, arrival=Arrival(2, clock()))
     assert outcome.kind == OutcomeKind.DONE
     assert sorted(d.job_id for d in outcome.drained) == sorted(waiting)
     assert all(store.read(j).record["status"] == "done" for j in waiting)
-    assert not gate.backlogged(s.stale_seconds, now_s=time.monotonic() + s.stale_seconds)
+    assert not gate.backlogged(s.stale_seconds)  # the index was empty at the end: cleared
 
 
-def test_a_backlog_drain_that_sees_the_whole_index_with_nothing_due_ends_the_backlog() -> None:
+def test_a_doorbell_that_waited_is_a_backlog_sign_and_a_fresh_one_is_not() -> None:
     store = MemoryStore()
     clock = Clock()
-    trigger = submit(store, now=clock())
-    gate = DrainGate()
-    gate.note_refusal()
+    waiting = submit(store, now=clock())
     s = settings(drain_max_jobs=3)
-    outcome = handle(trigger, store, s, clock, gate=gate)
+    gate = DrainGate()
+    fresh = Arrival(1, clock() - timedelta(seconds=1))
+    outcome = handle(submit(store, now=clock()), store, s, clock, gate=gate, arrival=fresh)
+    assert outcome.drained == []  # a plain drain: `waiting` is not overdue
+    assert store.read(waiting).record["status"] == "queued" and not gate.backlogged(30)
+    held = Arrival(1, clock() - timedelta(seconds=BACKLOG_WAIT_S + 1))
+    outcome = handle(submit(store, now=clock()), store, s, clock, gate=gate, arrival=held)
+    assert [d.job_id for d in outcome.drained] == [waiting]
+
+
+def test_the_in_app_429_is_no_backlog_sign() -> None:
+    """Only a direct caller meets the slot guard; Cloud Run never does, so it says nothing
+    about doorbells waiting."""
+    store = MemoryStore()
+    gate = DrainGate()
+    slots = Slots(1)
+    with slots.try_acquire():
+        outcome = handle(submit(store), store, settings(drain_max_jobs=3), gate=gate, slots=slots)
+    assert outcome.kind == OutcomeKind.BUSY and not gate.backlogged(30)
+
+
+def test_a_drained_job_starts_only_if_it_fits_in_the_push_budget() -> None:
+    store = MemoryStore()
+    clock = Clock()
+    for _ in range(3):
+        submit(store, now=clock())
+    gate = DrainGate()
+    gate.note_backlog()
+    taken: list[str] = []
+
+    def take(job_id: str, stored: Any) -> Outcome:
+        taken.append(job_id)
+        t[0] += 30  # each job takes 30 s
+        store.remove_pending(job_id)
+        return Outcome(job_id, OutcomeKind.DONE)
+
+    t = [0.0]
+    budget = PushBudget(100, clock=lambda: t[0])  # 90 s usable
+    s = settings(drain_max_jobs=3, drain_job_seconds=30)
+    assert len(drain(store, s, clock, take, gate, budget=budget)) == 3  # at 0, 30 and 60 s
+    for _ in range(3):
+        submit(store, now=clock())
+    t[0], taken[:] = 0.0, []
+    budget = PushBudget(100, clock=lambda: t[0])
+    s = settings(drain_max_jobs=3, drain_job_seconds=31)
+    assert len(drain(store, s, clock, take, gate, budget=budget)) == 2  # not at 60 s: 30 left
+    # through handle_delivery: a push deadline of 10 s leaves no room for any drained job
+    outcome = handle(
+        submit(store, now=clock()),
+        store,
+        settings(drain_max_jobs=3, push_deadline_seconds=10, drain_job_seconds=0.001),
+        clock,
+        arrival=Arrival(3, clock()),
+    )
     assert outcome.kind == OutcomeKind.DONE and outcome.drained == []
-    assert not gate.backlogged(s.stale_seconds)  # later slots skip the listing
+
+
+def test_nothing_is_drained_once_the_instance_is_shutting_down() -> None:
+    store = MemoryStore()
+    clock = Clock()
+    submit(store, now=clock())
+    clock.advance(60)  # overdue
+    gate = DrainGate()
+    gate.note_backlog()
+    shutdown = Shutdown(hand_back_wait_s=60)
+    shutdown.begin("test")
+
+    def take(job_id: str, stored: Any) -> Outcome:
+        raise AssertionError("took a job while shutting down")
+
+    assert drain(store, settings(drain_max_jobs=3), clock, take, gate, shutdown=shutdown) == []
 
 
 def test_drain_takes_at_most_its_budget() -> None:

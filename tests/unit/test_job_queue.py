@@ -427,6 +427,42 @@ def test_requeue_delay_is_clamped() -> None:
     assert fields["not_before"] == (NOW + timedelta(seconds=q.MAX_DELAY_S)).isoformat()
 
 
+def test_handback_requeues_due_now_and_gives_the_attempt_back() -> None:
+    record = running(attempts=3, max_attempts=3, checkpoint={"next_stage": 2, "state": {"k": 1}})
+    assert not q.claimable(apply(record, q.requeue_fields(record, NOW)), NOW, STALE, MAX)
+    new = apply(record, q.handback_fields(record, NOW, max_attempts=MAX))
+    assert (new["status"], new["owner"], new["stage"], new["not_before"]) == (
+        "queued",
+        None,
+        None,
+        None,
+    )
+    assert new["attempts"] == 3 and new["max_attempts"] == 4 and new["handbacks"] == 1
+    assert new["checkpoint"] == {"next_stage": 2, "state": {"k": 1}}
+    assert new["history"][-1] == {
+        "at": NOW.isoformat(),
+        "event": "handed back",
+        "owner": "i1",
+        "attempt": 3,
+        "max_attempts": 4,
+    }
+    assert q.claimable(new, NOW, STALE, MAX)  # the last attempt was not spent
+    assert "rescues" not in new and "error" not in new
+
+
+def test_handback_uses_the_budget_in_force() -> None:
+    assert q.handback_fields(running(), NOW, max_attempts=5)["max_attempts"] == 6
+    assert q.handback_fields(running(max_attempts=2), NOW, max_attempts=5)["max_attempts"] == 3
+    at_limit = running(max_attempts=q.MAX_ATTEMPTS_LIMIT)
+    assert q.handback_fields(at_limit, NOW, max_attempts=5)["max_attempts"] == q.MAX_ATTEMPTS_LIMIT
+
+
+@pytest.mark.parametrize("status", ["queued", "done", "failed", "cancelled"])
+def test_only_a_running_job_can_be_handed_back(status: str) -> None:
+    with pytest.raises(IllegalTransition, match="cannot hand back"):
+        q.handback_fields(job(status=status), NOW, max_attempts=MAX)
+
+
 def test_requeue_rescued_counts_rescues() -> None:
     record = running(owner="dead", attempts=1, rescues=2)
     fields = q.requeue_fields(record, NOW, rescued=True)

@@ -141,6 +141,25 @@ class JobLife(RuleBasedStateMachine):
             assert self.record["error"] == err
 
     @rule()
+    def owner_hands_back(self) -> None:
+        """SIGTERM: the owner hands the job back; the attempt it used is not spent."""
+        was = self.record["status"]
+        left = q.max_attempts_of(self.record, MAX) - q.attempts_of(self.record)
+        checkpoint = copy.deepcopy(self.record.get("checkpoint"))
+        ok = self._apply(q.handback_fields, self.now, max_attempts=MAX)
+        assert ok == (was == "running")
+        if ok:
+            assert self.record["status"] == "queued" and self.record["owner"] is None
+            assert self.record["checkpoint"] == checkpoint
+            assert self.record["history"][-1]["event"] == "handed back"
+            if not self.edited and q.max_attempts_of(self.record, MAX) < q.MAX_ATTEMPTS_LIMIT:
+                assert q.max_attempts_of(self.record, MAX) - q.attempts_of(self.record) == left + 1
+            if not self.edited:  # due at once, whatever the budget
+                assert q.claimable(self.record, self.now, STALE, MAX) == (
+                    q.attempts_of(self.record) < q.max_attempts_of(self.record, MAX)
+                )
+
+    @rule()
     def owner_fails(self) -> None:
         self._apply(q.fail_fields, self.now, {"message": "permanent"})
 
@@ -237,6 +256,40 @@ def test_claim_then_stale_then_requeue_stays_legal(attempts: int, idle: float, o
         again = {**back, **q.claim_fields(back, "other", later)}
         assert again["attempts"] == attempts + 2 <= MAX
     r.validate_record(claimed)
+
+
+@FAST
+@given(
+    budget=st.one_of(st.none(), st.integers(min_value=1, max_value=5)),
+    handbacks=st.integers(min_value=1, max_value=20),
+    stages=st.lists(st.integers(min_value=0, max_value=9), max_size=20),
+)
+def test_hand_backs_never_spend_the_budget(
+    budget: int | None, handbacks: int, stages: list[int]
+) -> None:
+    """Claim and hand back as often as instances are SIGTERMed: the remaining budget is
+    what it was, attempt numbers only grow, the checkpoint survives, the job stays due."""
+    record: dict[str, Any] = r.new_record("j", "demo", {}, START, max_attempts=budget)
+    left = q.max_attempts_of(record, MAX) - q.attempts_of(record)
+    seen: list[int] = []
+    now = START
+    for n in range(handbacks):
+        assert q.claimable(record, now, STALE, MAX)
+        record = {**record, **q.claim_fields(record, f"i{n}", now)}
+        seen.append(record["attempts"])
+        if stages:
+            step = stages[n % len(stages)]
+            record = {**record, **q.checkpoint_fields(record, now, f"s{step}", step, {"n": n})}
+        mark = q.checkpoint_of(record)
+        record = {**record, **q.handback_fields(record, now, max_attempts=MAX)}
+        assert q.checkpoint_of(record) == mark
+        assert q.max_attempts_of(record, MAX) - q.attempts_of(record) == left
+        assert record["handbacks"] == n + 1 and record["rescues"] == 0
+        now += timedelta(seconds=1)
+    assert seen == list(range(1, handbacks + 1))  # never reused: outputs are keyed by them
+    last = record["history"][-1]
+    assert (last["event"], last["attempt"]) == ("handed back", handbacks)
+    r.validate_record(record)
 
 
 @FAST
@@ -342,6 +395,7 @@ def test_builders_either_build_or_refuse(job: dict[str, Any], now: datetime) -> 
         lambda: q.fail_fields(job, now, {}),
         lambda: q.done_fields(job, now, {}),
         lambda: q.cancel_fields(job, now, by="x"),
+        lambda: q.handback_fields(job, now, max_attempts=3),
         lambda: q.retry_fields(job, now, by="x", default_max_attempts=3),
     ]
     for build in builders:

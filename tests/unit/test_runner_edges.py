@@ -322,16 +322,22 @@ def test_the_drain_takes_up_to_its_budget_and_never_the_job_just_run() -> None:
     assert ids[0] not in take.taken
 
 
-def test_a_backlog_drain_takes_one_job_per_fresh_listing_with_bounded_reads() -> None:
+def test_a_backlog_drain_takes_one_job_per_fresh_listing_until_none_is_due() -> None:
     store = MemoryStore()
     _queued(store, 60, T0)
     gate = DrainGate()
-    gate.note_refusal()
-    take = Taker()
-    before = store.calls["read"]
-    got = drain(store, settings(stale_seconds=60.0, drain_max_jobs=1), lambda: T0, take, gate)
-    assert len(got) == 1
-    assert store.calls["read"] - before <= BACKLOG_READS
+    gate.note_backlog()
+
+    def run(job_id: str, stored: Any) -> Outcome:  # a job that ran leaves the index
+        store.remove_pending(job_id)
+        return Outcome(job_id, OutcomeKind.DONE)
+
+    reads, lists = store.calls["read"], store.calls["list"]
+    got = drain(store, settings(stale_seconds=60.0, drain_max_jobs=1), lambda: T0, run, gate)
+    assert len(got) == 60  # not drain_max_jobs: a backlog drains while jobs are due
+    assert store.calls["read"] - reads == 60  # every job is due: the first read finds it
+    assert store.calls["list"] - lists == 61  # a fresh listing per job, and one finding none
+    assert not gate.backlogged(60.0)  # the whole index held nothing due: the backlog is over
 
 
 def test_a_failed_listing_drains_nothing_and_keeps_the_backlog() -> None:
@@ -339,7 +345,7 @@ def test_a_failed_listing_drains_nothing_and_keeps_the_backlog() -> None:
     _queued(store, 2, T0)
     store.inject_failure("list", Unavailable("outage"))
     gate = DrainGate()
-    gate.note_refusal()
+    gate.note_backlog()
     assert drain(store, S, lambda: T0 + timedelta(hours=1), Taker(), gate) == []
     assert gate.backlogged(S.stale_seconds)  # not "the whole index was empty"
 
@@ -359,7 +365,7 @@ def test_the_gate_rate_limits_listings() -> None:
     assert gate.try_enter(15.0, now_s=100.0)
     assert not gate.try_enter(15.0, now_s=114.9)
     assert gate.try_enter(15.0, now_s=115.0)
-    gate.note_refusal(now_s=200.0)
+    gate.note_backlog(now_s=200.0)
     assert gate.backlogged(60.0, now_s=259.9) and not gate.backlogged(60.0, now_s=260.0)
     gate.clear_backlog()
     assert not gate.backlogged(60.0, now_s=201.0)
@@ -413,7 +419,7 @@ def test_in_a_backlog_where_nothing_is_due_a_pass_reads_a_bounded_sample() -> No
     for _ in range(60):
         submit(store, not_before=later)  # backing off: none is due
     gate = DrainGate()
-    gate.note_refusal()
+    gate.note_backlog()
     before = store.calls["read"]
     s = settings(stale_seconds=60.0, drain_max_jobs=1)
     assert drain(store, s, lambda: datetime.now(UTC), Taker(), gate) == []

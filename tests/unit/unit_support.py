@@ -17,6 +17,7 @@ from shared.errors import DoorbellError
 from shared.outcome import Outcome
 from shared.pipelines import Pipeline, StageContext, register
 from shared.runner import handle_delivery
+from shared.shutdown import Shutdown
 from shared.slots import Slots
 from shared.storage_memory import MemoryStore
 
@@ -114,6 +115,7 @@ def handle(
         now=clock or Clock(),
         slots=kw.pop("slots", Slots(4)),
         gate=kw.pop("gate", DrainGate()),
+        shutdown=kw.pop("shutdown", Shutdown()),
         **kw,
     )
 
