@@ -45,9 +45,24 @@ def test_stop_wakes_a_paused_child():
     assert not signal_group(proc, signal.SIGCONT)  # already gone
 
 
+def _ignores_sigterm(pid: int) -> bool:
+    """Whether `pid` has SIGTERM ignored yet (the SigIgn mask in /proc/<pid>/status)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            mask = next(line for line in f if line.startswith("SigIgn:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(int(mask.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+
+
 def test_leftover_worker_is_reaped_after_master_died():
     proc = spawn([sys.executable, "-c", _FORKER])
     pids = _wait_members(proc.pid, 2)
+    workers = [p for p in pids if p != proc.pid]
+    for _ in range(250):  # the forked worker must ignore SIGTERM before the master gets it
+        if all(_ignores_sigterm(p) for p in workers):
+            break
+        time.sleep(0.02)
     signal_group(proc, signal.SIGTERM)  # the master dies, the worker ignores it
     proc.wait(5)
     assert [p for p in group_pids(proc.pid) if p != proc.pid] == [p for p in pids if p != proc.pid]
