@@ -9,6 +9,8 @@ Layout of the records bucket:
   pending/<id>               empty marker: the job still owes work
   batches/<batch>/<id>       empty marker: batch membership
   outputs/<id>/<attempt>/<name>  stage outputs, create-only, keyed by attempt
+  <index prefix>/...         small index objects of the features (INDEX_PREFIXES), through
+                             put_blob / read_blob / delete_blob / list_blobs
 
 Ids, batch ids and output names are validated here too (``records.InvalidInput``),
 so no caller can address an object outside its prefix.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 import uuid
 from collections import Counter
@@ -70,6 +73,13 @@ RETRY_MAX_DELAY_S = 4.0
 RETRY_DEADLINE_S = 30.0
 _TOKEN_REFRESH_TIMEOUT_S = 300  # what google-cloud-core gives the session it builds itself
 _OUTPUT_NAME_MAX = 512
+_BLOB_NAME_MAX = 1024  # GCS's own limit on an object name, in bytes
+_BLOB_NAME = re.compile(r"[A-Za-z0-9._:=@+-]+")
+
+# Top-level prefixes of the small index objects features keep beside the records (one line
+# per prefix; each feature documents its own layout). Never jobs/ or outputs/: records and
+# outputs have their own typed calls.
+INDEX_PREFIXES: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -77,6 +87,26 @@ class Stored:
     """A record as read or written, with the generation that fences the next write."""
 
     record: JobRecord
+    generation: int
+
+
+@dataclass(frozen=True)
+class Blob:
+    """A small index object as read, with the generation that fences the next write
+
+    (its creation time comes with a listing: a download does not carry it).
+    """
+
+    data: bytes
+    generation: int
+
+
+@dataclass(frozen=True)
+class BlobInfo:
+    """One listed index object (no body: listing never downloads)."""
+
+    name: str
+    created: datetime | None
     generation: int
 
 
@@ -112,6 +142,17 @@ class Store(Protocol):
     def read_object(
         self, bucket: str, name: str, generation: int | None = None
     ) -> tuple[bytes, str | None]: ...
+    def put_blob(self, name: str, data: bytes, *, generation: int) -> int: ...
+    def read_blob(self, name: str) -> Blob: ...
+    def delete_blob(self, name: str, *, generation: int | None = None) -> None: ...
+    def list_blobs(
+        self,
+        prefix: str,
+        *,
+        start_at: str | None = None,
+        end_before: str | None = None,
+        limit: int | None = None,
+    ) -> list[BlobInfo]: ...
 
 
 # --- object names and record coding, shared by both stores ---------------------------
@@ -152,6 +193,40 @@ def output_object(job_id: str, attempt: int, name: str) -> str:
             f"output name {name!r} is not a safe relative object name", "output name"
         )
     return f"{OUTPUTS_PREFIX}{records.validate_job_id(job_id)}/{attempt}/{name}"
+
+
+def index_name(name: object) -> str:
+    """A validated index-object name: under a registered prefix, segments of safe characters.
+
+    Raises InvalidInput, so no caller can reach a record, an output or another bucket path.
+    """
+    if not isinstance(name, str) or not name or len(name.encode("utf-8")) > _BLOB_NAME_MAX:
+        raise InvalidInput(f"index object name {name!r} is not a valid name", "index name")
+    parts = name.split("/")
+    if not any(name.startswith(p) for p in INDEX_PREFIXES) or any(
+        p in (".", "..") or (p and not _BLOB_NAME.fullmatch(p)) for p in parts
+    ):
+        raise InvalidInput(
+            f"index object name {name!r} is not under a registered index prefix "
+            f"({', '.join(INDEX_PREFIXES) or 'none registered'}) or has unsafe characters",
+            "index name",
+        )
+    return name
+
+
+def index_prefix(prefix: object) -> str:
+    """A validated listing prefix: itself under a registered index prefix."""
+    if isinstance(prefix, str) and prefix in INDEX_PREFIXES:
+        return prefix
+    return index_name(prefix)
+
+
+def check_generation(generation: object, *, allow_zero: bool) -> int:
+    """A precondition generation: 0 (create-only, when allowed) or a positive int."""
+    low = 0 if allow_zero else 1
+    if isinstance(generation, bool) or not isinstance(generation, int) or generation < low:
+        raise ValueError(f"generation must be an integer >= {low}, got {generation!r}")
+    return generation
 
 
 def record_id(record: JobRecord) -> str:
@@ -505,6 +580,88 @@ class GcsStore(CallCounter):
             lambda: self._download(bucket, name, generation),
         )
         return data, blob.content_type
+
+    # index objects (features' small objects under INDEX_PREFIXES)
+
+    def put_blob(self, name: str, data: bytes, *, generation: int) -> int:
+        """Create-only (0) or compare-and-swap (>0); never a blind overwrite.
+
+        A 412 whose stored bytes equal ours is our own write landing twice (the client's
+        retry after a lost answer), so it counts as success.
+        """
+        obj = index_name(name)
+        gen = check_generation(generation, allow_zero=True)
+        payload = bytes(data)
+        try:
+            blob = self._call(
+                "write", obj, lambda: self._upload(obj, payload, "application/octet-stream", gen)
+            )
+            return int(blob.generation or 0)
+        except _Precondition:
+            pass
+        try:
+            current = self.read_blob(obj)
+        except NotFound:
+            current = None
+        if (
+            current is not None
+            and current.data == payload
+            and (gen == 0 or current.generation != gen)
+        ):
+            return current.generation
+        if gen == 0:
+            raise AlreadyExists(f"{obj} already exists")
+        raise LostRace(f"{obj} changed since generation {gen}")
+
+    def read_blob(self, name: str) -> Blob:
+        obj = index_name(name)
+        data, blob = self._call("read", obj, lambda: self._download(self.bucket_name, obj))
+        return Blob(data, int(blob.generation or 0))
+
+    def delete_blob(self, name: str, *, generation: int | None = None) -> None:
+        """Absent is fine. The generation precondition is honoured by GCS, not by
+        fake-gcs-server: callers must not rely on it for correctness."""
+        obj = index_name(name)
+        gen = None if generation is None else check_generation(generation, allow_zero=False)
+        blob = self._bucket.blob(obj)
+        with contextlib.suppress(NotFound, _Precondition):
+            self._call(
+                "delete",
+                obj,
+                lambda: blob.delete(
+                    if_generation_match=gen, retry=self._retry, timeout=self._timeout
+                ),
+            )
+
+    def list_blobs(
+        self,
+        prefix: str,
+        *,
+        start_at: str | None = None,
+        end_before: str | None = None,
+        limit: int | None = None,
+    ) -> list[BlobInfo]:
+        """Names under prefix in lexicographic order, within [start_at, end_before) when given
+        (full names); one counted list call per page."""
+        pre = index_prefix(prefix)
+        it = self._client.list_blobs(
+            self._bucket,
+            prefix=pre,
+            start_offset=start_at,
+            end_offset=end_before,
+            max_results=check_limit(limit),
+            fields="items(name,timeCreated,generation),nextPageToken",
+            retry=self._retry,
+            timeout=self._timeout,
+        )
+        pages = iter(it.pages)
+        out: list[BlobInfo] = []
+        while True:
+            page = self._call("list", f"{pre}*", lambda: next(pages, None), count=False)
+            if page is None:
+                return out
+            self._count("list")
+            out.extend(BlobInfo(b.name, b.time_created, int(b.generation or 0)) for b in page)
 
 
 class _Precondition(StorageError):

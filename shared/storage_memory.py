@@ -19,13 +19,18 @@ from shared.storage import (
     PENDING_PREFIX,
     RECORD_CONTENT_TYPE,
     SWEEP_CURSOR,
+    Blob,
+    BlobInfo,
     CallCounter,
     PendingEntry,
     Stored,
     batch_object,
     batch_prefix,
+    check_generation,
     check_limit,
     decode_record,
+    index_name,
+    index_prefix,
     job_object,
     names_to_ids,
     output_object,
@@ -250,6 +255,72 @@ class MemoryStore(CallCounter):
         if obj is None or (generation is not None and obj.generation != generation):
             raise NotFound(f"no object gs://{bucket}/{name}")
         return obj.data, obj.content_type
+
+    # index objects
+
+    def put_blob(self, name: str, data: bytes, *, generation: int) -> int:
+        obj = index_name(name)
+        gen = check_generation(generation, allow_zero=True)
+        payload = bytes(data)
+        self._count("write")
+        with self._lock:
+            key = (self.bucket_name, obj)
+            current = self._objects.get(key)
+            if gen == 0 and current is not None:
+                if current.data != payload:
+                    raise AlreadyExists(f"{obj} already exists")
+                return current.generation
+            if gen > 0 and (current is None or current.generation != gen):
+                raise LostRace(f"{obj} changed since generation {gen}")
+            new = self._put(*key, payload, "application/octet-stream")
+        self._fire("write", after=True)
+        return new
+
+    def read_blob(self, name: str) -> Blob:
+        obj = index_name(name)
+        self._count("read")
+        with self._lock:
+            found = self._objects.get((self.bucket_name, obj))
+        if found is None:
+            raise NotFound(f"no {obj}")
+        return Blob(found.data, found.generation)
+
+    def delete_blob(self, name: str, *, generation: int | None = None) -> None:
+        obj = index_name(name)
+        gen = None if generation is None else check_generation(generation, allow_zero=False)
+        self._count("delete")
+        with self._lock:
+            current = self._objects.get((self.bucket_name, obj))
+            if current is not None and (gen is None or current.generation == gen):
+                del self._objects[(self.bucket_name, obj)]
+        self._fire("delete", after=True)
+
+    def list_blobs(
+        self,
+        prefix: str,
+        *,
+        start_at: str | None = None,
+        end_before: str | None = None,
+        limit: int | None = None,
+    ) -> list[BlobInfo]:
+        pre = index_prefix(prefix)
+        limit = check_limit(limit)
+        with self._lock:
+            found = sorted(
+                (
+                    BlobInfo(n, o.created, o.generation)
+                    for (b, n), o in self._objects.items()
+                    if b == self.bucket_name
+                    and n.startswith(pre)
+                    and (start_at is None or n >= start_at)
+                    and (end_before is None or n < end_before)
+                ),
+                key=lambda info: info.name,
+            )
+        found = found if limit is None else found[:limit]
+        for _ in range(max(1, -(-len(found) // _PAGE_SIZE))):
+            self._count("list")
+        return found
 
     def _put(self, bucket: str, name: str, data: bytes, content_type: str | None) -> int:
         """Store under the lock (held by the caller); returns the new generation."""
