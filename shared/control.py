@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from shared import job_queue, metrics, records
+from shared import finish, job_queue, metrics, records
 from shared.clock import Clock
 from shared.doorbell import Ringer
 from shared.errors import DoorbellError, JobNotFound, LostRace, NotFound
@@ -37,7 +37,15 @@ class Retried:
         return self.ring_error is None
 
 
-def cancel(store: Store, job_id: str, *, by: str, reason: str | None, clock: Clock) -> JobRecord:
+def cancel(
+    store: Store,
+    job_id: str,
+    *,
+    by: str,
+    reason: str | None,
+    clock: Clock,
+    doorbell: Ringer | None = None,
+) -> JobRecord:
     """queued|running -> cancelled; a running owner's next CAS fails and it stops.
 
     The pending marker goes after the terminal write, as for any terminal job.
@@ -49,7 +57,7 @@ def cancel(store: Store, job_id: str, *, by: str, reason: str | None, clock: Clo
         lambda job, now: job_queue.cancel_fields(job, now, by=by, reason=reason),
         clock,
     )
-    store.remove_pending(job_id)
+    finish.after_terminal(store, doorbell, stored.record)
     log.info(
         "cancelled",
         job_id=job_id,

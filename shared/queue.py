@@ -124,7 +124,9 @@ class Queue:
     def cancel(self, job_id: str, *, by: str, reason: str | None = None) -> JobRecord:
         """queued|running -> cancelled; a running owner stops at its next write.
         Raises InvalidInput, JobNotFound, CorruptRecord, IllegalTransition, LostRace."""
-        return control.cancel(self.store, job_id, by=by, reason=reason, clock=self.clock)
+        return control.cancel(
+            self.store, job_id, by=by, reason=reason, clock=self.clock, doorbell=self.doorbell
+        )
 
     def retry(self, job_id: str, *, by: str) -> control.Retried:
         """failed|cancelled -> queued with a fresh attempt budget, then rung. Raises

@@ -11,10 +11,10 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from shared import job_queue, metrics
+from shared import finish, job_queue, metrics
 from shared.config import Settings
 from shared.doorbell import Ringer
-from shared.errors import AttemptsExhausted, DoorbellError, LostRace, NotFound, StorageError
+from shared.errors import AttemptsExhausted, DoorbellError, LostRace, NotFound
 from shared.jobs import JobRecord, JobStatus, WatchdogAction
 from shared.logs import get_logger
 from shared.storage import Store, Stored
@@ -65,15 +65,17 @@ def recover_one(
     job = stored.record
     job_id = str(job["id"])
     if job_queue.is_terminal(job):
-        if clean_marker:
-            store.remove_pending(job_id)
-            log.info(
-                "removed the pending marker of a finished job",
-                job_id=job_id,
-                status=job.get("status"),
-                traceparent=job.get("traceparent"),
-            )
-        return Recovery(None, stored, unmarked=clean_marker)
+        unmarked = False
+        if clean_marker:  # the sweep: a crash left what follows a terminal write undone
+            unmarked = finish.after_terminal(store, doorbell, job)
+            if unmarked:
+                log.info(
+                    "finished what follows a terminal write and removed the pending marker",
+                    job_id=job_id,
+                    status=job.get("status"),
+                    traceparent=job.get("traceparent"),
+                )
+        return Recovery(None, stored, unmarked=unmarked)
     max_attempts = job_queue.max_attempts_of(job, settings.max_attempts)
     action = job_queue.stale_action(
         job, now, settings.stale_seconds, max_attempts, skew_s=settings.clock_skew_seconds
@@ -81,7 +83,7 @@ def recover_one(
     if action == "requeue":
         return _requeue(store, doorbell, stored, now)
     if action == "fail":
-        return _fail(store, stored, now, max_attempts)
+        return _fail(store, doorbell, stored, now, max_attempts)
     return Recovery(None, stored)
 
 
@@ -120,7 +122,9 @@ def _requeue(store: Store, doorbell: Ringer, stored: Stored, now: datetime) -> R
     return Recovery("requeue", written, rescued=rescued, rang=rang)
 
 
-def _fail(store: Store, stored: Stored, now: datetime, max_attempts: int) -> Recovery:
+def _fail(
+    store: Store, doorbell: Ringer, stored: Stored, now: datetime, max_attempts: int
+) -> Recovery:
     """Out of attempts and silent: terminal failure, then the marker goes."""
     job = stored.record
     job_id = str(job["id"])
@@ -150,13 +154,5 @@ def _fail(store: Store, stored: Stored, now: datetime, max_attempts: int) -> Rec
         traceparent=job.get("traceparent"),
         **metrics.finished(job, metrics.Outcome.FAILED),
     )
-    try:
-        store.remove_pending(job_id)
-    except StorageError as exc:  # the next sweep removes it
-        log.warning(
-            "could not remove the pending marker",
-            job_id=job_id,
-            error=str(exc),
-            traceparent=job.get("traceparent"),
-        )
+    finish.after_terminal(store, doorbell, written.record)
     return Recovery("fail", written)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from shared import job_queue, metrics, records
+from shared import finish, gates, job_queue, metrics, records
 from shared.budget import PushBudget
 from shared.clock import Clock, utcnow
 from shared.config import Settings
@@ -46,7 +46,6 @@ from shared.errors import (
     PermanentError,
     ShuttingDown,
     Stopped,
-    StorageError,
     Unavailable,
 )
 from shared.jobs import JobRecord, JobStatus, JsonObject
@@ -185,6 +184,9 @@ class _Runner:
         skew = s.clock_skew_seconds
         if not job_queue.claimable(job, now, s.stale_seconds, max_attempts, skew_s=skew):
             return self._not_claimable(job_id, stored, now)
+        held = gates.check(gates.GateContext(self.store, self.doorbell, s, stored, now, self.clock))
+        if held is not None:
+            return held
         return self._claim_and_run(job_id, stored, now)
 
     def _not_claimable(self, job_id: str, stored: Stored, now: datetime) -> Outcome:
@@ -404,7 +406,7 @@ class _Job:
     def _done(self, result: JsonObject) -> Outcome:
         now = self.r.clock()
         try:
-            self.owned.finish(
+            final = self.owned.finish(
                 lambda job: job_queue.done_fields(job, now, result, self.outputs),
                 "done",
                 fold=False,
@@ -412,7 +414,7 @@ class _Job:
         except OwnerLost:
             return self._lost("done refused")
         self.log.info("done", **self._finished(metrics.Outcome.DONE))
-        self._unmark()
+        self._after_terminal(final)
         return self._outcome(OutcomeKind.DONE)
 
     def _fail(self, exc: BaseException, *, stage: str | None) -> Outcome:
@@ -421,7 +423,7 @@ class _Job:
             exc, stage=stage, attempt=self.owned.attempt, now=now, retryable=False
         )
         try:
-            self.owned.finish(lambda job: job_queue.fail_fields(job, now, error), "failed")
+            final = self.owned.finish(lambda job: job_queue.fail_fields(job, now, error), "failed")
         except OwnerLost:
             return self._lost("fail refused")
         self.log.error(
@@ -430,7 +432,7 @@ class _Job:
             error=error["message"],
             **self._finished(metrics.Outcome.FAILED),
         )
-        self._unmark()
+        self._after_terminal(final)
         return self._outcome(OutcomeKind.FAILED, error["message"])
 
     def _retry_or_fail(self, exc: BaseException, *, stage: str) -> Outcome:
@@ -501,12 +503,10 @@ class _Job:
         self.log.warning("stopped: this owner lost the job", why=why)
         return self._outcome(OutcomeKind.LOST, why)
 
-    def _unmark(self) -> None:
-        """Drop the pending marker, strictly after the final write (sweep repairs a leftover)."""
-        try:
-            self.r.store.remove_pending(self.job_id)
-        except StorageError as exc:
-            self.log.warning("could not remove the pending marker", error=str(exc))
+    def _after_terminal(self, final: Stored) -> None:
+        """What follows the terminal write, then the pending marker (the sweep repeats
+        whatever a crash here leaves undone: shared.finish)."""
+        finish.after_terminal(self.r.store, self.r.doorbell, final.record, logger=self.log)
 
     def _outcome(self, kind: OutcomeKind, detail: str = "") -> Outcome:
         return Outcome(
