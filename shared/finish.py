@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from shared import uniqueness
 from shared.errors import StorageError
 from shared.logs import get_logger
 
@@ -32,7 +33,9 @@ AfterTerminal = Callable[["Store", "Ringer | None", "JobRecord"], None]
 """A hook: (store, doorbell or None when the caller has none, the terminal record)."""
 
 # Each feature adds its hook here, one line each, in the order they must run.
-HOOKS: tuple[AfterTerminal, ...] = ()
+HOOKS: tuple[AfterTerminal, ...] = (
+    uniqueness.release_on_terminal,  # time (issue 11): a "while pending" unique key goes
+)
 
 
 def after_terminal(

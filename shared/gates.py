@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from shared import expiry
+
 if TYPE_CHECKING:
     from shared.clock import Clock
     from shared.config import Settings
@@ -38,7 +40,9 @@ Gate = Callable[[GateContext], "Outcome | None"]
 whatever it needed: parked, deferred, ended the job)."""
 
 # Each feature adds its gate here, one line each, in the order they must run.
-GATES: tuple[Gate, ...] = ()
+GATES: tuple[Gate, ...] = (
+    expiry.gate,  # time (issue 11): an expired job ends instead of running
+)
 
 
 def check(ctx: GateContext) -> Outcome | None:

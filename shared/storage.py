@@ -79,7 +79,12 @@ _BLOB_NAME = re.compile(r"[A-Za-z0-9._:=@+-]+")
 # Top-level prefixes of the small index objects features keep beside the records (one line
 # per prefix; each feature documents its own layout). Never jobs/ or outputs/: records and
 # outputs have their own typed calls.
-INDEX_PREFIXES: tuple[str, ...] = ()
+INDEX_PREFIXES: tuple[str, ...] = (
+    "scheduled/",  # time (issue 11): delayed jobs by hour, shared.delayed
+    "unique/",  # time (issue 11): unique-key locks, shared.uniqueness
+    "unique-sweep/",  # time (issue 11): the sweep's cursor over unique/
+    "schedules/",  # time (issue 11): each cron schedule's last tick, shared.schedules
+)
 
 
 @dataclass(frozen=True)

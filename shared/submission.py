@@ -10,6 +10,7 @@ different content is a 409 and nothing is touched.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Collection, Iterable
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from shared import records, tracing
+from shared import delayed, records, timing, tracing, uniqueness
 from shared.config import Settings
 from shared.doorbell import Ringer
 from shared.errors import (
@@ -40,7 +41,7 @@ log = get_logger(__name__)
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
-JOB_KEYS = frozenset({"pipeline", "payload", "id", "batch_id", "max_attempts"})
+JOB_KEYS = frozenset({"pipeline", "payload", "id", "batch_id", "max_attempts"}) | timing.TIME_KEYS
 BATCH_KEYS = frozenset({"batch_id", "jobs"})
 MAX_ATTEMPTS = 100
 MAX_PAYLOAD_BYTES = 256 * 1024
@@ -61,6 +62,7 @@ class JobSpec:
     client_id: str | None = None
     batch_id: str | None = None
     max_attempts: int | None = None
+    times: timing.TimeSpec = dataclasses.field(default_factory=timing.TimeSpec)  # issue 11
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,8 @@ class SubmittedJob:
     created: bool
     batch_id: str | None = None
     traceparent: str | None = None  # the job's trace (logs, doorbell); not in the answer
+    duplicate_of: str | None = None  # time (issue 11): the job holding its unique key
+    scheduled: bool = False  # time (issue 11): delayed, so its doorbell is not rung now
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -91,6 +95,8 @@ class SubmittedJob:
         }
         if self.batch_id is not None:
             out["batch_id"] = self.batch_id
+        if self.duplicate_of is not None:
+            out["duplicate_of"] = self.duplicate_of
         return out
 
 
@@ -182,7 +188,7 @@ def _parse_batch(body: dict[str, Any], settings: Settings, known: set[str]) -> S
     _check_duplicate_ids(specs, problems)
     _raise_if(problems)
     batch_id = batch_id or _batch_id_for(specs)
-    specs = [JobSpec(s.pipeline, s.payload, s.client_id, batch_id, s.max_attempts) for s in specs]
+    specs = [dataclasses.replace(s, batch_id=batch_id) for s in specs]
     return Submission(jobs=tuple(specs), batch_id=batch_id, is_batch=True)
 
 
@@ -212,9 +218,10 @@ def _parse_job(job: Any, where: str, known: set[str], problems: list[str]) -> Jo
         type(max_attempts) is int and 1 <= max_attempts <= MAX_ATTEMPTS
     ):
         problems.append(f"{where}max_attempts must be an integer from 1 to {MAX_ATTEMPTS}")
+    times = timing.parse_fields(job, where, problems)  # time (issue 11)
     if len(problems) > before:
         return None
-    return JobSpec(str(pipeline), payload, client_id, batch_id, max_attempts)
+    return JobSpec(str(pipeline), payload, client_id, batch_id, max_attempts, times)
 
 
 def _check_payload(
@@ -303,9 +310,10 @@ def submit(
     _map(lambda p: _mark_batch(store, p[0], p[1]), [(i, s) for i, s, f in planned if f])
     created: dict[str, SubmittedJob] = {}
     for start in range(0, len(built), RING_EVERY):  # a big batch starts running while it
-        chunk = _create_all(store, built[start : start + RING_EVERY])  # is written
-        created.update((o.job_id, o) for o in chunk)
-        _ring(doorbell, [o for o in chunk if o.created], submission.is_batch)
+        part = built[start : start + RING_EVERY]
+        chunk = _create_all(store, part)  # is written
+        created.update((str(rec["id"]), o) for (_s, rec), o in zip(part, chunk, strict=True))
+        _ring(doorbell, [o for o in chunk if o.created and not o.scheduled], submission.is_batch)
     jobs = tuple(found or created[job_id] for job_id, _spec, found in planned)
     for job in jobs:
         log.info(
@@ -422,8 +430,11 @@ def _compare(job_id: str, spec: JobSpec, record: JobRecord) -> SubmittedJob | st
 
 def _new_record(job_id: str, spec: JobSpec, now: datetime, traceparent: str) -> JobRecord:
     """The record to create; InvalidSubmission (400) before anything is written."""
+    fields, problems = timing.resolve(spec.times, now)  # time (issue 11)
+    if problems:
+        raise InvalidSubmission(f"{spec.client_id or 'job'}: {problems[0]}", problems)
     try:
-        return records.new_record(
+        record = records.new_record(
             job_id,
             spec.pipeline,
             spec.payload,
@@ -435,6 +446,7 @@ def _new_record(job_id: str, spec: JobSpec, now: datetime, traceparent: str) -> 
         )
     except InvalidInput as exc:
         raise InvalidSubmission(exc.reason) from None
+    return {**record, **fields}  # type: ignore[typeddict-item]
 
 
 def _create_all(store: Store, jobs: list[tuple[JobSpec, JobRecord]]) -> list[SubmittedJob]:
@@ -452,7 +464,17 @@ def _create_one(store: Store, spec: JobSpec, record: JobRecord) -> SubmittedJob 
     membership, so a submit that loses a race for its id (409) writes none.
     """
     job_id = str(record["id"])
-    store.add_pending(job_id)
+    # --- time (issue 11): a unique key taken by another job answers with that job
+    if record.get("unique_key") is not None:
+        holder = uniqueness.acquire(store, record, record_now(record))
+        if holder is not None:
+            return SubmittedJob(
+                holder, _status_of(store, holder), created=False, duplicate_of=holder
+            )
+    scheduled = delayed.place(store, record, record_now(record))  # else the pending marker
+    # --- end time
+    if not scheduled:
+        store.add_pending(job_id)
     try:
         stored = store.create(record)
     except AlreadyExists:
@@ -470,7 +492,13 @@ def _create_one(store: Store, spec: JobSpec, record: JobRecord) -> SubmittedJob 
         created=True,
         batch_id=spec.batch_id,
         traceparent=record.get("traceparent"),
+        scheduled=scheduled,
     )
+
+
+def record_now(record: JobRecord) -> datetime:
+    """The submit's clock, as stamped on the new record (created_at)."""
+    return datetime.fromisoformat(str(record["created_at"]))
 
 
 def _mark_batch(store: Store, job_id: str, spec: JobSpec) -> None:

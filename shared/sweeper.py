@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from shared import job_queue, metrics
+from shared import delayed, expiry, job_queue, metrics, uniqueness
 from shared.config import Settings
 from shared.doorbell import Ringer
 from shared.errors import CorruptRecord, InvalidInput, NotFound, ReclaimError, StorageError
@@ -63,6 +63,9 @@ class SweepResult:
     errors: int = 0
     elapsed: float = 0.0
     truncated: bool = False  # stopped by the job or time budget; the next run continues
+    released: int = 0  # time (issue 11): delayed jobs moved into pending/ and rung
+    expired: int = 0  # time (issue 11): ended by their expiry before they started
+    unique_released: int = 0  # time (issue 11): unique locks that no longer held, removed
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -85,6 +88,7 @@ def run_once(
     start = monotonic()
     now = now if now is not None else datetime.now(UTC)
     result = SweepResult()
+    _time_pass(store, doorbell, settings, now, result)  # time (issue 11)
     entries, backlog = pending_window(store, settings.sweep_max_jobs)
     last: str | None = None
     pending: list[JobRecord] = []  # what the pending records are after this run
@@ -178,6 +182,9 @@ def _sweep_entry(
             result.corrupt.append(entry.job_id)
         log.error("corrupt record left for a person", job_id=entry.job_id, reason=exc.reason)
         return None
+    if expiry.expire_if_due(store, doorbell, stored, now) is not None:  # time (issue 11)
+        result.expired += 1
+        return None
     done = recover_one(store, doorbell, stored, settings, now, clean_marker=True)
     if done.unmarked:
         result.repaired += 1
@@ -191,6 +198,22 @@ def _sweep_entry(
         if done.rang:
             result.rung += 1
     return None if job_queue.is_terminal(done.stored.record) else done.stored.record
+
+
+def _time_pass(
+    store: Store, doorbell: Ringer, settings: Settings, now: datetime, result: SweepResult
+) -> None:
+    """Time (issue 11): release due delayed jobs, repair unique keys. A failure here is
+    counted, never stops the rescue pass below."""
+    try:
+        released = delayed.release_due(store, doorbell, settings, now)
+        result.released, result.expired = released.released, released.expired
+        result.repaired += released.repaired
+        result.truncated = result.truncated or released.truncated
+        result.unique_released = uniqueness.repair(store, settings, now)
+    except ReclaimError as exc:
+        result.errors += 1
+        log.error("sweep's time pass failed", error=f"{type(exc).__name__}: {exc}")
 
 
 def _save_cursor(store: Store, cursor: str) -> None:
