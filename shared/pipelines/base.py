@@ -76,6 +76,8 @@ class Pipeline:
     plan: Callable[[Mapping[str, Any]], Sequence[tuple[str, Stage]]] | None = None
     validate: Callable[[Mapping[str, Any]], None] | None = None
     doc: str = field(default="", compare=False)
+    timeout_seconds: float | None = None
+    """An attempt's time limit (a job's own timeout_seconds overrides it): shared.timeouts."""
 
     def stages_for(self, payload: Mapping[str, Any]) -> list[tuple[str, Stage]]:
         """The ordered stages this payload runs (checkpoint.next_stage indexes them)."""
