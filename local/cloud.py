@@ -300,10 +300,23 @@ class LocalCloud:
                 target=self._tick_loop, name="scheduler", daemon=True
             )
             self._scheduler.start()
+            self._start_cron()  # time (issue 11)
+
+    def _start_cron(self) -> None:
+        """The cron schedules of pipelines/schedules.json, ticked as Cloud Scheduler would."""
+        from local.cron_ticker import CronTicker
+        from shared.schedules import load
+
+        self._cron = CronTicker(
+            self.platform.url("submit"), load(), self.config.log_dir / "scheduler.log"
+        )
+        self._cron.start()
 
     def stop(self) -> None:
         """Stop the tick, the platform (every instance) and the emulators; safe twice."""
         self._stop_tick.set()
+        if getattr(self, "_cron", None) is not None:
+            self._cron.stop()
         if self._platform is not None:
             # functions first (they talk to the emulators), then the emulators.
             self._platform.stop()
