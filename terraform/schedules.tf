@@ -42,7 +42,9 @@ resource "google_cloud_scheduler_job" "cron" {
   depends_on = [time_sleep.apis_propagate, google_cloud_run_v2_service_iam_member.cron_invoker]
 }
 
-# The invoker SA may call submit, only when there is a schedule to deliver.
+# The invoker SA may call submit, only when there is a schedule to deliver. Granted after
+# submit exists; a tick refused before it propagates is retried (retry_config), and a
+# later tick is a new job anyway.
 resource "google_cloud_run_v2_service_iam_member" "cron_invoker" {
   count = length(local.schedules) > 0 ? 1 : 0
 
