@@ -139,6 +139,9 @@ class CloudConfig:
     """STORAGE_EMULATOR_HOST the functions see (a fault proxy); None: fake-gcs itself."""
     functions: Mapping[str, FunctionSpec] = field(default_factory=lambda: dict(DEFAULT_FUNCTIONS))
     start_timeout: float = 30.0
+    schedules_file: Path | None = None
+    """Cron schedules ticked as Cloud Scheduler would (time, issue 11); None: no ticks
+    (tests); `make dev`: pipelines/schedules.json or $RECLAIM_SCHEDULES_FILE."""
 
     def validate(self) -> None:
         """Raise ValueError with a clear message for a setting that cannot work."""
@@ -300,15 +303,16 @@ class LocalCloud:
                 target=self._tick_loop, name="scheduler", daemon=True
             )
             self._scheduler.start()
-            self._start_cron()  # time (issue 11)
+        if c.schedules_file is not None:  # time (issue 11)
+            self._start_cron(c.schedules_file)
 
-    def _start_cron(self) -> None:
-        """The cron schedules of pipelines/schedules.json, ticked as Cloud Scheduler would."""
+    def _start_cron(self, path: Path) -> None:
+        """The cron schedules of the file, ticked as Cloud Scheduler would."""
         from local.cron_ticker import CronTicker
         from shared.schedules import load
 
         self._cron = CronTicker(
-            self.platform.url("submit"), load(), self.config.log_dir / "scheduler.log"
+            self.platform.url("submit"), load(path), self.config.log_dir / "scheduler.log"
         )
         self._cron.start()
 
