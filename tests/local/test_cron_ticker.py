@@ -19,7 +19,7 @@ def test_the_ticker_posts_each_tick_with_the_scheduler_header(tmp_path: Path) ->
     seen: list[tuple[str, str | None]] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+        def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
             seen.append((self.path, self.headers.get("X-CloudScheduler-ScheduleTime")))
             self.send_response(202)
