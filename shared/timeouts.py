@@ -18,8 +18,10 @@ import threading
 from collections.abc import Callable
 from types import TracebackType
 
+from shared.errors import ReclaimError
 
-class TimedOut(Exception):
+
+class TimedOut(ReclaimError):
     """The attempt ran past its timeout (the record's error type: "TimedOut")."""
 
 
