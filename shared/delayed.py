@@ -104,6 +104,12 @@ def _release_one(
         out.repaired += 1
         return
     if not job_queue.is_due(job, now, skew_s=settings.clock_skew_seconds):
+        run_at = timing.run_at_of(dict(job), now)
+        if run_at is not None and timing.scheduled_name(job_id, run_at) != name:
+            # a replayed submit moved run_at to a later hour: index it there, drop this one
+            store.put_blob(timing.scheduled_name(job_id, run_at), b"", generation=0)
+            store.delete_blob(name)
+            out.repaired += 1
         return  # later this hour
     store.add_pending(job_id)  # marker first: from here on the usual rules keep it
     if timing.expired(dict(job), now):

@@ -162,3 +162,13 @@ def test_a_stage_that_never_checks_is_bounded_and_its_zombie_commits_nothing() -
     assert store.read(job.job_id).generation == generation  # the zombie wrote nothing
     assert not [k for k in store._objects if k[1].startswith("outputs/")]  # no late output
     assert events(store, job.job_id)[-1] == "requeued"
+
+
+def test_a_marker_in_an_earlier_hour_than_its_run_at_is_moved_not_kept_forever() -> None:
+    store, bell = MemoryStore(), Bell()
+    job = post(store, bell, {"pipeline": "demo", "delay_seconds": 3 * 3600})
+    stale = timing.scheduled_name(job.job_id, NOW)  # as a crashed first submit left it
+    store.put_blob(stale, b"", generation=0)
+    result = sweeper.run_once(store, bell, settings(), NOW + timedelta(minutes=1))
+    assert result.repaired == 1 and bell.rung == []
+    assert scheduled(store) == [timing.scheduled_name(job.job_id, NOW + timedelta(hours=3))]
