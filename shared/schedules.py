@@ -12,6 +12,7 @@ File shape::
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -27,6 +28,7 @@ from cronsim import CronSim, CronSimError
 from shared.errors import InvalidInput
 
 SCHEDULES_ENV = "RECLAIM_SCHEDULES_FILE"
+_MODULES_ENV = "RECLAIM_PIPELINE_MODULES"
 DEFAULT_FILE = Path(__file__).resolve().parent.parent / "pipelines" / "schedules.json"
 OVERLAPS = ("allow", "skip")
 _NAME = re.compile(r"[a-z][a-z0-9-]{0,39}")  # also a Cloud Scheduler job name suffix
@@ -136,7 +138,22 @@ def _one(entry: object, pipelines: Collection[str] | None) -> Schedule:
 
 
 def schedules_file(env: dict[str, str] | None = None) -> Path:
-    return Path((env if env is not None else os.environ).get(SCHEDULES_ENV) or DEFAULT_FILE)
+    """$RECLAIM_SCHEDULES_FILE; else schedules.json in the package of the deployment's
+    pipelines (RECLAIM_PIPELINE_MODULES: the folder terraform ships and reads it from);
+    else the repo's pipelines/schedules.json."""
+    env = dict(os.environ) if env is None else env
+    if env.get(SCHEDULES_ENV):
+        return Path(env[SCHEDULES_ENV])
+    for module in filter(None, (m.strip() for m in env.get(_MODULES_ENV, "").split(","))):
+        try:
+            spec = importlib.util.find_spec(module.split(".")[0])
+        except (ImportError, ValueError):
+            continue
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            candidate = Path(folder) / "schedules.json"
+            if candidate.exists():
+                return candidate
+    return DEFAULT_FILE
 
 
 def load(

@@ -88,3 +88,12 @@ def test_a_tick_delivered_twice_is_one_job_and_skip_does_not_overlap() -> None:
     third = nightly.next_after(second)
     ran = ticks.fire(store, bell, nightly, third, third)
     assert ran.created and ticks.last_run(store, "nightly")["job_id"] == ran.job_id  # type: ignore[index]
+
+
+def test_the_file_is_found_beside_the_deployments_pipelines(tmp_path: Path) -> None:
+    assert schedules.schedules_file({"RECLAIM_SCHEDULES_FILE": "/x.json"}) == Path("/x.json")
+    found = schedules.schedules_file({"RECLAIM_PIPELINE_MODULES": "pipelines.csv_summary"})
+    assert found == ROOT / "pipelines" / "schedules.json"
+    assert schedules.schedules_file({"RECLAIM_PIPELINE_MODULES": "no_such_pkg"}) == (
+        schedules.DEFAULT_FILE
+    )
