@@ -3,10 +3,11 @@
 A job whose run_at lies ahead is NOT in pending/ while it waits: the drain, the sweep's
 rescue pass and the status reads never see it, and no doorbell is held through the delay
 (Pub/Sub has no delayed delivery; an unacked message would only be redelivered early).
-The sweep lists only the buckets up to the current hour (GCS lists names in
-lexicographic order and honours an end offset, so the far-future buckets are never
-read), moves each due job into pending/ (marker first), rings it, then deletes its
-scheduled marker. A crash between those steps leaves both markers: the next sweep moves
+The sweep lists only the buckets up to the current hour: objects.list's endOffset
+"filter[s] results to objects whose names are lexicographically before endOffset"
+(https://cloud.google.com/storage/docs/json_api/v1/objects/list), so the far-future
+buckets are never read. It moves each due job into pending/ (marker first), rings it,
+then deletes its scheduled marker. A crash between those steps leaves both markers: the next sweep moves
 the job again (idempotent) or finds it started and just drops the scheduled marker.
 
 No cursor object is needed: a released bucket is emptied, so the listing below the
