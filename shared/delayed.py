@@ -7,8 +7,8 @@ The sweep lists only the buckets up to the current hour: objects.list's endOffse
 "filter[s] results to objects whose names are lexicographically before endOffset"
 (https://cloud.google.com/storage/docs/json_api/v1/objects/list), so the far-future
 buckets are never read. It moves each due job into pending/ (marker first), rings it,
-then deletes its scheduled marker. A crash between those steps leaves both markers: the next sweep moves
-the job again (idempotent) or finds it started and just drops the scheduled marker.
+then deletes its scheduled marker. A crash between those steps leaves both markers: the
+next sweep moves the job again (idempotent) or finds it started and drops the marker.
 
 No cursor object is needed: a released bucket is emptied, so the listing below the
 current hour only ever holds what is due (or leftovers the sweep is about to repair).
