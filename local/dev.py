@@ -390,6 +390,8 @@ def plan(config: CloudConfig, env: Mapping[str, str]) -> str:
     )
     if config.sweep_interval_seconds:
         lines.append(f"  scheduler          POST sweep every {config.sweep_interval_seconds:g} s")
+    if config.schedules_file is not None:  # time (issue 11): docs/time.md
+        lines.append(f"  cron               the schedules of {config.schedules_file} (if any)")
     changed = [v for v in VARS if v.name in env and env[v.name].strip() != v.default]
     lines.append(
         "  settings           "
