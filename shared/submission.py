@@ -468,9 +468,8 @@ def _create_one(store: Store, spec: JobSpec, record: JobRecord) -> SubmittedJob 
     if record.get("unique_key") is not None:
         holder = uniqueness.acquire(store, record, record_now(record))
         if holder is not None:
-            return SubmittedJob(
-                holder, _status_of(store, holder), created=False, duplicate_of=holder
-            )
+            status = uniqueness.holder_status(store, holder)
+            return SubmittedJob(holder, status, created=False, duplicate_of=holder)
     scheduled = delayed.place(store, record, record_now(record))  # else the pending marker
     # --- end time
     if not scheduled:

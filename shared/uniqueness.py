@@ -12,6 +12,7 @@ the ones that no longer hold. The policy is shared.timing.lock_holds (pure).
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -64,6 +65,17 @@ def acquire(store: Store, record: JobRecord, now: datetime) -> str | None:
         except LostRace:
             continue
     raise Conflict(f"unique_key {key[:60]!r} is contended; try again")
+
+
+def holder_status(store: Store, job_id: str, *, wait_s: float = 1.0) -> str:
+    """The holder's status for the answer. A racing submit may hold the lock a moment
+    before its record lands: wait for it briefly, then call it queued (being created)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        status = _status(store, job_id)
+        if status is not None or time.monotonic() >= deadline:
+            return status or "queued"
+        time.sleep(0.05)
 
 
 def release_on_terminal(store: Store, doorbell: Ringer | None, record: JobRecord) -> None:

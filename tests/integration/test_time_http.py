@@ -219,6 +219,7 @@ def test_two_racing_submits_with_one_unique_key_create_one_job(cloud: Env) -> No
     ids = {a.json()["id"] for a in answers}
     assert len(ids) == 1
     assert {a.json().get("duplicate_of") for a in answers if a.status_code == 200} == ids
+    assert {a.json()["status"] for a in answers} <= {"queued", "running", "done"}  # documented
 
 
 def test_a_leaked_unique_key_is_repaired(cloud: Env) -> None:
