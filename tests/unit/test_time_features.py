@@ -151,7 +151,8 @@ def test_a_stage_that_never_checks_is_bounded_and_its_zombie_commits_nothing() -
     runner = threading.Thread(target=handle, args=(job.job_id, store, settings(), None, bell))
     runner.start()
     deadline = time.monotonic() + 10
-    while store.read(job.job_id).record["status"] == "running" and time.monotonic() < deadline:
+    while (store.read(job.job_id).record.get("error") or {}).get("type") != "TimedOut":
+        assert time.monotonic() < deadline, "the timeout did not bound the stage"
         time.sleep(0.05)
     record = store.read(job.job_id).record
     assert record["status"] == "queued" and record["error"]["type"] == "TimedOut"  # type: ignore[index]
