@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from shared.errors import StorageError
 from shared.logs import get_logger
@@ -32,7 +32,16 @@ AfterTerminal = Callable[["Store", "Ringer | None", "JobRecord"], None]
 """A hook: (store, doorbell or None when the caller has none, the terminal record)."""
 
 # Each feature adds its hook here, one line each, in the order they must run.
-HOOKS: tuple[AfterTerminal, ...] = ()
+HOOKS: tuple[AfterTerminal, ...] = (
+    lambda store, bell, record: _flow().record_ended(store, bell, record),  # flow: bulk index
+    lambda store, bell, record: _flow().release(store, bell, record),  # flow: free the place
+)
+
+
+def _flow() -> Any:
+    from shared import flow  # imported late: flow reads pipelines, which import widely
+
+    return flow
 
 
 def after_terminal(

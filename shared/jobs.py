@@ -136,3 +136,12 @@ class JobRecord(TypedDict, total=False):
     write_id: str
     traceparent: str
     """The job's W3C trace context (shared.tracing); absent in records made before it."""
+    # --- flow control (shared.flow; absent in records made before it)
+    concurrency_key: str
+    """At most max_running jobs with this key run at once."""
+    max_running: int
+    """This job's limit for its key (else its pipeline's)."""
+    rate: str
+    """Starts per window for its key (else its pipeline's), e.g. "5/s"."""
+    rate_token: str | None
+    """The rate token this job reserved in the window of its not_before."""

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from shared import finish, gates, job_queue, metrics, records
+from shared import finish, flow, gates, job_queue, metrics, records
 from shared.budget import PushBudget
 from shared.clock import Clock, utcnow
 from shared.config import Settings
@@ -451,9 +451,10 @@ class _Job:
             return job_queue.requeue_fields(job, now, delay_s=delay, error=error)
 
         try:
-            self.owned.finish(build, "requeued")
+            requeued = self.owned.finish(build, "requeued")
         except OwnerLost:
             return self._lost("requeue refused")
+        flow.released_after_requeue(self.r.store, self.r.doorbell, requeued.record)  # flow
         self.log.warning(
             "requeued after a stage error",
             error_type=error["type"],
@@ -475,9 +476,10 @@ class _Job:
             return job_queue.handback_fields(job, now, max_attempts=budget)
 
         try:
-            self.owned.finish(build, "handed back")
+            handed = self.owned.finish(build, "handed back")
         except OwnerLost:
             return self._lost("hand-back refused")
+        flow.released_after_requeue(self.r.store, self.r.doorbell, handed.record)  # flow
         rang = ring(self.r.doorbell, self.job_id, self.log, self.job.get("traceparent"))
         self.log.warning(
             "handed back: the instance is shutting down",

@@ -10,6 +10,7 @@ different content is a 409 and nothing is touched.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Collection, Iterable
@@ -31,16 +32,18 @@ from shared.errors import (
     NotFound,
     UnknownPipeline,
 )
+from shared.flow_policy import check_fields as check_flow_fields
 from shared.jobs import JobRecord, JobStatus, JsonObject
 from shared.logs import get_logger
 from shared.pipelines import get_pipeline, pipeline_names
 from shared.storage import Store
 
 log = get_logger(__name__)
+FLOW_KEYS = frozenset({"concurrency_key", "max_running", "rate"})  # flow control
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
-JOB_KEYS = frozenset({"pipeline", "payload", "id", "batch_id", "max_attempts"})
+JOB_KEYS = frozenset({"pipeline", "payload", "id", "batch_id", "max_attempts"}) | FLOW_KEYS
 BATCH_KEYS = frozenset({"batch_id", "jobs"})
 MAX_ATTEMPTS = 100
 MAX_PAYLOAD_BYTES = 256 * 1024
@@ -61,6 +64,7 @@ class JobSpec:
     client_id: str | None = None
     batch_id: str | None = None
     max_attempts: int | None = None
+    flow: tuple[tuple[str, Any], ...] = ()  # flow control fields, as given (validated)
 
 
 @dataclass(frozen=True)
@@ -182,7 +186,7 @@ def _parse_batch(body: dict[str, Any], settings: Settings, known: set[str]) -> S
     _check_duplicate_ids(specs, problems)
     _raise_if(problems)
     batch_id = batch_id or _batch_id_for(specs)
-    specs = [JobSpec(s.pipeline, s.payload, s.client_id, batch_id, s.max_attempts) for s in specs]
+    specs = [dataclasses.replace(s, batch_id=batch_id) for s in specs]
     return Submission(jobs=tuple(specs), batch_id=batch_id, is_batch=True)
 
 
@@ -212,9 +216,11 @@ def _parse_job(job: Any, where: str, known: set[str], problems: list[str]) -> Jo
         type(max_attempts) is int and 1 <= max_attempts <= MAX_ATTEMPTS
     ):
         problems.append(f"{where}max_attempts must be an integer from 1 to {MAX_ATTEMPTS}")
+    check_flow_fields(job, where, problems)  # flow control
     if len(problems) > before:
         return None
-    return JobSpec(str(pipeline), payload, client_id, batch_id, max_attempts)
+    flow = tuple((k, job[k]) for k in sorted(FLOW_KEYS) if job.get(k) is not None)
+    return JobSpec(str(pipeline), payload, client_id, batch_id, max_attempts, flow)
 
 
 def _check_payload(
@@ -423,7 +429,7 @@ def _compare(job_id: str, spec: JobSpec, record: JobRecord) -> SubmittedJob | st
 def _new_record(job_id: str, spec: JobSpec, now: datetime, traceparent: str) -> JobRecord:
     """The record to create; InvalidSubmission (400) before anything is written."""
     try:
-        return records.new_record(
+        record = records.new_record(
             job_id,
             spec.pipeline,
             spec.payload,
@@ -435,6 +441,8 @@ def _new_record(job_id: str, spec: JobSpec, now: datetime, traceparent: str) -> 
         )
     except InvalidInput as exc:
         raise InvalidSubmission(exc.reason) from None
+    record.update(dict(spec.flow))  # type: ignore[typeddict-item]  # flow control fields
+    return record
 
 
 def _create_all(store: Store, jobs: list[tuple[JobSpec, JobRecord]]) -> list[SubmittedJob]:

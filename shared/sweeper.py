@@ -110,6 +110,7 @@ def run_once(
         result.truncated = True
         if last is not None:
             _save_cursor(store, next_cursor(last))
+    _sweep_flow(store, doorbell)  # flow control: parked and waiting jobs
     result.elapsed = monotonic() - start
     _log_gauges(pending, now, settings, truncated=result.truncated)
     log.info(
@@ -191,6 +192,19 @@ def _sweep_entry(
         if done.rang:
             result.rung += 1
     return None if job_queue.is_terminal(done.stored.record) else done.stored.record
+
+
+def _sweep_flow(store: Store, doorbell: Ringer) -> None:
+    """Flow control's safety net (shared.flow.sweep); its failure is only logged."""
+    from shared import flow
+
+    try:
+        rung = flow.sweep(store, doorbell)
+    except ReclaimError as exc:
+        log.warning("flow sweep failed", error=f"{type(exc).__name__}: {exc}")
+        return
+    if any(rung.values()):
+        log.info("flow sweep rang held-back jobs", parked=rung["parked"], waiters=rung["waiters"])
 
 
 def _save_cursor(store: Store, cursor: str) -> None:

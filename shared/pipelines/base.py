@@ -76,6 +76,9 @@ class Pipeline:
     plan: Callable[[Mapping[str, Any]], Sequence[tuple[str, Stage]]] | None = None
     validate: Callable[[Mapping[str, Any]], None] | None = None
     doc: str = field(default="", compare=False)
+    # flow control (docs/flow-control.md): per concurrency key, unless a job sets its own
+    max_running: int | None = None
+    rate: str | None = None
 
     def stages_for(self, payload: Mapping[str, Any]) -> list[tuple[str, Stage]]:
         """The ordered stages this payload runs (checkpoint.next_stage indexes them)."""
