@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import json
 import threading
 import time
 import zlib
@@ -130,8 +131,10 @@ def pause(store: Store, pipeline: str, *, by: str, now: datetime) -> bool:
     """Set the pipeline's pause flag; False if it was already paused. InvalidInput for an
     unknown pipeline."""
     known_pipeline(pipeline)
-    body = f'{{"by": "{by[:80]}", "at": "{job_queue.format_time(now)}"}}'.encode()
+    body = json.dumps({"by": by[:80], "at": job_queue.format_time(now)}).encode()
     _PAUSE_CACHE.pop(pipeline, None)
+    if is_paused(store, pipeline, cached=False):
+        return False
     try:
         store.put_blob(fp.paused_name(pipeline), body, generation=0)
     except AlreadyExists:
