@@ -200,14 +200,13 @@ def rate_gate(ctx: GateContext) -> Outcome | None:
     if limits.rate is None or limits.rate_key is None:
         return None
     rate, key = limits.rate, limits.rate_key
-    now_label = fp.window_label(rate.window_start(ctx.now))
     token = job.get("rate_token")
     mine = isinstance(token, str) and token.startswith(fp.rates_prefix(key))
-    if mine and fp.token_window(str(token)) == now_label:
+    if mine and fp.token_window(str(token)) == _window_now(ctx, rate):
         return None  # the token it reserved is for this window
-    start, name = _reserve(ctx.store, key, rate, str(job.get("id")), ctx.now)
-    if name is not None and fp.window_label(start) == now_label:
-        return None
+    start, name = _reserve(ctx.store, key, rate, str(job.get("id")), ctx.clock())
+    if name is not None and fp.window_label(start) == _window_now(ctx, rate):
+        return None  # the claim is stamped right after this, within the window
     job_id = str(job.get("id"))
     new: JobRecord = {**job, **fp.defer_fields(job, start, name)}
     try:
@@ -217,6 +216,11 @@ def rate_gate(ctx: GateContext) -> Outcome | None:
     ALARMS.ring_at(start, job_id, ctx.doorbell, job.get("traceparent"))
     log.info("over its rate: deferred", job_id=job_id, key=key, until=start.isoformat())
     return Outcome(job_id, OutcomeKind.SKIPPED, f"over its rate: deferred to {start.isoformat()}")
+
+
+def _window_now(ctx: GateContext, rate: fp.Rate) -> str:
+    """The window of the clock as the gate leaves (the claim's stamp follows at once)."""
+    return fp.window_label(rate.window_start(ctx.clock()))
 
 
 def _reserve(

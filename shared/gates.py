@@ -40,8 +40,8 @@ whatever it needed: parked, deferred, ended the job)."""
 # Each feature adds its gate here, one line each, in the order they must run.
 GATES: tuple[Gate, ...] = (
     lambda ctx: _flow().pause_gate(ctx),  # flow control: a paused pipeline parks the job
-    lambda ctx: _flow().rate_gate(ctx),  # flow control: over its rate, deferred
     lambda ctx: _flow().limit_gate(ctx),  # flow control: at its key's limit, waits
+    lambda ctx: _flow().rate_gate(ctx),  # flow control: over its rate, deferred (last)
 )
 
 

@@ -187,7 +187,9 @@ class _Runner:
         held = gates.check(gates.GateContext(self.store, self.doorbell, s, stored, now, self.clock))
         if held is not None:
             return held
-        return self._claim_and_run(job_id, stored, now)
+        # the claim is stamped after the gates: a flow-control place is held by then, and
+        # the rate gate checked its window against the clock as it left (shared.flow)
+        return self._claim_and_run(job_id, stored, self.clock())
 
     def _not_claimable(self, job_id: str, stored: Stored, now: datetime) -> Outcome:
         """A duplicate or early doorbell does nothing; a stale exhausted job is failed."""

@@ -146,6 +146,8 @@ def render_job(record: JobRecord, max_attempts: int) -> dict[str, Any]:
     body["max_attempts"] = max_attempts
     body["outputs"] = _outputs(record)
     body["status_url"] = f"/jobs/{record.get('id')}"
+    flow = ("concurrency_key", "max_running", "rate")  # flow control, when the job has them
+    body.update({k: record.get(k) for k in flow if record.get(k) is not None})
     return body
 
 
