@@ -71,15 +71,15 @@ def _handoff_delays(b: Any) -> list[float]:
     pairs = []
     for _ in range(PAIRS):
         key = f"h-{uuid.uuid4().hex[:6]}"
-        flow = {"concurrency_key": key, "max_running": 1}
-        slow = {"pipeline": "demo", "payload": {"stages": 1, "sleep_s": 2.0}, **flow}
+        flow: dict[str, Any] = {"concurrency_key": key, "max_running": 1}
+        slow: dict[str, Any] = {"pipeline": "demo", "payload": {"stages": 1, "sleep_s": 2.0}, **flow}
         holder = requests.post(url, json=slow, timeout=30).json()["id"]
         deadline = time.monotonic() + 30
         while b.queue.read(holder).get("status") != "running":
             if time.monotonic() > deadline:
                 raise TimeoutError("the holder never ran")
             time.sleep(0.05)
-        quick = {"pipeline": "demo", "payload": {"stages": 1}, **flow}
+        quick: dict[str, Any] = {"pipeline": "demo", "payload": {"stages": 1}, **flow}
         pairs.append((holder, requests.post(url, json=quick, timeout=30).json()["id"]))
     records = wait_terminal(b.queue, [j for pair in pairs for j in pair], timeout_s=120)
     delays = []
