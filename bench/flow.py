@@ -72,7 +72,11 @@ def _handoff_delays(b: Any) -> list[float]:
     for _ in range(PAIRS):
         key = f"h-{uuid.uuid4().hex[:6]}"
         flow: dict[str, Any] = {"concurrency_key": key, "max_running": 1}
-        slow: dict[str, Any] = {"pipeline": "demo", "payload": {"stages": 1, "sleep_s": 2.0}, **flow}
+        slow: dict[str, Any] = {
+            "pipeline": "demo",
+            "payload": {"stages": 1, "sleep_s": 2.0},
+            **flow,
+        }
         holder = requests.post(url, json=slow, timeout=30).json()["id"]
         deadline = time.monotonic() + 30
         while b.queue.read(holder).get("status") != "running":
