@@ -139,6 +139,8 @@ def pause(store: Store, pipeline: str, *, by: str, now: datetime) -> bool:
         store.put_blob(fp.paused_name(pipeline), body, generation=0)
     except AlreadyExists:
         return False
+    finally:
+        _PAUSE_CACHE.pop(pipeline, None)  # this process sees its own pause at once
     log.warning("pipeline paused", pipeline=pipeline, by=by)
     return True
 

@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared import flow, gates
+from shared import bulk, flow, gates
 from shared import flow_policy as fp
 from shared.config import Settings
 from shared.drain import DrainGate
@@ -45,6 +45,7 @@ def test_a_malformed_rate_is_refused_with_a_reason(text: Any) -> None:
         fp.parse_rate(text)
 
 
+@settings(deadline=None)  # no timing in a test: the first example pays the imports
 @given(
     st.integers(min_value=0, max_value=4_000_000_000),
     st.sampled_from([1, 60, 3600]),
@@ -62,6 +63,7 @@ def test_windows_are_aligned_consecutive_and_hold_now(epoch: int, period: int, n
     assert [fp.label_start(label) for label in labels] == windows
 
 
+@settings(deadline=None)
 @given(st.text(min_size=1, max_size=8), st.datetimes(timezones=st.just(UTC)))
 def test_waiter_names_sort_oldest_first_and_give_back_the_id(suffix: str, at: datetime) -> None:
     job_id = "j-" + "".join(c for c in suffix if c.isalnum() and c.isascii()) + "x"
@@ -234,3 +236,109 @@ def test_a_failed_or_cancelled_job_is_indexed_by_day_and_a_done_one_is_not() -> 
 
 def test_the_flow_gates_are_registered_in_order() -> None:
     assert len(gates.GATES) == 3
+
+
+def test_a_backlogged_drain_does_not_spin_on_held_jobs() -> None:
+    store = MemoryStore()
+    settings = Settings.from_env({}, stale_seconds=30.0)
+    queue = Queue(store, Bell(), settings, clock=Clock(START))
+    flow._PAUSE_CACHE.clear()
+    register(Pipeline("flow-free", stages=[("noop", lambda ctx: None)]), replace=True)
+    flow.pause(store, "demo", by="t", now=START)
+    for i in range(3):
+        submit(queue, f"held{i}")
+    submit(queue, "x", "flow-free")
+    gate = DrainGate()
+    gate.note_backlog()
+    lists = store.calls["list"]
+    outcome = queue.handle_delivery("x", owner="me", slots=Slots(1), gate=gate)
+    assert outcome.kind == OutcomeKind.DONE and outcome.drained == []
+    assert store.calls["list"] - lists <= 4  # one drain listing (and the gates' own)
+    assert {b.name for b in store.list_blobs("parked/")} == {
+        f"parked/demo/held{i}" for i in range(3)
+    }
+    flow.resume(store, Bell(), "demo")
+
+
+def test_the_sweep_rings_parked_jobs_of_a_resumed_pipeline_and_a_waiter_per_key() -> None:
+    queue, store, _ = make_queue()
+    submit(queue, "p1")
+    store.put_blob("parked/demo/p1", b"", generation=0)  # a resume that stopped early
+    submit(queue, "w1", concurrency_key="k", max_running=1)
+    store.put_blob(fp.waiter_name("k", store.read("w1").record), b"", generation=0)
+    bell = Bell()
+    assert flow.sweep(store, bell) == {"parked": 1, "waiters": 1}
+    assert sorted(bell.rung) == ["p1", "w1"]
+    assert store.list_blobs("parked/") == [] and store.list_blobs("waiting-for/") == []
+
+
+def test_a_requeued_holder_gives_its_place_back() -> None:
+    queue, store, _ = make_queue()
+    submit(
+        queue, "a", payload={"fail_at": 0, "fail_attempts": 1}, concurrency_key="k", max_running=1
+    )
+    assert deliver(queue, "a").kind == OutcomeKind.REQUEUED
+    assert store.list_blobs("limits/k/") == []
+    queue.clock.advance(3600)  # type: ignore[attr-defined]  # past its backoff
+    assert deliver(queue, "a").kind == OutcomeKind.DONE
+
+
+# ------------------------------------------------------------------ bulk
+
+
+def test_bulk_selects_from_the_indexes_and_checks_each_record() -> None:
+    queue, store, _ = make_queue()
+    body = {
+        "batch_id": "b1",
+        "jobs": [
+            {"pipeline": "demo", "id": "f1", "payload": {"fail_at": 0, "permanent": True}},
+            {"pipeline": "demo", "id": "ok1"},
+            {"pipeline": "demo", "id": "q1"},
+        ],
+    }
+    queue.submit(parse_submission(body, queue.settings))
+    submit(queue, "f2", payload={"fail_at": 0, "permanent": True})
+    deliver(queue, "f1")
+    deliver(queue, "ok1")
+    deliver(queue, "f2")
+    now = START + timedelta(minutes=1)
+    by_batch = bulk.select(store, bulk.Selector(batch="b1"), "retry", now)
+    assert [r["id"] for r in by_batch] == ["f1"]
+    by_status = bulk.select(store, bulk.Selector(status=JobStatus.FAILED), "retry", now)
+    assert sorted(r["id"] for r in by_status) == ["f1", "f2"]
+    cancel = bulk.select(store, bulk.Selector(batch="b1"), "cancel", now)
+    assert [r["id"] for r in cancel] == ["q1"]
+    later = bulk.Selector(status=JobStatus.FAILED, since=START + timedelta(seconds=1))
+    assert bulk.select(store, later, "retry", now) == []  # ended before --since
+    lists_before = store.calls["list"]
+    bulk.select(store, bulk.Selector(status=JobStatus.FAILED), "retry", now)
+    assert store.calls["list"] - lists_before == 8  # one listing per day of the last 7 (+today)
+    result = bulk.act(by_status, lambda i: queue.retry(i, by="t"), per_s=1e9, sleep=lambda s: None)
+    assert sorted(result.acted) == ["f1", "f2"]
+    again = bulk.select(store, bulk.Selector(status=JobStatus.FAILED), "retry", now)
+    assert again == []  # the index entries went stale: the records decide
+
+
+def test_bulk_refuses_a_status_the_action_cannot_move_and_an_empty_selector() -> None:
+    with pytest.raises(InvalidInput, match="retry acts on failed or cancelled"):
+        bulk.check(bulk.Selector(status=JobStatus.RUNNING), "retry")
+    with pytest.raises(InvalidInput, match="name job ids"):
+        bulk.check(bulk.Selector(), "cancel")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("30m", START - timedelta(minutes=30)),
+        ("24h", START - timedelta(hours=24)),
+        ("7d", START - timedelta(days=7)),
+        ("2026-07-25", datetime(2026, 7, 25, tzinfo=UTC)),
+    ],
+)
+def test_since_reads_durations_and_times(text: str, expected: datetime) -> None:
+    assert bulk.parse_since(text, START) == expected
+
+
+def test_a_bad_since_is_refused() -> None:
+    with pytest.raises(InvalidInput, match="since"):
+        bulk.parse_since("yesterday", START)
