@@ -210,6 +210,7 @@ def rate_gate(ctx: GateContext) -> Outcome | None:
     if name is not None and fp.window_label(start) == _window_now(ctx, rate):
         return None  # the claim is stamped right after this, within the window
     job_id = str(job.get("id"))
+    release(ctx.store, ctx.doorbell, job)  # a place the limit gate just took goes back
     new: JobRecord = {**job, **fp.defer_fields(job, start, name)}
     try:
         ctx.store.update(new, ctx.stored.generation)

@@ -38,6 +38,8 @@ MAX_RATE_LIMIT = 1000
 """Tokens of one window are listed in one page: at most this many per window."""
 RATE_LISTING = 1000
 """Tokens one reservation lists: windows ahead = RATE_LISTING // limit (at least 1)."""
+RESERVE_AHEAD_S = 3600
+"""A job reserves a token at most this far ahead; beyond, it is deferred and looks again."""
 
 _PERIODS = {
     "s": 1,
@@ -69,8 +71,10 @@ class Rate:
 
     @property
     def lookahead(self) -> int:
-        """How many windows one reservation listing covers."""
-        return max(1, RATE_LISTING // self.limit)
+        """How many windows one reservation listing covers: at most RATE_LISTING tokens and
+        RESERVE_AHEAD_S ahead (a token older than a day may be deleted: terraform's
+        lifecycle rule on rates/)."""
+        return max(1, min(RATE_LISTING // self.limit, RESERVE_AHEAD_S // self.period_s))
 
 
 def parse_rate(text: object) -> Rate:

@@ -69,6 +69,8 @@ def cmd_bulk(args: argparse.Namespace, action: str) -> int:
         verb = "would " + action if args.dry_run else action
         ctx.emit(summary, f"{len(ids)} job(s) match; {verb}:\n{shown}".rstrip(":\n"))
         return EXIT_OK
+    if not ctx.as_json:
+        print(f"{len(ids)} job(s) match; {action} at {args.pace:g}/s", file=sys.stderr)
     if not args.yes and sys.stdin.isatty():
         answer = input(f"{action} {len(ids)} job(s)? [y/N] ").strip().lower()
         if answer not in ("y", "yes"):

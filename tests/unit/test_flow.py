@@ -342,3 +342,12 @@ def test_since_reads_durations_and_times(text: str, expected: datetime) -> None:
 def test_a_bad_since_is_refused() -> None:
     with pytest.raises(InvalidInput, match="since"):
         bulk.parse_since("yesterday", START)
+
+
+def test_a_keyed_job_over_its_rate_gives_back_the_place_it_took() -> None:
+    queue, store, _ = make_queue()
+    submit(queue, "r0", concurrency_key="both", max_running=5, rate="1/s")
+    submit(queue, "r1", concurrency_key="both", max_running=5, rate="1/s")
+    assert deliver(queue, "r0").kind == OutcomeKind.DONE
+    assert deliver(queue, "r1").kind == OutcomeKind.SKIPPED  # deferred by the rate
+    assert store.list_blobs("limits/both/") == []  # its place is not kept while it waits
