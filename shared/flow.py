@@ -67,8 +67,8 @@ RESUME_PER_S = 500.0
 point is that the claim service scales up as the pushes come, not all at once)."""
 SWEEP_LISTING = 500
 
-_HELD: dict[str, str] = {}
-"""job id -> place name this process took for it (the release's fast path)."""
+_HELD: dict[str, tuple[str, int]] = {}
+"""job id -> (place name, generation) this process took for it (the release's fast path)."""
 _HELD_LOCK = threading.Lock()
 _PAUSE_CACHE: dict[str, tuple[bool, float]] = {}
 
@@ -283,14 +283,16 @@ def limit_gate(ctx: GateContext) -> Outcome | None:
 
 
 def _take_place(ctx: GateContext, key: str, n: int, me: fp.Holder) -> bool:
+    """Take a place of the key: create a missing one, or compare-and-swap over a free one
+    (empty) or one whose holder no longer holds it. A place is never deleted, only emptied
+    by a compare-and-swap, so no stray delete can free a place someone holds (a delete's
+    precondition is not honoured everywhere: fake-gcs-server ignores it)."""
     store = ctx.store
-    present = {fp.place_index(b.name): b for b in store.list_blobs(fp.places_prefix(key))}
+    present = {fp.place_index(b.name) for b in store.list_blobs(fp.places_prefix(key))}
     shift = zlib.crc32(me.job_id.encode()) % n  # spread first choices over the places
     order = [(shift + i) % n for i in range(n)]
     for k in order:
-        if k in present:
-            continue
-        if _put(store, fp.place_name(key, k), me, 0):
+        if k not in present and _put(store, fp.place_name(key, k), me, 0):
             return True
     for k in order:
         if k not in present:
@@ -304,12 +306,13 @@ def _take_place(ctx: GateContext, key: str, n: int, me: fp.Holder) -> bool:
             continue
         holder = fp.parse_holder(blob.data)
         if holder is not None and (holder.job_id, holder.attempt) == (me.job_id, me.attempt):
-            _remember(me.job_id, name)  # ours already (a redelivery)
+            _remember(me.job_id, name, blob.generation)  # ours already (a redelivery)
             return True
         if holder is not None and _holds(ctx, holder):
             continue
-        if _put(store, name, me, blob.generation):  # the holder is gone: take it over
-            log.info("took over a place its holder no longer holds", key=key, place=k)
+        if _put(store, name, me, blob.generation):  # free, or its holder is gone
+            if holder is not None:
+                log.info("took over a place its holder no longer holds", key=key, place=k)
             return True
     return False
 
@@ -324,22 +327,24 @@ def _holds(ctx: GateContext, holder: fp.Holder) -> bool:
 
 def _put(store: Store, name: str, me: fp.Holder, generation: int) -> bool:
     try:
-        store.put_blob(name, me.to_bytes(), generation=generation)
-    except (AlreadyExists, LostRace):
+        written = store.put_blob(name, me.to_bytes(), generation=generation)
+    except (AlreadyExists, LostRace, NotFound):
         return False
-    _remember(me.job_id, name)
+    _remember(me.job_id, name, written)
     return True
 
 
-def _remember(job_id: str, name: str) -> None:
+def _remember(job_id: str, name: str, generation: int) -> None:
     with _HELD_LOCK:
-        _HELD[job_id] = name
+        _HELD[job_id] = (name, generation)
 
 
 def release(store: Store, doorbell: Ringer | None, record: JobRecord) -> None:
     """Give back the place a job held and ring its key's oldest waiters (after a terminal
-    write: a finish hook; after a requeue or hand-back: the runner calls it). Idempotent:
-    only a place that still names this job is deleted."""
+    write: a finish hook; after a requeue, hand-back or rescue). The place is emptied by a
+    compare-and-swap on the generation it was taken at (this process remembers it; else
+    each place is read), so a place someone else took over meanwhile is left alone, and
+    running it twice is harmless."""
     limits = limits_of(record)
     if limits.key is None or limits.max_running is None:
         return
@@ -347,17 +352,23 @@ def release(store: Store, doorbell: Ringer | None, record: JobRecord) -> None:
     job_id = str(record.get("id"))
     with _HELD_LOCK:
         known = _HELD.pop(job_id, None)
-    names = [known] if known else [b.name for b in store.list_blobs(fp.places_prefix(key))]
-    for name in names:
+    mine = [known] if known else list(_places_of(store, key, job_id))
+    for name, generation in mine:
+        with contextlib.suppress(LostRace, NotFound):
+            store.put_blob(name, b"", generation=generation)
+    if doorbell is not None:
+        wake(store, doorbell, key)
+
+
+def _places_of(store: Store, key: str, job_id: str) -> Iterable[tuple[str, int]]:
+    for info in store.list_blobs(fp.places_prefix(key)):
         try:
-            blob = store.read_blob(name)
+            blob = store.read_blob(info.name)
         except NotFound:
             continue
         holder = fp.parse_holder(blob.data)
         if holder is not None and holder.job_id == job_id:
-            store.delete_blob(name, generation=blob.generation)
-    if doorbell is not None:
-        wake(store, doorbell, key)
+            yield info.name, blob.generation
 
 
 def wake(store: Store, doorbell: Ringer, key: str, count: int = WAKE) -> int:

@@ -4,7 +4,8 @@ No I/O and no cloud import (shared.flow does the storage work), so every rule he
 property-tested on its own. Layout of the flow-control objects in the records bucket:
 
   limits/<key>/<k>                      place k (k < max_running) of a concurrency key:
-                                        {"job", "attempt", "at"} of its holder
+                                        {"job", "attempt", "at"} of its holder, or empty
+                                        (free; a place is emptied, never deleted)
   waiting-for/<key>/<created>-<id>      a job waiting for a place (oldest first)
   rates/<key>/<window>/<k>              token k (k < limit) of one rate window
   paused/<pipeline>                     the pipeline is paused (its presence is the flag)
