@@ -124,9 +124,11 @@ def run() -> dict[str, Any]:
             f"{total['keyed'] / total['unkeyed']:.2f}x",
             "a few calls per keyed job, none per unkeyed job",
             None,
-            "a keyed job lists its key's places and creates one before the claim, and after "
-            "its terminal write reads and deletes it and lists its key's waiters (the finish "
-            "hook); the pause flag read is cached 2 s per process, so it shows as a fraction",
+            "before the claim a keyed job lists its key's places, reads them until an empty one "
+            "and takes it by a compare-and-swap (the first job of a key creates it); after its "
+            "terminal write it empties the place (a compare-and-swap on the generation it took, "
+            "no read) and lists its key's waiters (the finish hook). The pause flag read is "
+            "cached 2 s per process, so it shows as a fraction of a read on every job",
         ),
         row(
             "flow: GCS calls/job, rated (1000/s, within the rate)",
