@@ -210,12 +210,14 @@ def rate_gate(ctx: GateContext) -> Outcome | None:
     if name is not None and fp.window_label(start) == _window_now(ctx, rate):
         return None  # the claim is stamped right after this, within the window
     job_id = str(job.get("id"))
-    release(ctx.store, ctx.doorbell, job)  # a place the limit gate just took goes back
     new: JobRecord = {**job, **fp.defer_fields(job, start, name)}
     try:
         ctx.store.update(new, ctx.stored.generation)
-    except (LostRace, NotFound):
+    except (LostRace, NotFound):  # e.g. another delivery claimed it: its place stays
         return Outcome(job_id, OutcomeKind.RACED, "changed while deferring for its rate")
+    # deferred (and no claim can follow the generation this read fenced): a place the
+    # limit gate just took for it goes back
+    release(ctx.store, ctx.doorbell, job)
     ALARMS.ring_at(start, job_id, ctx.doorbell, job.get("traceparent"))
     log.info("over its rate: deferred", job_id=job_id, key=key, until=start.isoformat())
     return Outcome(job_id, OutcomeKind.SKIPPED, f"over its rate: deferred to {start.isoformat()}")
