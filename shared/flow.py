@@ -217,7 +217,7 @@ def rate_gate(ctx: GateContext) -> Outcome | None:
         return Outcome(job_id, OutcomeKind.RACED, "changed while deferring for its rate")
     # deferred (and no claim can follow the generation this read fenced): a place the
     # limit gate just took for it goes back
-    release(ctx.store, ctx.doorbell, job)
+    release(ctx.store, ctx.doorbell, job, attempt=job_queue.attempts_of(job) + 1)
     ALARMS.ring_at(start, job_id, ctx.doorbell, job.get("traceparent"))
     log.info("over its rate: deferred", job_id=job_id, key=key, until=start.isoformat())
     return Outcome(job_id, OutcomeKind.SKIPPED, f"over its rate: deferred to {start.isoformat()}")
@@ -341,7 +341,9 @@ def _remember(job_id: str, name: str, generation: int) -> None:
         _HELD[job_id] = (name, generation)
 
 
-def release(store: Store, doorbell: Ringer | None, record: JobRecord) -> None:
+def release(
+    store: Store, doorbell: Ringer | None, record: JobRecord, *, attempt: int | None = None
+) -> None:
     """Give back the place a job held and ring its key's oldest waiters (after a terminal
     write: a finish hook; after a requeue, hand-back or rescue). The place is emptied by a
     compare-and-swap on the generation it was taken at (this process remembers it; else
@@ -354,7 +356,9 @@ def release(store: Store, doorbell: Ringer | None, record: JobRecord) -> None:
     job_id = str(record.get("id"))
     with _HELD_LOCK:
         known = _HELD.pop(job_id, None)
-    mine = [known] if known else list(_places_of(store, key, job_id))
+    if attempt is None:  # the attempt that ran (a terminal, requeued or rescued record)
+        attempt = job_queue.attempts_of(record)
+    mine = [known] if known else list(_places_of(store, key, job_id, attempt))
     for name, generation in mine:
         with contextlib.suppress(LostRace, NotFound):
             store.put_blob(name, b"", generation=generation)
@@ -362,14 +366,14 @@ def release(store: Store, doorbell: Ringer | None, record: JobRecord) -> None:
         wake(store, doorbell, key)
 
 
-def _places_of(store: Store, key: str, job_id: str) -> Iterable[tuple[str, int]]:
+def _places_of(store: Store, key: str, job_id: str, attempt: int) -> Iterable[tuple[str, int]]:
     for info in store.list_blobs(fp.places_prefix(key)):
         try:
             blob = store.read_blob(info.name)
         except NotFound:
             continue
         holder = fp.parse_holder(blob.data)
-        if holder is not None and holder.job_id == job_id:
+        if holder is not None and (holder.job_id, holder.attempt) == (job_id, attempt):
             yield info.name, blob.generation
 
 
