@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from shared import uniqueness
 from shared.errors import StorageError
 from shared.logs import get_logger
 
@@ -33,6 +34,7 @@ AfterTerminal = Callable[["Store", "Ringer | None", "JobRecord"], None]
 
 # Each feature adds its hook here, one line each, in the order they must run.
 HOOKS: tuple[AfterTerminal, ...] = (
+    uniqueness.release_on_terminal,  # time (issue 11): a "while pending" unique key goes
     lambda store, bell, record: _flow().record_ended(store, bell, record),  # flow: bulk index
     lambda store, bell, record: _flow().release(store, bell, record),  # flow: free the place
 )

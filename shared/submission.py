@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from shared import records, tracing
+from shared import delayed, records, timing, tracing, uniqueness
 from shared.config import Settings
 from shared.doorbell import Ringer
 from shared.errors import (
@@ -43,7 +43,11 @@ FLOW_KEYS = frozenset({"concurrency_key", "max_running", "rate"})  # flow contro
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
-JOB_KEYS = frozenset({"pipeline", "payload", "id", "batch_id", "max_attempts"}) | FLOW_KEYS
+JOB_KEYS = (
+    frozenset({"pipeline", "payload", "id", "batch_id", "max_attempts"})
+    | timing.TIME_KEYS
+    | FLOW_KEYS
+)
 BATCH_KEYS = frozenset({"batch_id", "jobs"})
 MAX_ATTEMPTS = 100
 MAX_PAYLOAD_BYTES = 256 * 1024
@@ -64,6 +68,7 @@ class JobSpec:
     client_id: str | None = None
     batch_id: str | None = None
     max_attempts: int | None = None
+    times: timing.TimeSpec = dataclasses.field(default_factory=timing.TimeSpec)  # issue 11
     flow: tuple[tuple[str, Any], ...] = ()  # flow control fields, as given (validated)
 
 
@@ -85,6 +90,8 @@ class SubmittedJob:
     created: bool
     batch_id: str | None = None
     traceparent: str | None = None  # the job's trace (logs, doorbell); not in the answer
+    duplicate_of: str | None = None  # time (issue 11): the job holding its unique key
+    scheduled: bool = False  # time (issue 11): delayed, so its doorbell is not rung now
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -95,6 +102,8 @@ class SubmittedJob:
         }
         if self.batch_id is not None:
             out["batch_id"] = self.batch_id
+        if self.duplicate_of is not None:
+            out["duplicate_of"] = self.duplicate_of
         return out
 
 
@@ -216,11 +225,12 @@ def _parse_job(job: Any, where: str, known: set[str], problems: list[str]) -> Jo
         type(max_attempts) is int and 1 <= max_attempts <= MAX_ATTEMPTS
     ):
         problems.append(f"{where}max_attempts must be an integer from 1 to {MAX_ATTEMPTS}")
+    times = timing.parse_fields(job, where, problems)  # time (issue 11)
     check_flow_fields(job, where, problems)  # flow control
     if len(problems) > before:
         return None
     flow = tuple((k, job[k]) for k in sorted(FLOW_KEYS) if job.get(k) is not None)
-    return JobSpec(str(pipeline), payload, client_id, batch_id, max_attempts, flow)
+    return JobSpec(str(pipeline), payload, client_id, batch_id, max_attempts, times, flow)
 
 
 def _check_payload(
@@ -309,9 +319,10 @@ def submit(
     _map(lambda p: _mark_batch(store, p[0], p[1]), [(i, s) for i, s, f in planned if f])
     created: dict[str, SubmittedJob] = {}
     for start in range(0, len(built), RING_EVERY):  # a big batch starts running while it
-        chunk = _create_all(store, built[start : start + RING_EVERY])  # is written
-        created.update((o.job_id, o) for o in chunk)
-        _ring(doorbell, [o for o in chunk if o.created], submission.is_batch)
+        part = built[start : start + RING_EVERY]
+        chunk = _create_all(store, part)  # is written
+        created.update((str(rec["id"]), o) for (_s, rec), o in zip(part, chunk, strict=True))
+        _ring(doorbell, [o for o in chunk if o.created and not o.scheduled], submission.is_batch)
     jobs = tuple(found or created[job_id] for job_id, _spec, found in planned)
     for job in jobs:
         log.info(
@@ -428,6 +439,9 @@ def _compare(job_id: str, spec: JobSpec, record: JobRecord) -> SubmittedJob | st
 
 def _new_record(job_id: str, spec: JobSpec, now: datetime, traceparent: str) -> JobRecord:
     """The record to create; InvalidSubmission (400) before anything is written."""
+    fields, problems = timing.resolve(spec.times, now)  # time (issue 11)
+    if problems:
+        raise InvalidSubmission(f"{spec.client_id or 'job'}: {problems[0]}", problems)
     try:
         record = records.new_record(
             job_id,
@@ -441,8 +455,8 @@ def _new_record(job_id: str, spec: JobSpec, now: datetime, traceparent: str) -> 
         )
     except InvalidInput as exc:
         raise InvalidSubmission(exc.reason) from None
-    record.update(dict(spec.flow))  # type: ignore[typeddict-item]  # flow control fields
-    return record
+    flow = dict(spec.flow)  # flow control fields
+    return {**record, **fields, **flow}  # type: ignore[typeddict-item]
 
 
 def _create_all(store: Store, jobs: list[tuple[JobSpec, JobRecord]]) -> list[SubmittedJob]:
@@ -460,7 +474,17 @@ def _create_one(store: Store, spec: JobSpec, record: JobRecord) -> SubmittedJob 
     membership, so a submit that loses a race for its id (409) writes none.
     """
     job_id = str(record["id"])
-    store.add_pending(job_id)
+    # --- time (issue 11): a unique key taken by another job answers with that job
+    if record.get("unique_key") is not None:
+        holder = uniqueness.acquire(store, record, record_now(record))
+        if holder is not None:
+            return SubmittedJob(
+                holder, _status_of(store, holder), created=False, duplicate_of=holder
+            )
+    scheduled = delayed.place(store, record, record_now(record))  # else the pending marker
+    # --- end time
+    if not scheduled:
+        store.add_pending(job_id)
     try:
         stored = store.create(record)
     except AlreadyExists:
@@ -478,7 +502,13 @@ def _create_one(store: Store, spec: JobSpec, record: JobRecord) -> SubmittedJob 
         created=True,
         batch_id=spec.batch_id,
         traceparent=record.get("traceparent"),
+        scheduled=scheduled,
     )
+
+
+def record_now(record: JobRecord) -> datetime:
+    """The submit's clock, as stamped on the new record (created_at)."""
+    return datetime.fromisoformat(str(record["created_at"]))
 
 
 def _mark_batch(store: Store, job_id: str, spec: JobSpec) -> None:

@@ -168,6 +168,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="claims this job may take before it fails (default: the deployment's)",
     )
+    when = p.add_mutually_exclusive_group()  # time (issue 11): docs/time.md
+    when.add_argument(
+        "--at", metavar="TIME", help="start at this RFC 3339 time, with a zone (run_at)"
+    )
+    when.add_argument(
+        "--in", dest="delay", type=float, metavar="S", help="start in S seconds (delay_seconds)"
+    )
+    p.add_argument("--ttl", type=float, metavar="S", help="expire if not started within S seconds")
+    p.add_argument("--timeout", type=float, metavar="S", help="an attempt's time limit")
+    p.add_argument("--unique-key", metavar="KEY", help="at most one job with this key at a time")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--payload", metavar="JSON", help="the job's payload, a JSON object")
     src.add_argument(
@@ -263,6 +273,14 @@ def build_parser() -> argparse.ArgumentParser:
         p = add(name, func, summary, "See docs/flow-control.md. Running jobs finish.")
         p.add_argument("pipeline", help="registered pipeline name")
         p.add_argument("--by", metavar="NAME", help="who (default: cli:$USER)")
+
+    add(
+        "schedules",
+        c.cmd_schedules,
+        "list the cron schedules with their last and next runs",
+        "The schedules are declared in pipelines/schedules.json (or $RECLAIM_SCHEDULES_FILE);\n"
+        "terraform makes one Cloud Scheduler job per schedule. See docs/time.md.",
+    )
 
     add(
         "sweep",

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared import bulk, flow, gates
+from shared import bulk, flow
 from shared import flow_policy as fp
 from shared.config import Settings
 from shared.drain import DrainGate
@@ -238,10 +238,6 @@ def test_a_failed_or_cancelled_job_is_indexed_by_day_and_a_done_one_is_not() -> 
     queue.cancel("stop", by="t")
     names = sorted(b.name for b in store.list_blobs("ended/"))
     assert names == ["ended/cancelled/20260726/stop", "ended/failed/20260726/bad"]
-
-
-def test_the_flow_gates_are_registered_in_order() -> None:
-    assert len(gates.GATES) == 3
 
 
 def test_a_backlogged_drain_does_not_spin_on_held_jobs() -> None:
