@@ -19,7 +19,17 @@ from typing import Any
 from bench.report import markdown
 
 HERE = Path(__file__).resolve().parent
-ORDER = ("calls", "sweep", "delayed", "throughput", "backlog", "rescue", "cost", "imports")
+ORDER = (
+    "calls",
+    "sweep",
+    "delayed",
+    "throughput",
+    "backlog",
+    "rescue",
+    "cost",
+    "imports",
+    "flow",
+)
 
 
 def _environment() -> dict[str, Any]:

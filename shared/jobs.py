@@ -147,3 +147,12 @@ class JobRecord(TypedDict, total=False):
     """The key of the unique lock this job took (unique/<sha256>)."""
     unique_until: str | None
     """The lock's window end; None: while this job is pending."""
+    # --- flow control (shared.flow; absent in records made before it)
+    concurrency_key: str
+    """At most max_running jobs with this key run at once."""
+    max_running: int
+    """This job's limit for its key (else its pipeline's)."""
+    rate: str
+    """Starts per window for its key (else its pipeline's), e.g. "5/s"."""
+    rate_token: str | None
+    """The rate token this job reserved in the window of its not_before."""

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from shared import finish, gates, job_queue, metrics, records, timing
+from shared import finish, flow, gates, job_queue, metrics, records, timing
 from shared.budget import PushBudget
 from shared.clock import Clock, utcnow
 from shared.config import Settings
@@ -188,7 +188,9 @@ class _Runner:
         held = gates.check(gates.GateContext(self.store, self.doorbell, s, stored, now, self.clock))
         if held is not None:
             return held
-        return self._claim_and_run(job_id, stored, now)
+        # the claim is stamped after the gates: a flow-control place is held by then, and
+        # the rate gate checked its window against the clock as it left (shared.flow)
+        return self._claim_and_run(job_id, stored, self.clock())
 
     def _not_claimable(self, job_id: str, stored: Stored, now: datetime) -> Outcome:
         """A duplicate or early doorbell does nothing; a stale exhausted job is failed."""
@@ -454,9 +456,10 @@ class _Job:
             return job_queue.requeue_fields(job, now, delay_s=delay, error=error)
 
         try:
-            self.owned.finish(build, "requeued")
+            requeued = self.owned.finish(build, "requeued")
         except OwnerLost:
             return self._lost("requeue refused")
+        flow.released_after_requeue(self.r.store, self.r.doorbell, requeued.record)  # flow
         self.log.warning(
             "requeued after a stage error",
             error_type=error["type"],
@@ -478,9 +481,10 @@ class _Job:
             return job_queue.handback_fields(job, now, max_attempts=budget)
 
         try:
-            self.owned.finish(build, "handed back")
+            handed = self.owned.finish(build, "handed back")
         except OwnerLost:
             return self._lost("hand-back refused")
+        flow.released_after_requeue(self.r.store, self.r.doorbell, handed.record)  # flow
         rang = ring(self.r.doorbell, self.job_id, self.log, self.job.get("traceparent"))
         self.log.warning(
             "handed back: the instance is shutting down",

@@ -140,6 +140,10 @@ def read_batch(
     return BatchView(batch_id, members, truncated=len(ids) >= BATCH_LIST_LIMIT)
 
 
+FLOW_VIEW_FIELDS = ("concurrency_key", "max_running", "rate")
+"""Shown by the view only when the record has them (shared.flow)."""
+
+
 def render_job(record: JobRecord, max_attempts: int) -> dict[str, Any]:
     """The public view of a record; tolerant of hand-edited field types."""
     body: dict[str, Any] = {"id": record.get("id")}
@@ -148,6 +152,8 @@ def render_job(record: JobRecord, max_attempts: int) -> dict[str, Any]:
     body["max_attempts"] = max_attempts
     body["outputs"] = _outputs(record)
     body["status_url"] = f"/jobs/{record.get('id')}"
+    # flow control, only when the job has them
+    body.update({k: record.get(k) for k in FLOW_VIEW_FIELDS if record.get(k) is not None})
     return body
 
 

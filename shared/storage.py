@@ -84,6 +84,12 @@ INDEX_PREFIXES: tuple[str, ...] = (
     "unique/",  # time (issue 11): unique-key locks, shared.uniqueness
     "unique-sweep/",  # time (issue 11): the sweep's cursor over unique/
     "schedules/",  # time (issue 11): each cron schedule's last tick, shared.schedules
+    "limits/",
+    "waiting-for/",
+    "rates/",
+    "paused/",
+    "parked/",
+    "ended/",  # flow control
 )
 
 

@@ -32,16 +32,22 @@ from shared.errors import (
     NotFound,
     UnknownPipeline,
 )
+from shared.flow_policy import check_fields as check_flow_fields
 from shared.jobs import JobRecord, JobStatus, JsonObject
 from shared.logs import get_logger
 from shared.pipelines import get_pipeline, pipeline_names
 from shared.storage import Store
 
 log = get_logger(__name__)
+FLOW_KEYS = frozenset({"concurrency_key", "max_running", "rate"})  # flow control
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
-JOB_KEYS = frozenset({"pipeline", "payload", "id", "batch_id", "max_attempts"}) | timing.TIME_KEYS
+JOB_KEYS = (
+    frozenset({"pipeline", "payload", "id", "batch_id", "max_attempts"})
+    | timing.TIME_KEYS
+    | FLOW_KEYS
+)
 BATCH_KEYS = frozenset({"batch_id", "jobs"})
 MAX_ATTEMPTS = 100
 MAX_PAYLOAD_BYTES = 256 * 1024
@@ -63,6 +69,7 @@ class JobSpec:
     batch_id: str | None = None
     max_attempts: int | None = None
     times: timing.TimeSpec = dataclasses.field(default_factory=timing.TimeSpec)  # issue 11
+    flow: tuple[tuple[str, Any], ...] = ()  # flow control fields, as given (validated)
 
 
 @dataclass(frozen=True)
@@ -219,9 +226,11 @@ def _parse_job(job: Any, where: str, known: set[str], problems: list[str]) -> Jo
     ):
         problems.append(f"{where}max_attempts must be an integer from 1 to {MAX_ATTEMPTS}")
     times = timing.parse_fields(job, where, problems)  # time (issue 11)
+    check_flow_fields(job, where, problems)  # flow control
     if len(problems) > before:
         return None
-    return JobSpec(str(pipeline), payload, client_id, batch_id, max_attempts, times)
+    flow = tuple((k, job[k]) for k in sorted(FLOW_KEYS) if job.get(k) is not None)
+    return JobSpec(str(pipeline), payload, client_id, batch_id, max_attempts, times, flow)
 
 
 def _check_payload(
@@ -446,7 +455,8 @@ def _new_record(job_id: str, spec: JobSpec, now: datetime, traceparent: str) -> 
         )
     except InvalidInput as exc:
         raise InvalidSubmission(exc.reason) from None
-    return {**record, **fields}  # type: ignore[typeddict-item]
+    flow = dict(spec.flow)  # flow control fields
+    return {**record, **fields, **flow}  # type: ignore[typeddict-item]
 
 
 def _create_all(store: Store, jobs: list[tuple[JobSpec, JobRecord]]) -> list[SubmittedJob]:

@@ -119,6 +119,7 @@ def run_once(
             _save_cursor(store, next_cursor(last))
     side.join()
     _merge_time_pass(result, timed)
+    _sweep_flow(store, doorbell)  # flow control: parked and waiting jobs
     result.elapsed = monotonic() - start
     _log_gauges(pending, now, settings, truncated=result.truncated)
     log.info(
@@ -227,6 +228,19 @@ def _merge_time_pass(result: SweepResult, timed: SweepResult) -> None:
     result.repaired += timed.repaired
     result.errors += timed.errors
     result.truncated = result.truncated or timed.truncated
+
+
+def _sweep_flow(store: Store, doorbell: Ringer) -> None:
+    """Flow control's safety net (shared.flow.sweep); its failure is only logged."""
+    from shared import flow
+
+    try:
+        rung = flow.sweep(store, doorbell)
+    except ReclaimError as exc:
+        log.warning("flow sweep failed", error=f"{type(exc).__name__}: {exc}")
+        return
+    if any(rung.values()):
+        log.info("flow sweep rang held-back jobs", parked=rung["parked"], waiters=rung["waiters"])
 
 
 def _save_cursor(store: Store, cursor: str) -> None:

@@ -48,8 +48,9 @@ framework_errors()
 
 @entry_point("submit")
 def submit(request: flask.Request) -> flask.Response:
-    """The HTTP API: POST /jobs, GET /jobs/<id>, GET /batches/<id>, GET /health and
-    GET /openapi.json (the document describing all of them)."""
+    """The HTTP API: POST /jobs, GET /jobs/<id>, GET /batches/<id>, POST
+    /pipelines/<name>/pause|resume, GET /health and GET /openapi.json (the document
+    describing all of them)."""
     path = request.path.rstrip("/") or "/"
     parts = path.lstrip("/").split("/", 1)
     head, rest = parts[0], (parts[1] if len(parts) > 1 else None)
@@ -65,6 +66,9 @@ def submit(request: flask.Request) -> flask.Response:
     if head == "jobs" and rest:
         require_method(request, ("GET",))
         return answer(200, _settings.queue().get(rest).to_json())
+    if head == "pipelines" and rest and rest.count("/") == 1:  # flow control
+        require_method(request, ("POST",))
+        return _pipeline_action(request, *rest.split("/"))
     if head == "batches" and rest:
         require_method(request, ("GET",))
         return answer(200, _settings.queue().get_batch(rest).to_json())
@@ -119,6 +123,20 @@ def _schedules(request: flask.Request, rest: str | None) -> flask.Response:
         raise Refusal(400, "invalid request", exc.reason) from None
     done = ticks.fire(queue.store, queue.doorbell, schedule, tick, queue.clock())
     return answer(202 if done.created else 200, done.to_json())
+
+
+def _pipeline_action(request: flask.Request, pipeline: str, action: str) -> flask.Response:
+    """POST /pipelines/<name>/pause|resume (docs/flow-control.md): 200 with what changed,
+    400 for an unknown pipeline, 404 for another action."""
+    queue = _settings.queue()
+    by = "http:" + (request.headers.get("X-Reclaim-By") or "api")[:60]
+    if action == "pause":
+        changed = queue.pause(pipeline, by=by)
+        return answer(200, {"pipeline": pipeline, "paused": True, "changed": changed})
+    if action == "resume":
+        resumed = queue.resume(pipeline)
+        return answer(200, {"pipeline": pipeline, "paused": False, **resumed.to_json()})
+    raise Refusal(404, "not found", f"no action {action[:40]!r}; try pause or resume")
 
 
 def _require_json(request: flask.Request) -> None:

@@ -11,6 +11,7 @@ import sys
 import time
 from typing import Any
 
+from shared.cli import flow as cli_flow
 from shared.cli import render as cli_render
 from shared.cli.context import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, CliError, Context
 from shared.jobs import MEMBER_UNREADABLE, JobStatus
@@ -166,6 +167,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     """queued|running -> cancelled, by a CAS that outlasts the owner's heartbeats."""
+    if cli_flow.is_bulk(args):  # flow control: several jobs, by filters
+        return cli_flow.cmd_bulk(args, "cancel")
+    args.job = args.job[0]
     ctx = Context(args)
     record = ctx.queue(ring=False).cancel(args.job, by=ctx.by(), reason=args.reason)
     was_running = bool(record.get("owner"))
@@ -176,6 +180,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def cmd_retry(args: argparse.Namespace) -> int:
     """failed|cancelled -> queued with a fresh budget, then ring the doorbell."""
+    if cli_flow.is_bulk(args):  # flow control: several jobs, by filters
+        return cli_flow.cmd_bulk(args, "retry")
+    args.job = args.job[0]
     ctx = Context(args)
     retried = ctx.queue().retry(args.job, by=ctx.by())  # the doorbell is checked first
     if not retried.rung:

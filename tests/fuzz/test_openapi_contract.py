@@ -88,7 +88,8 @@ def test_the_fields_are_the_codes() -> None:
     assert set(schema("BatchRequest")["properties"]) == submission.BATCH_KEYS
     assert schema("Status")["enum"] == list(JobStatus)
     view = {"id", *status._VIEW_FIELDS, "max_attempts", "outputs", "status_url", "watchdog"}
-    optional = {"watchdog", *status._TIME_FIELDS}  # the time fields: only when the job has them
+    # the time and flow-control fields: only when the job has them
+    optional = {"watchdog", *status._TIME_FIELDS, *status.FLOW_VIEW_FIELDS}
     assert set(schema("Job")["properties"]) == view | optional
     assert set(schema("Job")["required"]) == view - optional
     error = job_queue.error_info(
@@ -177,7 +178,7 @@ def test_the_api_doc_routes_table_is_the_documents() -> None:
     rows = _table(_api_section("HTTP API"), "method")
     readme = {}
     for method, path, answer in rows:
-        route = re.sub(r"<id>", "{id}", path.strip("`"))
+        route = re.sub(r"<(\w+)>", r"{\1}", path.strip("`"))
         readme[(method.lower(), route)] = {
             int(code) for code in re.findall(r"\b[1-5]\d\d\b", answer)
         }

@@ -161,8 +161,9 @@ def test_sweep_costs_one_listing_and_never_lists_history() -> None:
     store.remove_pending(done)
     before = dict(store.calls)
     sweep(store)
-    # pending/, plus the time pass's two bounded listings (due scheduled/ buckets, unique/)
-    assert store.calls["list"] - before.get("list", 0) == 3
+    # pending/, the time pass's two bounded listings (due scheduled/ buckets, unique/) and
+    # flow control's two (parked/, waiting-for/)
+    assert store.calls["list"] - before.get("list", 0) == 5
     assert store.calls["read"] - before.get("read", 0) == 3
 
 
