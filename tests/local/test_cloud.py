@@ -295,6 +295,14 @@ def test_stop_leaves_no_process_behind():
         wait_for_port("127.0.0.1", front_port, timeout=0.3)
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")[:200]
+    except OSError:
+        return "?"
+
+
 def _descendant_groups(pid: int) -> set[int]:
     """Process groups of pid's children (each child leads its own group)."""
     groups = set()
@@ -399,7 +407,11 @@ def test_make_dev_killed_with_sigkill_leaves_no_orphans(tmp_path: Path):
         assert len(groups) >= 4  # emulator, fake-gcs, two warm claim instances
         proc.kill()
         proc.wait(10)
-        _wait_for("every child gone", lambda: not [g for g in groups if group_pids(g)])
+        try:
+            _wait_for("every child gone", lambda: not [g for g in groups if group_pids(g)])
+        except AssertionError as exc:  # say who outlived the launcher, for the next reader
+            left = [(pid, _cmdline(pid)) for g in groups for pid in group_pids(g)]
+            raise AssertionError(f"{exc}; still running: {left}") from None
     finally:
         if proc.poll() is None:
             proc.kill()
