@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from shared import workflows
 from shared.errors import StorageError
 from shared.logs import get_logger
 
@@ -32,7 +33,10 @@ AfterTerminal = Callable[["Store", "Ringer | None", "JobRecord"], None]
 """A hook: (store, doorbell or None when the caller has none, the terminal record)."""
 
 # Each feature adds its hook here, one line each, in the order they must run.
-HOOKS: tuple[AfterTerminal, ...] = ()
+HOOKS: tuple[AfterTerminal, ...] = (
+    workflows.batch_hook,  # the last member of a batch with on_complete creates the callback
+    workflows.release_hook,  # release (or cancel) the children waiting on this job
+)
 
 
 def after_terminal(

@@ -365,6 +365,7 @@ class _Job:
                 self.r.store,
                 stopped=self._stopped,
                 result=result,
+                record=self.job,  # workflows: parents' results, the callback's batch
             )
             fn(ctx)
             _require_plain(state, result)

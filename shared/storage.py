@@ -79,7 +79,9 @@ _BLOB_NAME = re.compile(r"[A-Za-z0-9._:=@+-]+")
 # Top-level prefixes of the small index objects features keep beside the records (one line
 # per prefix; each feature documents its own layout). Never jobs/ or outputs/: records and
 # outputs have their own typed calls.
-INDEX_PREFIXES: tuple[str, ...] = ()
+INDEX_PREFIXES: tuple[str, ...] = (
+    "workflows/",  # callbacks and dependencies (shared.workflow_graph documents the layout)
+)
 
 
 @dataclass(frozen=True)

@@ -34,11 +34,11 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from shared import job_queue, metrics
+from shared import job_queue, metrics, workflows
 from shared.config import Settings
 from shared.doorbell import Ringer
 from shared.errors import CorruptRecord, InvalidInput, NotFound, ReclaimError, StorageError
-from shared.jobs import JobRecord
+from shared.jobs import JobRecord, JobStatus
 from shared.logs import get_logger
 from shared.pipelines import pipeline_names
 from shared.recovery import recover_one
@@ -178,6 +178,8 @@ def _sweep_entry(
             result.corrupt.append(entry.job_id)
         log.error("corrupt record left for a person", job_id=entry.job_id, reason=exc.reason)
         return None
+    if stored.record.get("status") == JobStatus.WAITING:  # workflows: parents that ended
+        return workflows.settle(store, doorbell, stored)  # without releasing it (a crash)
     done = recover_one(store, doorbell, stored, settings, now, clean_marker=True)
     if done.unmarked:
         result.repaired += 1
