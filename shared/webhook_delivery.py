@@ -30,6 +30,8 @@ from typing import Any
 import urllib3
 from urllib3.util import parse_url
 
+from shared.errors import ReclaimError
+
 SIGNATURE_HEADER = "Reclaim-Signature"
 SECRET_ENV = re.compile(r"RECLAIM_WEBHOOK_SECRET_[A-Z0-9_]{1,64}")
 ALLOW_LOOPBACK_ENV = "RECLAIM_WEBHOOK_ALLOW_LOOPBACK"
@@ -38,15 +40,15 @@ in a deployment; nothing else (private ranges, metadata) is ever allowed."""
 RETRYABLE_4XX = (408, 429)
 
 
-class Refused(ValueError):
+class Refused(ReclaimError, ValueError):
     """The URL may not be called (scheme, host, or an address it resolves to)."""
 
 
-class DeliveryFailed(Exception):
+class DeliveryFailed(ReclaimError):
     """The receiver answered with an error worth retrying (5xx, 408, 429) or was unreachable."""
 
 
-class Rejected(Exception):
+class Rejected(ReclaimError):
     """The receiver refused the request for good (a 4xx other than 408 and 429)."""
 
 
