@@ -104,7 +104,8 @@ def vet_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> None:
 
 def resolve(target: Target) -> str:
     """The address to connect to: every address the host resolves to must pass vetting
-    (one bad answer refuses the host), then the first is used."""
+    (one bad answer refuses the host), then the first (IPv4 first) is used. The system
+    resolver reads numeric forms too ("2852039166" is 169.254.169.254): vetted the same."""
     try:
         infos = socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
@@ -114,6 +115,7 @@ def resolve(target: Target) -> str:
         raise DeliveryFailed(f"{target.host} resolves to no address")
     for address in addresses:
         vet_address(address)
+    addresses.sort(key=lambda a: a.version)  # IPv4 first: not every egress routes IPv6
     return str(addresses[0])
 
 

@@ -87,7 +87,7 @@ def test_a_cycle_is_refused_naming_its_jobs() -> None:
 def test_an_unknown_parent_is_refused_and_nothing_is_written() -> None:
     store = MemoryStore()
     body = {"jobs": [{"id": "k", "pipeline": "demo", "depends_on": ["nope", "nada"]}]}
-    with pytest.raises(InvalidSubmission, match="unknown job.*nada, nope"):
+    with pytest.raises(InvalidSubmission, match=r"unknown job.*nada, nope"):
         post(store, Bell(), body)
     assert store.list_jobs() == [] and store.list_pending() == []
     assert store.list_blobs("workflows/") == []
