@@ -19,7 +19,7 @@ from typing import Any
 from bench.report import markdown
 
 HERE = Path(__file__).resolve().parent
-ORDER = ("calls", "sweep", "throughput", "backlog", "rescue", "cost", "imports")
+ORDER = ("calls", "sweep", "throughput", "backlog", "rescue", "cost", "imports", "workflows")
 
 
 def _environment() -> dict[str, Any]:
