@@ -53,7 +53,7 @@ def _calls(body: dict[str, Any]) -> Counter[str]:
         counted.update(Counter(store.calls) - before)
 
     parsed = submission.parse_submission(body, Settings.from_env({}))
-    measured(lambda: submission.submit(store, _Bell(), parsed, NOW))  # type: ignore[arg-type]
+    measured(lambda: submission.submit(store, _Bell(), parsed, NOW))
     ended: set[str] = set()
     while True:
         due = [
@@ -69,7 +69,7 @@ def _calls(body: dict[str, Any]) -> Counter[str]:
 
             def end(done: Any = done, generation: int = stored.generation) -> None:
                 written = store.update(done, generation)
-                finish.after_terminal(store, _Bell(), written.record)  # type: ignore[arg-type]
+                finish.after_terminal(store, _Bell(), written.record)
 
             measured(end)
             ended.add(job_id)

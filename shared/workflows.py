@@ -7,8 +7,11 @@ Layout and pure rules: shared.workflow_graph. Why it is crash-proof and exactly-
   run before its pending marker goes, repeated by the sweep after a crash) deletes its own
   open marker, then lists the batch's open markers with limit 1. Whoever sees none left
   creates the callback job under a deterministic id, create-only: racing finishers and
-  repeated hooks find it already there (AlreadyExists), so there is one callback. Each
-  member costs one delete and one one-item list, never a read of the batch.
+  repeated hooks find it already there (AlreadyExists), so there is one callback. The
+  last finisher cannot miss it: each deletes before it lists, and object listing is
+  strongly consistent (https://cloud.google.com/storage/docs/consistency), so whoever
+  lists last sees every delete. Each member costs one delete and one one-item list,
+  never a read of the batch.
 - Dependencies. Submit writes, for each parent of a new child, a reverse edge
   ``children/<parent>/<child>`` and a ``waiting/<child>/<parent>`` marker before the
   child's record (created ``waiting``, with its pending marker so the sweep sees it). A

@@ -390,3 +390,34 @@ def test_a_waiting_job_can_be_cancelled_by_a_person() -> None:
     end(store, "B")
     end(store, "C")
     assert status(store, "D") == "cancelled"
+
+
+def test_status_and_the_cli_show_parents_and_children() -> None:
+    from shared import status
+    from shared.cli import render
+
+    store = MemoryStore()
+    diamond(store, Bell())
+    a = status.read_job(store, Bell(), settings(), "A", NOW).to_json()
+    d = status.read_job(store, Bell(), settings(), "D", NOW).to_json()
+    assert a["children"] == ["B", "C"] and "depends_on" not in a
+    assert d["depends_on"] == ["B", "C"] and d["on_parent_failure"] == "cancel"
+    assert "children" not in d
+    text = render.job_text(d)
+    assert "parents" in text and "B, C" in text
+    assert "children" in render.job_text(a) and "B, C" in render.job_text(a)
+
+
+def test_the_batch_view_carries_on_complete() -> None:
+    from shared import status
+
+    store = MemoryStore()
+    ids = batch_with_callback(store, 2)
+    view = status.read_batch(store, Bell(), settings(), "b1", NOW).to_json()
+    assert view["on_complete"] == {"pipeline": "demo", "id": None, "status": None}
+    end(store, ids[0])
+    end(store, ids[1])
+    view = status.read_batch(store, Bell(), settings(), "b1", NOW).to_json()
+    assert view["on_complete"]["id"] == graph.callback_id("b1")
+    post(store, Bell(), {"batch_id": "b2", "jobs": [{"pipeline": "demo"}]})
+    assert "on_complete" not in status.read_batch(store, Bell(), settings(), "b2", NOW).to_json()
