@@ -59,7 +59,11 @@ def spawn(
     if die_with_parent and trusted:
         setpriv = shutil.which("setpriv")
         if setpriv:
-            args = [setpriv, "--pdeathsig", "TERM", "--", *args]
+            # A parent that dies between fork and setpriv's prctl would never signal the
+            # child: after the prctl, a shell checks that its parent is still this process
+            # (else exits) and execs the program, which keeps the parent-death signal.
+            guard = f'[ "$PPID" = {os.getpid()} ] || exit 143; exec "$@"'
+            args = [setpriv, "--pdeathsig", "TERM", "--", "/bin/sh", "-c", guard, "sh", *args]
     if log_path is None:
         return subprocess.Popen(
             args,

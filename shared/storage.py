@@ -533,13 +533,21 @@ class GcsStore(CallCounter):
             )
 
     def _list(self, prefix: str, limit: int | None, start_at: str | None = None) -> list[Any]:
-        """Blobs under prefix; one counted list call per page (pages are fetched lazily)."""
+        """Blobs under prefix, from prefix + start_at when given."""
+        return self._list_range(prefix, limit, prefix + start_at if start_at else None, None)
+
+    def _list_range(
+        self, prefix: str, limit: int | None, start_offset: str | None, end_offset: str | None
+    ) -> list[Any]:
+        """Blobs under prefix within [start_offset, end_offset) (full names); one counted
+        list call per page (pages are fetched lazily)."""
         it = self._client.list_blobs(
             self._bucket,
             prefix=prefix,
-            start_offset=prefix + start_at if start_at else None,
+            start_offset=start_offset,
+            end_offset=end_offset,
             max_results=check_limit(limit),
-            fields="items(name,timeCreated),nextPageToken",
+            fields="items(name,timeCreated,generation),nextPageToken",
             retry=self._retry,
             timeout=self._timeout,
         )
@@ -646,24 +654,8 @@ class GcsStore(CallCounter):
         """Names under prefix in lexicographic order, within [start_at, end_before) when given
         (full names); one counted list call per page."""
         pre = index_prefix(prefix)
-        it = self._client.list_blobs(
-            self._bucket,
-            prefix=pre,
-            start_offset=start_at,
-            end_offset=end_before,
-            max_results=check_limit(limit),
-            fields="items(name,timeCreated,generation),nextPageToken",
-            retry=self._retry,
-            timeout=self._timeout,
-        )
-        pages = iter(it.pages)
-        out: list[BlobInfo] = []
-        while True:
-            page = self._call("list", f"{pre}*", lambda: next(pages, None), count=False)
-            if page is None:
-                return out
-            self._count("list")
-            out.extend(BlobInfo(b.name, b.time_created, int(b.generation or 0)) for b in page)
+        blobs = self._list_range(pre, limit, start_at, end_before)
+        return [BlobInfo(b.name, b.time_created, int(b.generation or 0)) for b in blobs]
 
 
 class _Precondition(StorageError):

@@ -1,6 +1,6 @@
-"""The OpenAPI document stays true to the code and to the README: it is a valid
+"""The OpenAPI document stays true to the code and to the docs: it is a valid
 OpenAPI 3.1 document, its limits are the validators' limits, its fields are the
-code's fields, and the README's HTTP API tables say what it says. (Real answers
+code's fields, and the HTTP API reference (docs/api.md) says what it says. (Real answers
 are validated against it in test_submit_api.py.)"""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from tests.fuzz.fuzz_support import ROOT, fuzz
 from tests.fuzz.openapi_support import answer_schema, document, resolve
 
 README = (ROOT / "README.md").read_text()
+API_DOC = (ROOT / "docs" / "api.md").read_text()
 DEFAULTS = {var.name: var.default for var in ENV_VARS}
 
 
@@ -154,10 +155,10 @@ def test_no_documented_route_ends_in_z() -> None:
     assert [p for p in document()["paths"] if p.rstrip("/").endswith("z")] == []
 
 
-def _readme_section(title: str) -> str:
-    start = README.index(f"## {title}\n")
-    end = README.index("\n## ", start + 1)
-    return README[start:end]
+def _api_section(title: str) -> str:
+    start = API_DOC.index(f"## {title}\n")
+    end = API_DOC.find("\n## ", start + 1)
+    return API_DOC[start:] if end < 0 else API_DOC[start:end]
 
 
 def _table(section: str, first_header: str) -> list[list[str]]:
@@ -172,8 +173,8 @@ def _table(section: str, first_header: str) -> list[list[str]]:
     return rows
 
 
-def test_the_readme_routes_table_is_the_documents() -> None:
-    rows = _table(_readme_section("HTTP API"), "method")
+def test_the_api_doc_routes_table_is_the_documents() -> None:
+    rows = _table(_api_section("HTTP API"), "method")
     readme = {}
     for method, path, answer in rows:
         route = re.sub(r"<id>", "{id}", path.strip("`"))
@@ -188,17 +189,18 @@ def test_the_readme_routes_table_is_the_documents() -> None:
     assert readme == documented
 
 
-def test_the_readme_field_table_is_the_documents() -> None:
-    rows = _table(_readme_section("HTTP API"), "field")
+def test_the_api_doc_field_table_is_the_documents() -> None:
+    rows = _table(_api_section("HTTP API"), "field")
     fields = {name.strip("`"): kind for name, kind, _meaning in rows}
     assert set(fields) == set(schema("JobRequest")["properties"])
     assert f"integer 1..{submission.MAX_ATTEMPTS}" in fields["max_attempts"]
 
 
-def test_the_readme_links_the_document() -> None:
-    section = _readme_section("HTTP API")
-    assert "GET" in section and "/openapi.json" in section
-    assert "shared/openapi.json" in section
+def test_the_docs_link_the_document() -> None:
+    readme = README[README.index("## HTTP API\n") :]
+    for section in (_api_section("HTTP API"), readme[: readme.index("\n## ", 1)]):
+        assert "GET" in section and "/openapi.json" in section
+        assert "shared/openapi.json" in section
     assert Path(ROOT / "shared" / "openapi.json").is_file()
 
 
