@@ -67,6 +67,7 @@ class JobSpec:
     max_attempts: int | None = None
     depends_on: tuple[str, ...] = ()  # workflows: parent ids (docs/workflows.md)
     on_parent_failure: str | None = None
+    with_callback: bool = False  # workflows: a member of a batch with on_complete
 
 
 @dataclass(frozen=True)
@@ -191,7 +192,7 @@ def _parse_batch(body: dict[str, Any], settings: Settings, known: set[str]) -> S
     _check_cycles(specs, problems)
     _raise_if(problems)
     batch_id = batch_id or _batch_id_for(specs)
-    specs = [replace(s, batch_id=batch_id) for s in specs]
+    specs = [replace(s, batch_id=batch_id, with_callback=on_complete is not None) for s in specs]
     return Submission(jobs=tuple(specs), batch_id=batch_id, is_batch=True, on_complete=on_complete)
 
 
@@ -448,11 +449,16 @@ def _compare(job_id: str, spec: JobSpec, record: JobRecord) -> SubmittedJob | st
         "pipeline": record.get("pipeline"),
         "payload": record.get("payload"),
         "batch_id": record.get("batch_id"),
+        # workflows: a replay must ask for the same parents and the same batch callback
+        "depends_on": record.get("depends_on") or [],
+        "on_complete": bool(record.get("batch_has_callback")),
     }
     for key, mine in (
         ("pipeline", spec.pipeline),
         ("payload", spec.payload),
         ("batch_id", spec.batch_id),
+        ("depends_on", list(spec.depends_on)),
+        ("on_complete", spec.with_callback),
     ):
         if theirs[key] != mine:
             return (
@@ -553,7 +559,7 @@ def _with_workflow(record: JobRecord, spec: JobSpec, submission: Submission) -> 
         record["status"] = JobStatus.WAITING
         record["depends_on"] = list(spec.depends_on)
         record["on_parent_failure"] = "run" if spec.on_parent_failure == "run" else "cancel"
-    if submission.on_complete is not None:
+    if spec.with_callback:
         record["batch_has_callback"] = True
     return record
 

@@ -421,3 +421,24 @@ def test_the_batch_view_carries_on_complete() -> None:
     assert view["on_complete"]["id"] == graph.callback_id("b1")
     post(store, Bell(), {"batch_id": "b2", "jobs": [{"pipeline": "demo"}]})
     assert "on_complete" not in status.read_batch(store, Bell(), settings(), "b2", NOW).to_json()
+
+
+def test_a_replay_must_ask_for_the_same_parents_and_callback() -> None:
+    store = MemoryStore()
+    post(store, Bell(), {"batch_id": "b9", "jobs": [{"id": "m", "pipeline": "demo"}]})
+    with pytest.raises(Conflict, match="on_complete"):  # the members could never fire it
+        post(
+            store,
+            Bell(),
+            {
+                "batch_id": "b9",
+                "jobs": [{"id": "m", "pipeline": "demo"}],
+                "on_complete": {"pipeline": "demo"},
+            },
+        )
+    post(store, Bell(), {"id": "p", "pipeline": "demo"})
+    post(store, Bell(), {"id": "k", "pipeline": "demo", "depends_on": ["p"]})
+    with pytest.raises(Conflict, match="depends_on"):
+        post(store, Bell(), {"id": "k", "pipeline": "demo"})
+    again = post(store, Bell(), {"id": "k", "pipeline": "demo", "depends_on": ["p"]})
+    assert again.jobs[0].created is False
