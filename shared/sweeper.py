@@ -110,6 +110,7 @@ def run_once(
         result.truncated = True
         if last is not None:
             _save_cursor(store, next_cursor(last))
+    result.repaired += _workflow_repairs(store, doorbell, settings, now, entries)
     result.elapsed = monotonic() - start
     _log_gauges(pending, now, settings, truncated=result.truncated)
     log.info(
@@ -193,6 +194,24 @@ def _sweep_entry(
         if done.rang:
             result.rung += 1
     return None if job_queue.is_terminal(done.stored.record) else done.stored.record
+
+
+def _workflow_repairs(
+    store: Store, doorbell: Ringer, settings: Settings, now: datetime, entries: list[PendingEntry]
+) -> int:
+    """Batches whose callback a stray open marker holds back (shared.workflows.sweep_open)."""
+    try:
+        return workflows.sweep_open(
+            store,
+            doorbell,
+            {e.job_id for e in entries},
+            now,
+            grace_s=settings.orphan_marker_grace_seconds,
+            limit=settings.sweep_max_jobs,
+        )
+    except ReclaimError as exc:  # the next run tries again
+        log.warning("workflow repair failed", error=f"{type(exc).__name__}: {exc}")
+        return 0
 
 
 def _save_cursor(store: Store, cursor: str) -> None:

@@ -32,6 +32,15 @@ def seal_name(batch_id: str) -> str:
     return f"{PREFIX}seal/{records.validate_batch_id(batch_id)}.json"
 
 
+OPEN_ROOT = f"{PREFIX}open/"
+
+
+def parse_open_name(name: str) -> tuple[str, str] | None:
+    """(batch id, job id) of an open marker's name, or None for anything else."""
+    parts = name[len(OPEN_ROOT) :].split("/") if name.startswith(OPEN_ROOT) else []
+    return (parts[0], parts[1]) if len(parts) == 2 and all(parts) else None
+
+
 def open_prefix(batch_id: str) -> str:
     return f"{PREFIX}open/{records.validate_batch_id(batch_id)}/"
 

@@ -257,6 +257,47 @@ def create_callback(store: Store, doorbell: Ringer | None, batch_id: str) -> str
     return job_id
 
 
+def sweep_open(
+    store: Store,
+    doorbell: Ringer | None,
+    pending: set[str],
+    now: datetime,
+    *,
+    grace_s: float,
+    limit: int,
+) -> int:
+    """The sweep's repair of complete batches left without their callback: an open marker
+    whose member is not pending (terminal with its marker already gone, or never
+    created) holds its batch open for ever. A terminal member's batch hook is run again;
+    a marker without a record older than `grace_s` (a submit that died before writing
+    it) is dropped and its batch checked. Pending members (the sweep's own listing) are
+    skipped without a read, so the cost is one listing plus a read per stray. Returns
+    the number of markers repaired."""
+    repaired = 0
+    for info in store.list_blobs(graph.OPEN_ROOT, limit=limit):
+        parsed = graph.parse_open_name(info.name)
+        if parsed is None or parsed[1] in pending:
+            continue
+        batch_id, job_id = parsed
+        try:
+            record = store.read(job_id).record
+        except NotFound:
+            created = info.created
+            if created is None or (now - created).total_seconds() <= grace_s:
+                continue  # a submit may be writing it right now
+            store.delete_blob(info.name)
+            if not store.list_blobs(graph.open_prefix(batch_id), limit=1):
+                create_callback(store, doorbell, batch_id)
+            repaired += 1
+            continue
+        except CorruptRecord:
+            continue
+        if job_queue.is_terminal(record) and record.get("batch_id") == batch_id:
+            batch_hook(store, doorbell, record)
+            repaired += 1
+    return repaired
+
+
 def reopen_for_retry(store: Store, record: JobRecord) -> None:
     """An operator retries a member: if the callback has not been created yet, the batch
     is open again until this member ends again. Once it exists, the callback has fired

@@ -5,7 +5,7 @@ and HTTP in tests/integration/test_workflows_http.py)."""
 from __future__ import annotations
 
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -442,3 +442,54 @@ def test_a_replay_must_ask_for_the_same_parents_and_callback() -> None:
         post(store, Bell(), {"id": "k", "pipeline": "demo"})
     again = post(store, Bell(), {"id": "k", "pipeline": "demo", "depends_on": ["p"]})
     assert again.jobs[0].created is False
+
+
+def test_the_sweep_repairs_a_batch_a_stray_open_marker_holds_back() -> None:
+    """A member terminal and unmarked, yet its open marker still there (a retry that
+    re-opened the batch and then lost its write): the sweep runs its batch hook."""
+    store = MemoryStore()
+    ids = batch_with_callback(store, 2)
+    end(store, ids[0])
+    end(store, ids[1])
+    cb = graph.callback_id("b1")
+    assert callbacks(store) == [cb]
+    store.put_blob(graph.open_name("b1", ids[0]), b"", generation=0)  # the stray
+    result = sweeper.run_once(store, Bell(), settings(), NOW)
+    assert result.repaired == 1
+    assert store.list_blobs(graph.open_prefix("b1")) == []
+    assert callbacks(store) == [cb]  # still exactly one
+
+
+def test_a_stray_open_marker_of_an_unfinished_batch_fires_the_callback_once_repaired() -> None:
+    store = MemoryStore()
+    ids = batch_with_callback(store, 2)
+    end(store, ids[0])
+    stored = store.read(ids[1])  # ended, unmarked, but its open marker never deleted
+    store.update({**stored.record, "status": JobStatus.DONE}, stored.generation)
+    store.remove_pending(ids[1])
+    assert callbacks(store) == []
+    sweeper.run_once(store, Bell(), settings(), NOW)
+    assert callbacks(store) == [graph.callback_id("b1")]
+
+
+def test_the_sweep_fires_a_callback_a_crashed_submit_held_back() -> None:
+    """Open markers of members whose records were never written (the submit died):
+    once older than the orphan grace they are dropped and the callback fires."""
+    store = MemoryStore()
+    ids = batch_with_callback(store, 1)
+    store.put_blob(graph.open_name("b1", "never-written"), b"", generation=0)
+    end(store, ids[0])
+    assert callbacks(store) == []
+    sweeper.run_once(store, Bell(), settings(), datetime.now(UTC))  # too young: kept
+    assert callbacks(store) == []
+    later = datetime.now(UTC) + timedelta(seconds=settings().orphan_marker_grace_seconds + 1)
+    sweeper.run_once(store, Bell(), settings(), later)
+    assert callbacks(store) == [graph.callback_id("b1")]
+
+
+def test_the_sweep_reads_no_pending_member_for_the_callback_repair() -> None:
+    store = MemoryStore()
+    batch_with_callback(store, 30)
+    store.calls.clear()
+    sweeper.run_once(store, Bell(), settings(), NOW)
+    assert store.calls["read"] == 30  # the sweep's own reads of the pending records only
