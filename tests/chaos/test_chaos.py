@@ -65,7 +65,9 @@ MAX_ATTEMPTS = 6
 RECLAIMS = ("graceful", "hard", "graceful", "hard")  # shuffled by the seed
 DEADLINE_S = 150.0
 CHILD_EVERY = 10  # every tenth job depends on the job before it (same batch: BATCH % 10 == 0)
-CALLBACK = {"pipeline": "demo", "payload": {"stages": 1}}
+CALLBACK = {"pipeline": "demo", "payload": {"stages": 2, "sleep_s": 1.5}}
+"""Each batch's callback is real work at the storm's tail (3 s): a platform reclaim due
+late still finds a serving instance, and it may land on a callback."""
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]
 
@@ -213,7 +215,9 @@ def _maybe_kill(
     if mode == "graceful":
         chaos.handed.update(busy[index])
     chaos.kills.append((index, mode))
-    chaos.next_kill = now + rng.uniform(4.0, 9.0)
+    # every reclaim lands while the ~25 s of work lasts: spaced 4-9 s, the fourth could
+    # come after the last job ended and find no serving instance ("no storm")
+    chaos.next_kill = now + rng.uniform(3.0, 6.0)
     signal = "SIGTERM (a graceful" if mode == "graceful" else "SIGKILL (a hard"
     print(chaos.say(f"t={now:.1f}s {signal} platform reclaim) claim-{index} {sorted(busy[index])}"))
 
