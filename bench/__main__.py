@@ -19,7 +19,18 @@ from typing import Any
 from bench.report import markdown
 
 HERE = Path(__file__).resolve().parent
-ORDER = ("calls", "sweep", "throughput", "backlog", "rescue", "cost", "imports", "workflows")
+ORDER = (
+    "calls",
+    "sweep",
+    "delayed",
+    "throughput",
+    "backlog",
+    "rescue",
+    "cost",
+    "imports",
+    "flow",
+    "workflows",
+)
 
 
 def _environment() -> dict[str, Any]:

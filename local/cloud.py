@@ -139,6 +139,9 @@ class CloudConfig:
     """STORAGE_EMULATOR_HOST the functions see (a fault proxy); None: fake-gcs itself."""
     functions: Mapping[str, FunctionSpec] = field(default_factory=lambda: dict(DEFAULT_FUNCTIONS))
     start_timeout: float = 30.0
+    schedules_file: Path | None = None
+    """Cron schedules ticked as Cloud Scheduler would (time, issue 11); None: no ticks
+    (tests); `make dev`: pipelines/schedules.json or $RECLAIM_SCHEDULES_FILE."""
 
     def validate(self) -> None:
         """Raise ValueError with a clear message for a setting that cannot work."""
@@ -300,10 +303,24 @@ class LocalCloud:
                 target=self._tick_loop, name="scheduler", daemon=True
             )
             self._scheduler.start()
+        if c.schedules_file is not None:  # time (issue 11)
+            self._start_cron(c.schedules_file)
+
+    def _start_cron(self, path: Path) -> None:
+        """The cron schedules of the file, ticked as Cloud Scheduler would."""
+        from local.cron_ticker import CronTicker
+        from shared.schedules import load
+
+        self._cron = CronTicker(
+            self.platform.url("submit"), load(path), self.config.log_dir / "scheduler.log"
+        )
+        self._cron.start()
 
     def stop(self) -> None:
         """Stop the tick, the platform (every instance) and the emulators; safe twice."""
         self._stop_tick.set()
+        if getattr(self, "_cron", None) is not None:
+            self._cron.stop()
         if self._platform is not None:
             # functions first (they talk to the emulators), then the emulators.
             self._platform.stop()

@@ -31,6 +31,7 @@ from local.cloud import (
     LocalCloud,
     emulator_args,
 )
+from shared import schedules
 from shared.config import EnvVar, read_env, unknown_names
 from shared.errors import ConfigError
 
@@ -322,6 +323,7 @@ def config_from_env(env: Mapping[str, str]) -> CloudConfig:
     values["log_dir"] = log_dir if log_dir.is_absolute() else ROOT / log_dir
     values["functions_storage_host"] = values["functions_storage_host"] or None
     config = replace(CloudConfig(), topology=topology, **values)
+    config = replace(config, schedules_file=schedules.schedules_file(dict(env)))  # issue 11
     try:
         config.validate()
     except ValueError as exc:
@@ -388,6 +390,8 @@ def plan(config: CloudConfig, env: Mapping[str, str]) -> str:
     )
     if config.sweep_interval_seconds:
         lines.append(f"  scheduler          POST sweep every {config.sweep_interval_seconds:g} s")
+    if config.schedules_file is not None:  # time (issue 11): docs/time.md
+        lines.append(f"  cron               the schedules of {config.schedules_file} (if any)")
     changed = [v for v in VARS if v.name in env and env[v.name].strip() != v.default]
     lines.append(
         "  settings           "

@@ -238,7 +238,9 @@ class _Drain:
                 # and the sweep recovers it
                 log.exception("drain stopped on an error", job_id=entry.job_id)
                 break
-            if outcome is not None and outcome.kind != OutcomeKind.RACED:
+            # a job a gate held back (flow control: paused, waiting, deferred) is not taken:
+            # counting it would keep a backlogged drain listing the same held jobs
+            if outcome is not None and outcome.kind not in (OutcomeKind.RACED, OutcomeKind.SKIPPED):
                 outcomes.append(outcome)
         return outcomes, whole_index
 

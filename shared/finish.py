@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from shared import workflows
+from shared import uniqueness, workflows
 from shared.errors import StorageError
 from shared.logs import get_logger
 
@@ -34,9 +34,18 @@ AfterTerminal = Callable[["Store", "Ringer | None", "JobRecord"], None]
 
 # Each feature adds its hook here, one line each, in the order they must run.
 HOOKS: tuple[AfterTerminal, ...] = (
+    uniqueness.release_on_terminal,  # time (issue 11): a "while pending" unique key goes
+    lambda store, bell, record: _flow().record_ended(store, bell, record),  # flow: bulk index
+    lambda store, bell, record: _flow().release(store, bell, record),  # flow: free the place
     workflows.batch_hook,  # the last member of a batch with on_complete creates the callback
     workflows.release_hook,  # release (or cancel) the children waiting on this job
 )
+
+
+def _flow() -> Any:
+    from shared import flow  # imported late: flow reads pipelines, which import widely
+
+    return flow
 
 
 def after_terminal(

@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from shared import expiry
 
 if TYPE_CHECKING:
     from shared.clock import Clock
@@ -38,7 +40,18 @@ Gate = Callable[[GateContext], "Outcome | None"]
 whatever it needed: parked, deferred, ended the job)."""
 
 # Each feature adds its gate here, one line each, in the order they must run.
-GATES: tuple[Gate, ...] = ()
+GATES: tuple[Gate, ...] = (
+    expiry.gate,  # time (issue 11): an expired job ends instead of running
+    lambda ctx: _flow().pause_gate(ctx),  # flow control: a paused pipeline parks the job
+    lambda ctx: _flow().limit_gate(ctx),  # flow control: at its key's limit, waits
+    lambda ctx: _flow().rate_gate(ctx),  # flow control: over its rate, deferred (last)
+)
+
+
+def _flow() -> Any:
+    from shared import flow  # imported late: flow reads pipelines, which import widely
+
+    return flow
 
 
 def check(ctx: GateContext) -> Outcome | None:

@@ -141,6 +141,26 @@ class JobRecord(TypedDict, total=False):
     write_id: str
     traceparent: str
     """The job's W3C trace context (shared.tracing); absent in records made before it."""
+    # --- time (issue 11, shared.timing): absent in records made without them
+    run_at: str | None
+    """Not claimed before this UTC time (a delayed job)."""
+    expires_at: str | None
+    """Cancelled (error type Expired) if not started by then."""
+    timeout_seconds: float
+    """An attempt's time limit, overriding the pipeline's."""
+    unique_key: str
+    """The key of the unique lock this job took (unique/<sha256>)."""
+    unique_until: str | None
+    """The lock's window end; None: while this job is pending."""
+    # --- flow control (shared.flow; absent in records made before it)
+    concurrency_key: str
+    """At most max_running jobs with this key run at once."""
+    max_running: int
+    """This job's limit for its key (else its pipeline's)."""
+    rate: str
+    """Starts per window for its key (else its pipeline's), e.g. "5/s"."""
+    rate_token: str | None
+    """The rate token this job reserved in the window of its not_before."""
     # --- workflows (shared.workflows; docs/workflows.md)
     depends_on: list[str]
     """Parent job ids: the job waits until every one is terminal."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from shared import control, listing, runner, status, submission, sweeper
+from shared import control, flow, listing, runner, status, submission, sweeper
 from shared.clock import Clock, utcnow
 from shared.config import Settings
 from shared.doorbell import Ringer, get_doorbell
@@ -139,6 +139,17 @@ class Queue:
             default_max_attempts=self.settings.max_attempts,
             clock=self.clock,
         )
+
+    # --- flow control (shared.flow)
+
+    def pause(self, pipeline: str, *, by: str) -> bool:
+        """Hold back every job of a pipeline (False: it was paused already). InvalidInput
+        for an unknown pipeline."""
+        return flow.pause(self.store, pipeline, by=by, now=self.clock())
+
+    def resume(self, pipeline: str) -> flow.Resumed:
+        """Lift a pipeline's pause and ring its parked jobs, paced."""
+        return flow.resume(self.store, self.doorbell, pipeline)
 
     def ring(self, job_id: str, traceparent: str | None = None) -> None:
         """Ring a job's doorbell again (a pending job whose rings were dead-lettered),

@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from shared import finish, job_queue, metrics
+from shared import finish, flow, job_queue, metrics
 from shared.config import Settings
 from shared.doorbell import Ringer
 from shared.errors import AttemptsExhausted, DoorbellError, LostRace, NotFound
@@ -98,6 +98,8 @@ def _requeue(store: Store, doorbell: Ringer, stored: Stored, now: datetime) -> R
         written = store.update(new, stored.generation)
     except (LostRace, NotFound):
         return Recovery(None, store.read(job_id))
+    if rescued:  # flow control: the silent owner's place goes back, its waiters are rung
+        flow.released_after_requeue(store, doorbell, written.record)
     trace = job.get("traceparent")
     log.log(
         logging.WARNING if rescued else logging.INFO,

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from shared import faults, finish, gates, job_queue, metrics, records
+from shared import faults, finish, flow, gates, job_queue, metrics, records, timing
 from shared.budget import PushBudget
 from shared.clock import Clock, utcnow
 from shared.config import Settings
@@ -57,6 +57,7 @@ from shared.recovery import recover
 from shared.shutdown import SHUTDOWN, Shutdown
 from shared.slots import Slots, get_slots
 from shared.storage import Store, Stored
+from shared.timeouts import Deadline, TimedOut
 
 log = get_logger(__name__)
 
@@ -187,7 +188,9 @@ class _Runner:
         held = gates.check(gates.GateContext(self.store, self.doorbell, s, stored, now, self.clock))
         if held is not None:
             return held
-        return self._claim_and_run(job_id, stored, now)
+        # the claim is stamped after the gates: a flow-control place is held by then, and
+        # the rate gate checked its window against the clock as it left (shared.flow)
+        return self._claim_and_run(job_id, stored, self.clock())
 
     def _not_claimable(self, job_id: str, stored: Stored, now: datetime) -> Outcome:
         """A duplicate or early doorbell does nothing; a stale exhausted job is failed."""
@@ -330,7 +333,9 @@ class _Job:
             next_stage = len(stages)
         result: JsonObject = {}
         heartbeat = Heartbeat(self.owned, self.r.settings.heartbeat_tick_seconds, self.log)
-        with heartbeat, self.r.shutdown.running(self._hand_back_from_outside):
+        limit = timing.timeout_of(dict(self.job), pipeline.timeout_seconds)  # time (issue 11)
+        deadline = Deadline(limit, lambda: self._time_out(limit or 0.0))
+        with heartbeat, deadline, self.r.shutdown.running(self._hand_back_from_outside):
             for index in range(next_stage, len(stages)):
                 if self.r.shutdown.requested:  # a stage boundary: the checkpoint is saved
                     return self._hand_back("at a stage boundary")
@@ -452,9 +457,10 @@ class _Job:
             return job_queue.requeue_fields(job, now, delay_s=delay, error=error)
 
         try:
-            self.owned.finish(build, "requeued")
+            requeued = self.owned.finish(build, "requeued")
         except OwnerLost:
             return self._lost("requeue refused")
+        flow.released_after_requeue(self.r.store, self.r.doorbell, requeued.record)  # flow
         self.log.warning(
             "requeued after a stage error",
             error_type=error["type"],
@@ -476,9 +482,10 @@ class _Job:
             return job_queue.handback_fields(job, now, max_attempts=budget)
 
         try:
-            self.owned.finish(build, "handed back")
+            handed = self.owned.finish(build, "handed back")
         except OwnerLost:
             return self._lost("hand-back refused")
+        flow.released_after_requeue(self.r.store, self.r.doorbell, handed.record)  # flow
         rang = ring(self.r.doorbell, self.job_id, self.log, self.job.get("traceparent"))
         self.log.warning(
             "handed back: the instance is shutting down",
@@ -495,6 +502,40 @@ class _Job:
         check() in time: the stage cannot be stopped, but its owner's writes are refused
         from now on (a finished job refuses the hand-back instead)."""
         self._hand_back("the stage did not stop in time")
+
+    def _time_out(self, limit: float) -> None:
+        """Time (issue 11), on the deadline's thread: end this attempt by CAS while the
+        stage still runs (shared.timeouts); the stage's later writes are all refused."""
+        now = self.r.clock()
+        s = self.r.settings
+        stage = self.log.stage
+        exc = TimedOut(f"timed out after {limit:g} s (stage {stage})")
+        last = self.owned.attempt >= job_queue.max_attempts_of(self.job, s.max_attempts)
+        error = job_queue.error_info(
+            exc, stage=stage, attempt=self.owned.attempt, now=now, retryable=not last
+        )
+        delay = job_queue.backoff_seconds(
+            self.owned.attempt, s.backoff_base_seconds, s.backoff_max_seconds
+        )
+
+        def build(job: JobRecord) -> JobRecord:
+            if last:
+                return job_queue.fail_fields(job, now, error)
+            return job_queue.requeue_fields(job, now, delay_s=delay, error=error)
+
+        try:
+            final = self.owned.finish(build, "failed" if last else "requeued")
+        except OwnerLost:
+            return  # the job already ended or moved on: nothing to bound
+        except Exception as exc2:  # a storage outage: the job goes stale and is rescued
+            self.owned.close()
+            self.log.error("timeout write failed; the watchdog rescues the job", error=repr(exc2))
+            return
+        self.log.warning("timed out: the stage's late writes will be refused", limit_s=limit)
+        if last:
+            self._after_terminal(final)
+        elif delay <= 0:
+            ring(self.r.doorbell, self.job_id, self.log, self.job.get("traceparent"))
 
     def _finished(self, outcome: metrics.Outcome) -> dict[str, Any]:
         return metrics.finished(self.job, outcome, run_s=time.monotonic() - self.started)

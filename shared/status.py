@@ -55,6 +55,7 @@ _VIEW_FIELDS = (
     "rescues",
     "history",
 )
+_TIME_FIELDS = ("run_at", "expires_at", "timeout_seconds", "unique_key", "unique_until")
 _MEMBER_FIELDS = ("id", "pipeline", "status", "stage", "attempts", "updated_at")
 
 
@@ -149,13 +150,20 @@ def read_batch(
     )
 
 
+FLOW_VIEW_FIELDS = ("concurrency_key", "max_running", "rate")
+"""Shown by the view only when the record has them (shared.flow)."""
+
+
 def render_job(record: JobRecord, max_attempts: int) -> dict[str, Any]:
     """The public view of a record; tolerant of hand-edited field types."""
     body: dict[str, Any] = {"id": record.get("id")}
     body.update({k: record.get(k) for k in _VIEW_FIELDS})
+    body.update({k: record.get(k) for k in _TIME_FIELDS if k in record})  # time (issue 11)
     body["max_attempts"] = max_attempts
     body["outputs"] = _outputs(record)
     body["status_url"] = f"/jobs/{record.get('id')}"
+    # flow control, only when the job has them
+    body.update({k: record.get(k) for k in FLOW_VIEW_FIELDS if record.get(k) is not None})
     return body
 
 

@@ -10,15 +10,16 @@ different content is a 409 and nothing is touched.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Collection, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from shared import records, tracing, workflows
+from shared import delayed, records, timing, tracing, uniqueness, workflows
 from shared import workflow_graph as graph
 from shared.config import Settings
 from shared.doorbell import Ringer
@@ -32,17 +33,23 @@ from shared.errors import (
     NotFound,
     UnknownPipeline,
 )
+from shared.flow_policy import check_fields as check_flow_fields
 from shared.jobs import JobRecord, JobStatus, JsonObject
 from shared.logs import get_logger
 from shared.pipelines import get_pipeline, pipeline_names
 from shared.storage import Store
 
 log = get_logger(__name__)
+FLOW_KEYS = frozenset({"concurrency_key", "max_running", "rate"})  # flow control
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
-JOB_KEYS = frozenset(
-    {"pipeline", "payload", "id", "batch_id", "max_attempts", "depends_on", "on_parent_failure"}
+JOB_KEYS = (
+    frozenset(
+        {"pipeline", "payload", "id", "batch_id", "max_attempts", "depends_on", "on_parent_failure"}
+    )
+    | timing.TIME_KEYS
+    | FLOW_KEYS
 )
 BATCH_KEYS = frozenset({"batch_id", "jobs", "on_complete"})
 CALLBACK_KEYS = frozenset({"pipeline", "payload"})
@@ -65,6 +72,8 @@ class JobSpec:
     client_id: str | None = None
     batch_id: str | None = None
     max_attempts: int | None = None
+    times: timing.TimeSpec = dataclasses.field(default_factory=timing.TimeSpec)  # issue 11
+    flow: tuple[tuple[str, Any], ...] = ()  # flow control fields, as given (validated)
     depends_on: tuple[str, ...] = ()  # workflows: parent ids (docs/workflows.md)
     on_parent_failure: str | None = None
     with_callback: bool = False  # workflows: a member of a batch with on_complete
@@ -89,6 +98,8 @@ class SubmittedJob:
     created: bool
     batch_id: str | None = None
     traceparent: str | None = None  # the job's trace (logs, doorbell); not in the answer
+    duplicate_of: str | None = None  # time (issue 11): the job holding its unique key
+    scheduled: bool = False  # time (issue 11): delayed, so its doorbell is not rung now
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -99,6 +110,8 @@ class SubmittedJob:
         }
         if self.batch_id is not None:
             out["batch_id"] = self.batch_id
+        if self.duplicate_of is not None:
+            out["duplicate_of"] = self.duplicate_of
         return out
 
 
@@ -192,7 +205,10 @@ def _parse_batch(body: dict[str, Any], settings: Settings, known: set[str]) -> S
     _check_cycles(specs, problems)
     _raise_if(problems)
     batch_id = batch_id or _batch_id_for(specs)
-    specs = [replace(s, batch_id=batch_id, with_callback=on_complete is not None) for s in specs]
+    specs = [
+        dataclasses.replace(s, batch_id=batch_id, with_callback=on_complete is not None)
+        for s in specs
+    ]
     return Submission(jobs=tuple(specs), batch_id=batch_id, is_batch=True, on_complete=on_complete)
 
 
@@ -247,14 +263,25 @@ def _parse_job(job: Any, where: str, known: set[str], problems: list[str]) -> Jo
         type(max_attempts) is int and 1 <= max_attempts <= MAX_ATTEMPTS
     ):
         problems.append(f"{where}max_attempts must be an integer from 1 to {MAX_ATTEMPTS}")
-    depends_on = graph.parse_depends_on(job.get("depends_on"), where, problems)
+    times = timing.parse_fields(job, where, problems)  # time (issue 11)
+    check_flow_fields(job, where, problems)  # flow control
+    depends_on = graph.parse_depends_on(job.get("depends_on"), where, problems)  # workflows
     on_parent_failure = graph.parse_parent_failure(job, where, problems)
     if client_id is not None and client_id in depends_on:
         problems.append(f"{where}depends_on has a cycle through {client_id}")
     if len(problems) > before:
         return None
+    flow = tuple((k, job[k]) for k in sorted(FLOW_KEYS) if job.get(k) is not None)
     return JobSpec(
-        str(pipeline), payload, client_id, batch_id, max_attempts, depends_on, on_parent_failure
+        str(pipeline),
+        payload,
+        client_id,
+        batch_id,
+        max_attempts,
+        times,
+        flow,
+        depends_on,
+        on_parent_failure,
     )
 
 
@@ -349,9 +376,10 @@ def submit(
     _map(lambda p: _mark_batch(store, p[0], p[1]), [(i, s) for i, s, f in planned if f])
     created: dict[str, SubmittedJob] = {}
     for start in range(0, len(built), RING_EVERY):  # a big batch starts running while it
-        chunk = _create_all(store, built[start : start + RING_EVERY])  # is written
-        created.update((o.job_id, o) for o in chunk)
-        due = [o for o in chunk if o.created and o.status != JobStatus.WAITING]
+        part = built[start : start + RING_EVERY]
+        chunk = _create_all(store, part)  # is written
+        created.update((str(rec["id"]), o) for (_s, rec), o in zip(part, chunk, strict=True))
+        due = [o for o in chunk if o.created and not o.scheduled and o.status != JobStatus.WAITING]
         _ring(doorbell, due, submission.is_batch)
     waiting = [o.job_id for o in created.values() if o.created and o.status == JobStatus.WAITING]
     workflows.settle_new(store, doorbell, waiting)  # parents that ended before the child existed
@@ -476,8 +504,11 @@ def _compare(job_id: str, spec: JobSpec, record: JobRecord) -> SubmittedJob | st
 
 def _new_record(job_id: str, spec: JobSpec, now: datetime, traceparent: str) -> JobRecord:
     """The record to create; InvalidSubmission (400) before anything is written."""
+    fields, problems = timing.resolve(spec.times, now)  # time (issue 11)
+    if problems:
+        raise InvalidSubmission(f"{spec.client_id or 'job'}: {problems[0]}", problems)
     try:
-        return records.new_record(
+        record = records.new_record(
             job_id,
             spec.pipeline,
             spec.payload,
@@ -489,6 +520,8 @@ def _new_record(job_id: str, spec: JobSpec, now: datetime, traceparent: str) -> 
         )
     except InvalidInput as exc:
         raise InvalidSubmission(exc.reason) from None
+    flow = dict(spec.flow)  # flow control fields
+    return {**record, **fields, **flow}  # type: ignore[typeddict-item]
 
 
 def _create_all(store: Store, jobs: list[tuple[JobSpec, JobRecord]]) -> list[SubmittedJob]:
@@ -506,7 +539,16 @@ def _create_one(store: Store, spec: JobSpec, record: JobRecord) -> SubmittedJob 
     membership, so a submit that loses a race for its id (409) writes none.
     """
     job_id = str(record["id"])
-    store.add_pending(job_id)
+    # --- time (issue 11): a unique key taken by another job answers with that job
+    if record.get("unique_key") is not None:
+        holder = uniqueness.acquire(store, record, record_now(record))
+        if holder is not None:
+            status = uniqueness.holder_status(store, holder)
+            return SubmittedJob(holder, status, created=False, duplicate_of=holder)
+    scheduled = delayed.place(store, record, record_now(record))  # else the pending marker
+    # --- end time
+    if not scheduled:
+        store.add_pending(job_id)
     try:
         stored = store.create(record)
     except AlreadyExists:
@@ -524,7 +566,13 @@ def _create_one(store: Store, spec: JobSpec, record: JobRecord) -> SubmittedJob 
         created=True,
         batch_id=spec.batch_id,
         traceparent=record.get("traceparent"),
+        scheduled=scheduled,
     )
+
+
+def record_now(record: JobRecord) -> datetime:
+    """The submit's clock, as stamped on the new record (created_at)."""
+    return datetime.fromisoformat(str(record["created_at"]))
 
 
 # ------------------------------------------------------------------ workflows (shared.workflows)

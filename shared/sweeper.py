@@ -28,13 +28,14 @@ window it examined, and say so.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from shared import job_queue, metrics, workflows
+from shared import delayed, expiry, job_queue, metrics, uniqueness, workflows
 from shared.config import Settings
 from shared.doorbell import Ringer
 from shared.errors import CorruptRecord, InvalidInput, NotFound, ReclaimError, StorageError
@@ -63,6 +64,9 @@ class SweepResult:
     errors: int = 0
     elapsed: float = 0.0
     truncated: bool = False  # stopped by the job or time budget; the next run continues
+    released: int = 0  # time (issue 11): delayed jobs moved into pending/ and rung
+    expired: int = 0  # time (issue 11): ended by their expiry before they started
+    unique_released: int = 0  # time (issue 11): unique locks that no longer held, removed
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -85,6 +89,9 @@ def run_once(
     start = monotonic()
     now = now if now is not None else datetime.now(UTC)
     result = SweepResult()
+    timed = SweepResult()  # time (issue 11): its listings overlap the pending pass
+    side = threading.Thread(target=_time_pass, args=(store, doorbell, settings, now, timed))
+    side.start()
     entries, backlog = pending_window(store, settings.sweep_max_jobs)
     last: str | None = None
     pending: list[JobRecord] = []  # what the pending records are after this run
@@ -110,6 +117,9 @@ def run_once(
         result.truncated = True
         if last is not None:
             _save_cursor(store, next_cursor(last))
+    side.join()
+    _merge_time_pass(result, timed)
+    _sweep_flow(store, doorbell)  # flow control: parked and waiting jobs
     result.repaired += _workflow_repairs(store, doorbell, settings, now, entries)
     result.elapsed = monotonic() - start
     _log_gauges(pending, now, settings, truncated=result.truncated)
@@ -179,6 +189,9 @@ def _sweep_entry(
             result.corrupt.append(entry.job_id)
         log.error("corrupt record left for a person", job_id=entry.job_id, reason=exc.reason)
         return None
+    if expiry.expire_if_due(store, doorbell, stored, now) is not None:  # time (issue 11)
+        result.expired += 1
+        return None
     if stored.record.get("status") == JobStatus.WAITING:  # workflows: parents that ended
         return workflows.settle(store, doorbell, stored)  # without releasing it (a crash)
     done = recover_one(store, doorbell, stored, settings, now, clean_marker=True)
@@ -194,6 +207,43 @@ def _sweep_entry(
         if done.rang:
             result.rung += 1
     return None if job_queue.is_terminal(done.stored.record) else done.stored.record
+
+
+def _time_pass(
+    store: Store, doorbell: Ringer, settings: Settings, now: datetime, result: SweepResult
+) -> None:
+    """Time (issue 11), beside the rescue pass: release due delayed jobs, repair unique
+    keys. A failure here is counted, never stops the rescue pass."""
+    try:
+        released = delayed.release_due(store, doorbell, settings, now)
+        result.released, result.expired = released.released, released.expired
+        result.repaired += released.repaired
+        result.truncated = result.truncated or released.truncated
+        result.unique_released = uniqueness.repair(store, settings, now)
+    except Exception as exc:  # on its own thread: whatever it is, count it and log it
+        result.errors += 1
+        log.error("sweep's time pass failed", error=f"{type(exc).__name__}: {exc}")
+
+
+def _merge_time_pass(result: SweepResult, timed: SweepResult) -> None:
+    result.released, result.unique_released = timed.released, timed.unique_released
+    result.expired += timed.expired
+    result.repaired += timed.repaired
+    result.errors += timed.errors
+    result.truncated = result.truncated or timed.truncated
+
+
+def _sweep_flow(store: Store, doorbell: Ringer) -> None:
+    """Flow control's safety net (shared.flow.sweep); its failure is only logged."""
+    from shared import flow
+
+    try:
+        rung = flow.sweep(store, doorbell)
+    except ReclaimError as exc:
+        log.warning("flow sweep failed", error=f"{type(exc).__name__}: {exc}")
+        return
+    if any(rung.values()):
+        log.info("flow sweep rang held-back jobs", parked=rung["parked"], waiters=rung["waiters"])
 
 
 def _workflow_repairs(

@@ -62,6 +62,29 @@ resource "google_storage_bucket" "records" {
     }
   }
 
+  # Flow control (docs/flow-control.md): rate tokens are never read after their window,
+  # and the failed/cancelled index outlives the records it points at by a day.
+  lifecycle_rule {
+    condition {
+      matches_prefix = ["rates/"]
+      age            = 1
+      with_state     = "LIVE"
+    }
+    action {
+      type = "Delete"
+    }
+  }
+  lifecycle_rule {
+    condition {
+      matches_prefix = ["ended/"]
+      age            = max(values(var.retention_days)...) + 1
+      with_state     = "LIVE"
+    }
+    action {
+      type = "Delete"
+    }
+  }
+
   # Versions left from before versioning was turned off (earlier deployments) expire.
   lifecycle_rule {
     condition {

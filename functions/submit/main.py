@@ -16,6 +16,7 @@ from typing import Any
 import flask
 
 import shared
+import shared.errors
 from shared.events import upload_from_http
 from shared.http import (
     Refusal,
@@ -47,8 +48,9 @@ framework_errors()
 
 @entry_point("submit")
 def submit(request: flask.Request) -> flask.Response:
-    """The HTTP API: POST /jobs, GET /jobs/<id>, GET /batches/<id>, GET /health and
-    GET /openapi.json (the document describing all of them)."""
+    """The HTTP API: POST /jobs, GET /jobs/<id>, GET /batches/<id>, POST
+    /pipelines/<name>/pause|resume, GET /health and GET /openapi.json (the document
+    describing all of them)."""
     path = request.path.rstrip("/") or "/"
     parts = path.lstrip("/").split("/", 1)
     head, rest = parts[0], (parts[1] if len(parts) > 1 else None)
@@ -64,9 +66,14 @@ def submit(request: flask.Request) -> flask.Response:
     if head == "jobs" and rest:
         require_method(request, ("GET",))
         return answer(200, _settings.queue().get(rest).to_json())
+    if head == "pipelines" and rest and rest.count("/") == 1:  # flow control
+        require_method(request, ("POST",))
+        return _pipeline_action(request, *rest.split("/"))
     if head == "batches" and rest:
         require_method(request, ("GET",))
         return answer(200, _settings.queue().get_batch(rest).to_json())
+    if head == "schedules":  # time (issue 11): cron ticks and the schedules' view
+        return _schedules(request, rest)
     raise Refusal(
         404,
         "not found",
@@ -92,6 +99,44 @@ def _post_jobs(request: flask.Request) -> flask.Response:
         traceparent=request.headers.get(TRACEPARENT_HEADER),
     )
     return answer(202 if result.created else 200, result.to_json())
+
+
+def _schedules(request: flask.Request, rest: str | None) -> flask.Response:
+    """GET /schedules (each with its last and next run); POST /schedules/<name>/tick (Cloud
+    Scheduler, or `make dev`'s ticker, with the X-CloudScheduler-ScheduleTime header)."""
+    from shared import schedule_view, ticks
+
+    queue = _settings.queue()
+    if rest is None:
+        require_method(request, ("GET",))
+        return answer(200, schedule_view.overview(queue.store, queue.clock()))
+    name, _, action = rest.partition("/")
+    if action != "tick":
+        raise Refusal(404, "not found", "try GET /schedules or POST /schedules/<name>/tick")
+    require_method(request, ("POST",))
+    schedule = schedule_view.find(name)
+    if schedule is None:
+        raise Refusal(404, "not found", f"no schedule named {name[:60]!r}")
+    try:
+        tick = ticks.parse_tick_time(schedule, request.headers.get(ticks.SCHEDULE_TIME_HEADER))
+    except shared.errors.InvalidInput as exc:
+        raise Refusal(400, "invalid request", exc.reason) from None
+    done = ticks.fire(queue.store, queue.doorbell, schedule, tick, queue.clock())
+    return answer(202 if done.created else 200, done.to_json())
+
+
+def _pipeline_action(request: flask.Request, pipeline: str, action: str) -> flask.Response:
+    """POST /pipelines/<name>/pause|resume (docs/flow-control.md): 200 with what changed,
+    400 for an unknown pipeline, 404 for another action."""
+    queue = _settings.queue()
+    by = "http:" + (request.headers.get("X-Reclaim-By") or "api")[:60]
+    if action == "pause":
+        changed = queue.pause(pipeline, by=by)
+        return answer(200, {"pipeline": pipeline, "paused": True, "changed": changed})
+    if action == "resume":
+        resumed = queue.resume(pipeline)
+        return answer(200, {"pipeline": pipeline, "paused": False, **resumed.to_json()})
+    raise Refusal(404, "not found", f"no action {action[:40]!r}; try pause or resume")
 
 
 def _require_json(request: flask.Request) -> None:

@@ -50,6 +50,8 @@ examples:
   reclaim --local submit demo --batch catalog-0726 --from pieces.jsonl
   reclaim --local watch catalog-0726
   reclaim --local retry JOB_ID
+  reclaim --local retry --batch catalog-0726 --status failed --dry-run
+  reclaim --local pause demo && reclaim --local resume demo
 """
 
 
@@ -122,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The whole command line; each subcommand's handler is in `func`."""
     from shared.cli import commands as c
     from shared.cli import dlq as cli_dlq
+    from shared.cli import flow as cli_flow
 
     common = _common_options()
     parser = argparse.ArgumentParser(
@@ -165,6 +168,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="claims this job may take before it fails (default: the deployment's)",
     )
+    when = p.add_mutually_exclusive_group()  # time (issue 11): docs/time.md
+    when.add_argument(
+        "--at", metavar="TIME", help="start at this RFC 3339 time, with a zone (run_at)"
+    )
+    when.add_argument(
+        "--in", dest="delay", type=float, metavar="S", help="start in S seconds (delay_seconds)"
+    )
+    p.add_argument("--ttl", type=float, metavar="S", help="expire if not started within S seconds")
+    p.add_argument("--timeout", type=float, metavar="S", help="an attempt's time limit")
+    p.add_argument("--unique-key", metavar="KEY", help="at most one job with this key at a time")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--payload", metavar="JSON", help="the job's payload, a JSON object")
     src.add_argument(
@@ -236,9 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
         "heartbeat or stage boundary (its write fails) and stops without committing.\n"
         "Done, failed and cancelled jobs cannot be cancelled (exit 2).",
     )
-    p.add_argument("job", help="job id")
+    p.add_argument("job", nargs="*", help="job id(s)")
     p.add_argument("--reason", metavar="TEXT", help="why, kept in the job's history")
     p.add_argument("--by", metavar="NAME", help="who, kept in the history (default: cli:$USER)")
+    cli_flow.add_bulk_options(p, "cancel")  # flow control
 
     p = add(
         "retry",
@@ -248,8 +262,25 @@ def build_parser() -> argparse.ArgumentParser:
         "the record write, then rings the doorbell. Queued, running and done jobs\n"
         "cannot be retried (exit 2).",
     )
-    p.add_argument("job", help="job id")
+    p.add_argument("job", nargs="*", help="job id(s)")
     p.add_argument("--by", metavar="NAME", help="who, kept in the history (default: cli:$USER)")
+    cli_flow.add_bulk_options(p, "retry")  # flow control
+
+    for name, func, summary in (  # flow control
+        ("pause", cli_flow.cmd_pause, "pause a pipeline: none of its jobs starts"),
+        ("resume", cli_flow.cmd_resume, "resume a pipeline and ring its parked jobs"),
+    ):
+        p = add(name, func, summary, "See docs/flow-control.md. Running jobs finish.")
+        p.add_argument("pipeline", help="registered pipeline name")
+        p.add_argument("--by", metavar="NAME", help="who (default: cli:$USER)")
+
+    add(
+        "schedules",
+        c.cmd_schedules,
+        "list the cron schedules with their last and next runs",
+        "The schedules are declared in pipelines/schedules.json (or $RECLAIM_SCHEDULES_FILE);\n"
+        "terraform makes one Cloud Scheduler job per schedule. See docs/time.md.",
+    )
 
     add(
         "sweep",

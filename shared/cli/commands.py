@@ -11,6 +11,7 @@ import sys
 import time
 from typing import Any
 
+from shared.cli import flow as cli_flow
 from shared.cli import render as cli_render
 from shared.cli.context import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, CliError, Context
 from shared.jobs import MEMBER_UNREADABLE, JobStatus
@@ -57,6 +58,8 @@ def submission_body(args: argparse.Namespace, payloads: list[dict[str, Any]]) ->
     job: dict[str, Any] = {"pipeline": args.pipeline}
     if args.max_attempts is not None:
         job["max_attempts"] = args.max_attempts
+    for key, value in _time_fields(args).items():  # time (issue 11)
+        job[key] = value
     if args.from_file is None:
         body = {**job, "payload": payloads[0]}
         if args.job_id:
@@ -68,6 +71,41 @@ def submission_body(args: argparse.Namespace, payloads: list[dict[str, Any]]) ->
     if args.batch:
         batch["batch_id"] = args.batch
     return batch
+
+
+def _time_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """--at/--in/--ttl/--timeout/--unique-key as POST /jobs fields (validated by submit)."""
+    pairs = {
+        "run_at": getattr(args, "at", None),
+        "delay_seconds": getattr(args, "delay", None),
+        "ttl_seconds": getattr(args, "ttl", None),
+        "timeout_seconds": getattr(args, "timeout", None),
+        "unique_key": getattr(args, "unique_key", None),
+    }
+    return {k: v for k, v in pairs.items() if v is not None}
+
+
+def cmd_schedules(args: argparse.Namespace) -> int:
+    """The declared schedules, each with its last run and next tick (docs/time.md)."""
+    from shared import schedule_view
+    from shared.errors import InvalidInput
+
+    ctx = Context(args)
+    queue = ctx.queue()
+    try:
+        view = schedule_view.overview(queue.store, queue.clock())
+    except InvalidInput as exc:
+        raise CliError(f"the schedules file is invalid: {exc.reason}") from None
+    lines = []
+    for s in view["schedules"]:
+        last = s["last_run"]
+        shown = f"{last['tick']} {last['job_id']} ({last['status']})" if last else "never"
+        lines.append(
+            f"{s['name']}  {s['cron']} {s['time_zone']}  {s['pipeline']}  overlap={s['overlap']}"
+            f"\n  last: {shown}\n  next: {s['next_run']}"
+        )
+    ctx.emit(view, "\n".join(lines) or "no schedules declared")
+    return EXIT_OK
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
@@ -129,6 +167,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     """queued|running -> cancelled, by a CAS that outlasts the owner's heartbeats."""
+    if cli_flow.is_bulk(args):  # flow control: several jobs, by filters
+        return cli_flow.cmd_bulk(args, "cancel")
+    args.job = args.job[0]
     ctx = Context(args)
     record = ctx.queue(ring=False).cancel(args.job, by=ctx.by(), reason=args.reason)
     was_running = bool(record.get("owner"))
@@ -139,6 +180,9 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 def cmd_retry(args: argparse.Namespace) -> int:
     """failed|cancelled -> queued with a fresh budget, then ring the doorbell."""
+    if cli_flow.is_bulk(args):  # flow control: several jobs, by filters
+        return cli_flow.cmd_bulk(args, "retry")
+    args.job = args.job[0]
     ctx = Context(args)
     retried = ctx.queue().retry(args.job, by=ctx.by())  # the doorbell is checked first
     if not retried.rung:

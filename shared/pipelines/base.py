@@ -99,6 +99,11 @@ class Pipeline:
     plan: Callable[[Mapping[str, Any]], Sequence[tuple[str, Stage]]] | None = None
     validate: Callable[[Mapping[str, Any]], None] | None = None
     doc: str = field(default="", compare=False)
+    timeout_seconds: float | None = None
+    """An attempt's time limit (a job's own timeout_seconds overrides it): shared.timeouts."""
+    # flow control (docs/flow-control.md): per concurrency key, unless a job sets its own
+    max_running: int | None = None
+    rate: str | None = None
 
     def stages_for(self, payload: Mapping[str, Any]) -> list[tuple[str, Stage]]:
         """The ordered stages this payload runs (checkpoint.next_stage indexes them)."""

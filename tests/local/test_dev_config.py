@@ -121,6 +121,7 @@ def test_make_dev_says_what_it_runs():
     assert "sweep          functions/sweep/main.py:sweep  concurrency 1" in text
     assert "idle 60 s -> SIGTERM, 10 s grace -> SIGKILL" in text
     assert "LOCAL_CLAIM_MAX_INSTANCES=3, LOCAL_PUSH_WINDOW=fixed" in text
+    assert "cron               the schedules of " in text and "schedules.json" in text
 
 
 def test_help_and_stray_arguments(capsys):

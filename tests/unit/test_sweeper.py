@@ -161,9 +161,10 @@ def test_sweep_costs_one_listing_and_never_lists_history() -> None:
     store.remove_pending(done)
     before = dict(store.calls)
     sweep(store)
-    # the pending index, and the workflows' open markers (shared.workflows.sweep_open):
-    # two listings whatever the history holds
-    assert store.calls["list"] - before.get("list", 0) == 2
+    # pending/, the time pass's two bounded listings (due scheduled/ buckets, unique/),
+    # flow control's two (parked/, waiting-for/) and the workflows' open markers
+    # (shared.workflows.sweep_open): six listings whatever the history holds
+    assert store.calls["list"] - before.get("list", 0) == 6
     assert store.calls["read"] - before.get("read", 0) == 3
 
 

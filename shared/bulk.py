@@ -1,0 +1,184 @@
+"""Bulk retry and cancel: select jobs from the cheapest index, then act, paced.
+
+Cost is O(matching jobs), never a walk of jobs/: the candidates come from job ids given,
+a batch's markers (batches/<b>/), the pending index (queued, running) or the ended index
+(ended/<status>/<YYYYMMDD>/<id>: failed and cancelled jobs by day, written by a finish
+hook before the pending marker goes, so a crash leaves it to the sweep's repeat of the
+hooks). An index is only a hint: each candidate's record is read and the filters are
+checked on it, so an entry that went stale (a retried job) selects nothing. Acting is a
+policy transition with a CAS (shared.control); a job that changed meanwhile is skipped.
+Re-running the same command continues where an interrupted one stopped: the jobs it
+already moved no longer match.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from shared import flow_policy as fp
+from shared import job_queue
+from shared.errors import CorruptRecord, IllegalTransition, InvalidInput, LostRace, NotFound
+from shared.jobs import JobRecord, JobStatus
+from shared.storage import Store
+
+ACTS_ON: dict[str, tuple[JobStatus, ...]] = {
+    "retry": (JobStatus.FAILED, JobStatus.CANCELLED),
+    "cancel": (JobStatus.QUEUED, JobStatus.RUNNING),
+}
+DEFAULT_SINCE = timedelta(days=7)
+"""How far back the ended index is read when neither --since nor --batch bounds it."""
+_READERS = 8
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Which jobs: ids, or a batch, and/or a status, a pipeline, a time (all must hold)."""
+
+    job_ids: tuple[str, ...] = ()
+    batch: str | None = None
+    status: JobStatus | None = None
+    pipeline: str | None = None
+    since: datetime | None = None
+
+    @property
+    def is_bulk(self) -> bool:
+        return bool(self.batch or self.status or self.pipeline or self.since) or (
+            len(self.job_ids) > 1
+        )
+
+
+@dataclass
+class BulkResult:
+    """What an act did: the jobs moved, the ones that changed meanwhile, the errors."""
+
+    acted: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def parse_since(text: str, now: datetime) -> datetime:
+    """'24h', '7d', '30m' before now, or an ISO date/time (UTC if no zone)."""
+    units = {"m": 60, "h": 3600, "d": 86400}
+    body = text.strip()
+    if body[:-1].isdigit() and body[-1:] in units:
+        return now - timedelta(seconds=int(body[:-1]) * units[body[-1]])
+    try:
+        at = datetime.fromisoformat(body)
+    except ValueError:
+        raise InvalidInput(
+            f"--since {text!r} is neither a duration (30m, 24h, 7d) nor an ISO time", "since"
+        ) from None
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at
+
+
+def check(selector: Selector, action: str) -> None:
+    """InvalidInput when the selector cannot mean anything for this action."""
+    allowed = ACTS_ON[action]
+    if selector.status is not None and selector.status not in allowed:
+        raise InvalidInput(
+            f"{action} acts on {' or '.join(allowed)} jobs, not {selector.status}", "status"
+        )
+    if not (selector.job_ids or selector.is_bulk):
+        raise InvalidInput("name job ids, or --batch, --status, --pipeline or --since", "jobs")
+
+
+def select(store: Store, selector: Selector, action: str, now: datetime) -> list[JobRecord]:
+    """The records the action would move, oldest first."""
+    check(selector, action)
+    ids = sorted(set(candidates(store, selector, action, now)))
+    records = [r for r in _read_all(store, ids) if r is not None]
+    chosen = [r for r in records if matches(r, selector, action)]
+    return sorted(chosen, key=lambda r: (str(r.get("updated_at")), str(r.get("id"))))
+
+
+def candidates(store: Store, selector: Selector, action: str, now: datetime) -> Iterable[str]:
+    """Job ids from the narrowest index the selector allows."""
+    if selector.job_ids:
+        return selector.job_ids
+    if selector.batch is not None:
+        return store.list_batch(selector.batch)
+    statuses = (selector.status,) if selector.status is not None else ACTS_ON[action]
+    ids: list[str] = []
+    if any(s in fp.ENDED_STATUSES for s in statuses):
+        since = selector.since or now - DEFAULT_SINCE
+        days = _days(since, now)
+        for status in statuses:
+            if status not in fp.ENDED_STATUSES:
+                continue
+            for day in days:
+                prefix = fp.ended_day_prefix(status, day)
+                ids += [b.name[len(prefix) :] for b in store.list_blobs(prefix)]
+    if any(s in (JobStatus.QUEUED, JobStatus.RUNNING) for s in statuses):
+        ids += [entry.job_id for entry in store.list_pending()]
+    return ids
+
+
+def matches(record: JobRecord, selector: Selector, action: str) -> bool:
+    status = record.get("status")
+    if status not in ACTS_ON[action]:
+        return False
+    if selector.status is not None and status != selector.status:
+        return False
+    if selector.pipeline is not None and record.get("pipeline") != selector.pipeline:
+        return False
+    if selector.batch is not None and record.get("batch_id") != selector.batch:
+        return False
+    if selector.since is not None:
+        field_name = "updated_at" if status in fp.ENDED_STATUSES else "created_at"
+        at = job_queue.parse_time(record.get(field_name))
+        if at is None or at < selector.since:
+            return False
+    return True
+
+
+def act(
+    records: list[JobRecord],
+    one: Callable[[str], object],
+    *,
+    per_s: float,
+    progress: Callable[[int, int], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> BulkResult:
+    """Apply `one` (a retry or a cancel) to each job, at most `per_s` a second."""
+    result = BulkResult()
+    for n, record in enumerate(records, 1):
+        job_id = str(record.get("id"))
+        try:
+            one(job_id)
+        except (IllegalTransition, NotFound):
+            result.skipped.append(job_id)  # changed meanwhile: nothing to do any more
+        except (LostRace, CorruptRecord) as exc:
+            result.errors[job_id] = str(exc)
+        else:
+            result.acted.append(job_id)
+        if progress is not None:
+            progress(n, len(records))
+        if n < len(records):
+            sleep(1.0 / per_s)
+    return result
+
+
+def _days(since: datetime, now: datetime) -> list[datetime]:
+    first = since.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    out = []
+    while first <= now:
+        out.append(first)
+        first += timedelta(days=1)
+    return out
+
+
+def _read_all(store: Store, ids: list[str]) -> list[JobRecord | None]:
+    def read(job_id: str) -> JobRecord | None:
+        try:
+            return store.read(job_id).record
+        except (NotFound, CorruptRecord, InvalidInput):
+            return None
+
+    if len(ids) <= 1:
+        return [read(i) for i in ids]
+    with ThreadPoolExecutor(max_workers=min(_READERS, len(ids))) as pool:
+        return list(pool.map(read, ids))

@@ -1,0 +1,133 @@
+"""Delayed jobs: the hour-bucketed index `scheduled/<YYYYMMDDTHH>/<id>` and its release.
+
+A job whose run_at lies ahead is NOT in pending/ while it waits: the drain, the sweep's
+rescue pass and the status reads never see it, and no doorbell is held through the delay
+(Pub/Sub has no delayed delivery; an unacked message would only be redelivered early).
+The sweep lists only the buckets up to the current hour: objects.list's endOffset
+"filter[s] results to objects whose names are lexicographically before endOffset"
+(https://cloud.google.com/storage/docs/json_api/v1/objects/list), so the far-future
+buckets are never read. It moves each due job into pending/ (marker first), rings it,
+then deletes its scheduled marker. A crash between those steps leaves both markers: the
+next sweep moves the job again (idempotent) or finds it started and drops the marker.
+
+No cursor object is needed: a released bucket is emptied, so the listing below the
+current hour only ever holds what is due (or leftovers the sweep is about to repair).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from shared import finish, job_queue, timing
+from shared.errors import CorruptRecord, DoorbellError, IllegalTransition, LostRace, NotFound
+from shared.logs import get_logger
+
+if TYPE_CHECKING:
+    from shared.config import Settings
+    from shared.doorbell import Ringer
+    from shared.jobs import JobRecord
+    from shared.storage import Store
+
+log = get_logger(__name__)
+
+
+def place(store: Store, record: JobRecord, now: datetime) -> bool:
+    """Write the scheduled marker of a job that is not due yet (before its record, as
+    the pending marker would be); False when the job is due now (use pending/)."""
+    run_at = timing.run_at_of(dict(record), now)
+    if run_at is None or run_at <= now:
+        return False
+    store.put_blob(timing.scheduled_name(str(record["id"]), run_at), b"", generation=0)
+    return True
+
+
+@dataclass
+class Released:
+    """What one pass over the due buckets did."""
+
+    examined: int = 0
+    released: int = 0
+    expired: int = 0
+    repaired: int = 0
+    truncated: bool = False
+
+
+def release_due(
+    store: Store, doorbell: Ringer, settings: Settings, now: datetime | None = None
+) -> Released:
+    """Move due delayed jobs into pending/ and ring them (the sweep calls this first)."""
+    now = now or datetime.now(UTC)
+    out = Released()
+    limit = settings.sweep_max_jobs
+    infos = store.list_blobs(
+        timing.SCHEDULED_PREFIX, end_before=timing.scheduled_end(now), limit=limit
+    )
+    out.truncated = len(infos) >= limit
+    for info in infos:
+        out.examined += 1
+        job_id = timing.scheduled_job_id(info.name)
+        try:
+            _release_one(store, doorbell, settings, now, info.name, job_id, info.created, out)
+        except Exception as exc:  # one odd entry must not stop the others
+            log.error("could not release a delayed job", job_id=job_id, error=repr(exc))
+    return out
+
+
+def _release_one(
+    store: Store,
+    doorbell: Ringer,
+    settings: Settings,
+    now: datetime,
+    name: str,
+    job_id: str,
+    created: datetime | None,
+    out: Released,
+) -> None:
+    try:
+        stored = store.read(job_id)
+    except NotFound:  # a crashed submit (marker, no record) once past the grace
+        if created is not None and (now - _aware(created)).total_seconds() > (
+            settings.orphan_marker_grace_seconds
+        ):
+            store.delete_blob(name)
+            out.repaired += 1
+        return
+    except CorruptRecord:
+        log.error("corrupt delayed record left for a person", job_id=job_id)
+        return
+    job = stored.record
+    if job_queue.is_terminal(job) or job.get("status") != "queued":
+        if not job_queue.is_terminal(job):  # started early (a stray doorbell): rescuable
+            store.add_pending(job_id)
+        store.delete_blob(name)  # cancelled while waiting, or already started
+        out.repaired += 1
+        return
+    if not job_queue.is_due(job, now, skew_s=settings.clock_skew_seconds):
+        run_at = timing.run_at_of(dict(job), now)
+        if run_at is not None and timing.scheduled_name(job_id, run_at) != name:
+            # a replayed submit moved run_at to a later hour: index it there, drop this one
+            store.put_blob(timing.scheduled_name(job_id, run_at), b"", generation=0)
+            store.delete_blob(name)
+            out.repaired += 1
+        return  # later this hour
+    store.add_pending(job_id)  # marker first: from here on the usual rules keep it
+    if timing.expired(dict(job), now):
+        try:
+            ended = store.update({**job, **job_queue.expire_fields(job, now)}, stored.generation)
+        except (LostRace, IllegalTransition):
+            return  # someone else moved it; the next pass looks again
+        finish.after_terminal(store, doorbell, ended.record)
+        out.expired += 1
+    else:
+        try:
+            doorbell.ring(job_id, job.get("traceparent"))
+        except DoorbellError as exc:  # the marker is in pending/: the sweep re-rings
+            log.warning("doorbell failed for a released job", job_id=job_id, error=exc.reason)
+        out.released += 1
+    store.delete_blob(name)
+
+
+def _aware(when: datetime) -> datetime:
+    return when if when.tzinfo else when.replace(tzinfo=UTC)

@@ -1,0 +1,139 @@
+"""A cron schedule's tick becomes exactly one job.
+
+Cloud Scheduler delivers at least once and sends each tick's scheduled time in the
+`X-CloudScheduler-ScheduleTime` header ("the job schedule time in RFC3339 UTC 'Zulu'
+format", Cloud Scheduler API reference, HttpTarget/AppEngineHttpTarget `headers`:
+https://cloud.google.com/scheduler/docs/reference/rest/v1/projects.locations.jobs). The
+job id is derived from the schedule name and that time (shared.timing.tick_job_id) and
+the record is create-only, so a retried or duplicated tick lands on the same job.
+
+Overlap `skip`: a tick while the schedule's previous run is still pending creates
+nothing. The previous run is named by `schedules/<name>/last` (a small pointer written
+by compare-and-swap after each created run; one write per tick, far below GCS's ~1
+write/s per object).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from shared import submission, timing
+from shared.errors import AlreadyExists, CorruptRecord, InvalidInput, LostRace, NotFound
+from shared.logs import get_logger
+from shared.schedules import Schedule
+
+if TYPE_CHECKING:
+    from shared.doorbell import Ringer
+    from shared.storage import Store
+
+log = get_logger(__name__)
+
+SCHEDULE_TIME_HEADER = "X-CloudScheduler-ScheduleTime"
+
+
+@dataclass(frozen=True)
+class Tick:
+    """What one delivered tick did."""
+
+    schedule: str
+    tick: datetime
+    job_id: str
+    created: bool
+    skipped_for: str | None = None  # overlap "skip": the run still pending
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "schedule": self.schedule,
+            "scheduled_time": self.tick.isoformat(),
+            "id": self.job_id,
+            "created": self.created,
+            "skipped": self.skipped_for is not None,
+        }
+        if self.skipped_for is not None:
+            out["running"] = self.skipped_for
+        else:
+            out["status_url"] = f"/jobs/{self.job_id}"
+        return out
+
+
+def parse_tick_time(schedule: Schedule, header: str | None) -> datetime:
+    """The tick's time from the header; InvalidInput when absent, unzoned or not a tick."""
+    if not header:
+        raise InvalidInput(f"the {SCHEDULE_TIME_HEADER} header is required", "schedule time")
+    try:
+        when = timing.parse_zoned(header, SCHEDULE_TIME_HEADER)
+    except ValueError as exc:
+        raise InvalidInput(str(exc), "schedule time") from None
+    when = when.replace(microsecond=0)
+    if schedule.last_at_or_before(when) != when:
+        raise InvalidInput(
+            f"{header} is not a tick of schedule {schedule.name!r} ({schedule.cron})",
+            "schedule time",
+        )
+    return when
+
+
+def fire(store: Store, doorbell: Ringer, schedule: Schedule, tick: datetime, now: datetime) -> Tick:
+    """Create (or find) the job of one tick, unless a `skip` schedule's run is pending."""
+    job_id = timing.tick_job_id(schedule.name, tick)
+    last = last_run(store, schedule.name)
+    previous = str(last["job_id"]) if last else None
+    if schedule.overlap == "skip" and previous not in (None, job_id) and _pending(store, previous):
+        log.info("tick skipped: the previous run is pending", schedule=schedule.name)
+        return Tick(schedule.name, tick, job_id, False, skipped_for=previous)
+    spec = submission.JobSpec(schedule.pipeline, schedule.payload, client_id=job_id)
+    result = submission.submit(
+        store, doorbell, submission.Submission(jobs=(spec,), batch_id=None, is_batch=False), now
+    )
+    _set_last(store, schedule.name, job_id, tick)
+    return Tick(schedule.name, tick, job_id, result.created)
+
+
+def last_run(store: Store, name: str) -> dict[str, Any] | None:
+    """{"job_id", "tick"} of the schedule's newest run, or None."""
+    try:
+        data = json.loads(store.read_blob(_pointer(name)).data)
+    except (NotFound, ValueError):
+        return None
+    return data if isinstance(data, dict) and "job_id" in data else None
+
+
+def _pending(store: Store, job_id: str) -> bool:
+    try:
+        return store.read(job_id).record.get("status") in ("queued", "running")
+    except NotFound:
+        return False
+    except CorruptRecord:
+        return True  # cannot tell: do not overlap it
+
+
+def _set_last(store: Store, name: str, job_id: str, tick: datetime) -> None:
+    """Point at this run unless a newer tick is already recorded (a late retry)."""
+    data = json.dumps({"job_id": job_id, "tick": tick.isoformat()}).encode()
+    for _ in range(3):
+        try:
+            blob = store.read_blob(_pointer(name))
+        except NotFound:
+            try:
+                store.put_blob(_pointer(name), data, generation=0)
+                return
+            except AlreadyExists:
+                continue
+        try:
+            old = json.loads(blob.data)
+            if str(old.get("tick", "")) >= tick.isoformat():
+                return
+        except (ValueError, AttributeError):
+            pass
+        try:
+            store.put_blob(_pointer(name), data, generation=blob.generation)
+            return
+        except LostRace:
+            continue
+
+
+def _pointer(name: str) -> str:
+    return f"schedules/{name}/last"

@@ -1,0 +1,99 @@
+"""Cron schedules: loading the one file (a bad one fails with a reason), next/last ticks
+in the schedule's zone, and a tick becoming exactly one job (skip never overlaps)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared import job_queue, schedules, ticks
+from shared.errors import InvalidInput
+from shared.storage_memory import MemoryStore
+from tests.unit.unit_support import Bell
+
+ROOT = Path(__file__).resolve().parents[2]
+GOOD = {
+    "name": "nightly",
+    "cron": "0 3 * * *",
+    "time_zone": "Europe/Paris",
+    "pipeline": "demo",
+    "payload": {"stages": 1},
+    "overlap": "skip",
+}
+
+
+def test_the_repos_schedules_file_loads() -> None:
+    loaded = schedules.load(ROOT / "pipelines" / "schedules.json", ["demo"])
+    assert [s.name for s in loaded] == ["demo-hourly"]
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"cron": "61 * * * *"}, "invalid cron expression"),
+        ({"cron": "every day"}, "invalid cron expression"),
+        ({"time_zone": "Mars/Olympus"}, "unknown time zone"),
+        ({"overlap": "queue"}, "overlap must be one of"),
+        ({"pipeline": "nope"}, "pipeline 'nope' is unknown"),
+        ({"name": "Bad Name"}, "must be lowercase"),
+        ({"extra": 1}, "unknown key"),
+    ],
+)
+def test_a_bad_schedules_file_fails_with_a_reason(
+    tmp_path: Path, change: dict[str, Any], reason: str
+) -> None:
+    path = tmp_path / "schedules.json"
+    path.write_text(json.dumps({"schedules": [{**GOOD, **change}]}))
+    with pytest.raises(InvalidInput) as caught:
+        schedules.load(path, ["demo"])
+    assert reason in caught.value.reason and "schedules[0]" in caught.value.reason
+
+
+def test_ticks_follow_the_schedules_zone_across_dst() -> None:
+    (nightly,) = schedules.parse({"schedules": [GOOD]})
+    winter = nightly.next_after(datetime(2026, 1, 10, 12, tzinfo=UTC))
+    summer = nightly.next_after(datetime(2026, 7, 10, 12, tzinfo=UTC))
+    assert (winter.hour, summer.hour) == (2, 1)  # 03:00 Paris is 02:00Z / 01:00Z
+    assert nightly.last_at_or_before(summer) == summer
+
+
+def test_a_header_that_is_not_a_tick_is_refused() -> None:
+    (nightly,) = schedules.parse({"schedules": [GOOD]})
+    assert ticks.parse_tick_time(nightly, "2026-01-11T02:00:00Z").hour == 2
+    for bad in (None, "2026-01-11T02:00:00", "2026-01-11T02:05:00Z"):
+        with pytest.raises(InvalidInput):
+            ticks.parse_tick_time(nightly, bad)
+
+
+def test_a_tick_delivered_twice_is_one_job_and_skip_does_not_overlap() -> None:
+    store, bell = MemoryStore(), Bell()
+    (nightly,) = schedules.parse({"schedules": [GOOD]})
+    first = datetime(2026, 1, 11, 2, tzinfo=UTC)
+    a = ticks.fire(store, bell, nightly, first, first)
+    again = ticks.fire(store, bell, nightly, first, first)
+    assert a.created and not again.created and a.job_id == again.job_id
+    assert len(store.list_pending()) == 1 and bell.rung == [a.job_id]
+    second = nightly.next_after(first)
+    skipped = ticks.fire(store, bell, nightly, second, second)
+    assert skipped.skipped_for == a.job_id and not skipped.created
+    stored = store.read(a.job_id)
+    done = {**stored.record, **job_queue.claim_fields(stored.record, "o", second)}
+    stored = store.update(done, stored.generation)
+    done = {**stored.record, **job_queue.done_fields(stored.record, second, {})}
+    store.update(done, stored.generation)
+    third = nightly.next_after(second)
+    ran = ticks.fire(store, bell, nightly, third, third)
+    assert ran.created and ticks.last_run(store, "nightly")["job_id"] == ran.job_id  # type: ignore[index]
+
+
+def test_the_file_is_found_beside_the_deployments_pipelines(tmp_path: Path) -> None:
+    assert schedules.schedules_file({"RECLAIM_SCHEDULES_FILE": "/x.json"}) == Path("/x.json")
+    found = schedules.schedules_file({"RECLAIM_PIPELINE_MODULES": "pipelines.csv_summary"})
+    assert found == ROOT / "pipelines" / "schedules.json"
+    assert schedules.schedules_file({"RECLAIM_PIPELINE_MODULES": "no_such_pkg"}) == (
+        schedules.DEFAULT_FILE
+    )
