@@ -29,6 +29,7 @@ ORDER = (
     "cost",
     "imports",
     "flow",
+    "workflows",
 )
 
 

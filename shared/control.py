@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from shared import finish, job_queue, metrics, records
+from shared import finish, job_queue, metrics, records, workflows
 from shared.clock import Clock
 from shared.doorbell import Ringer
 from shared.errors import DoorbellError, JobNotFound, LostRace, NotFound
@@ -91,7 +91,7 @@ def retry(
             job, now, by=by, default_max_attempts=default_max_attempts
         ),
         clock,
-        before_write=lambda: store.add_pending(job_id),
+        before_write=lambda job: _before_retry(store, job_id, job),
     )
     trace = stored.record.get("traceparent")
     log.info("retried", job_id=job_id, by=by, traceparent=trace)
@@ -108,12 +108,17 @@ def retry(
     return Retried(stored.record)
 
 
+def _before_retry(store: Store, job_id: str, job: JobRecord) -> None:
+    store.add_pending(job_id)
+    workflows.reopen_for_retry(store, job)  # a batch with on_complete waits for it again
+
+
 def _transition(
     store: Store,
     job_id: str,
     fields_of: Callable[[JobRecord, datetime], JobRecord],
     clock: Clock,
-    before_write: Callable[[], None] | None = None,
+    before_write: Callable[[JobRecord], None] | None = None,
 ) -> Stored:
     """Read, apply a policy builder, CAS; on LostRace read again (a few times)."""
     records.validate_job_id(job_id)
@@ -124,7 +129,7 @@ def _transition(
             raise JobNotFound(job_id) from None
         new: JobRecord = {**stored.record, **fields_of(stored.record, clock())}
         if before_write is not None:
-            before_write()
+            before_write(stored.record)
         try:
             return store.update(new, stored.generation)
         except LostRace:

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from shared import uniqueness
+from shared import uniqueness, workflows
 from shared.errors import StorageError
 from shared.logs import get_logger
 
@@ -37,6 +37,8 @@ HOOKS: tuple[AfterTerminal, ...] = (
     uniqueness.release_on_terminal,  # time (issue 11): a "while pending" unique key goes
     lambda store, bell, record: _flow().record_ended(store, bell, record),  # flow: bulk index
     lambda store, bell, record: _flow().release(store, bell, record),  # flow: free the place
+    workflows.batch_hook,  # the last member of a batch with on_complete creates the callback
+    workflows.release_hook,  # release (or cancel) the children waiting on this job
 )
 
 

@@ -31,7 +31,11 @@ class JobStatus(StrEnum):
     FAILED = "failed"
     """Gave up: a permanent error or out of attempts. Retry (by a person) -> queued."""
     CANCELLED = "cancelled"
-    """Stopped by a person. Retry (by a person) -> queued."""
+    """Stopped by a person (or by a failed parent). Retry (by a person) -> queued."""
+    WAITING = "waiting"
+    """Waiting on its parents (``depends_on``): never claimable, burns no attempt, the
+    watchdog leaves it alone. The last parent's end releases it (-> queued) or, when a
+    parent failed and on_parent_failure is "cancel", cancels it (shared.workflows)."""
 
 
 MEMBER_MISSING = "missing"
@@ -55,6 +59,7 @@ HistoryEvent = Literal[
     "failed",
     "cancelled",
     "retried",
+    "released",
 ]
 """The events a record's history lists, oldest first."""
 
@@ -156,3 +161,21 @@ class JobRecord(TypedDict, total=False):
     """Starts per window for its key (else its pipeline's), e.g. "5/s"."""
     rate_token: str | None
     """The rate token this job reserved in the window of its not_before."""
+    # --- workflows (shared.workflows; docs/workflows.md)
+    depends_on: list[str]
+    """Parent job ids: the job waits until every one is terminal."""
+    on_parent_failure: Literal["cancel", "run"]
+    """What a failed or cancelled parent does to this job (default cancel)."""
+    parent_failure: ParentFailure | None
+    """The parent whose failure cancelled (or did not stop) this job."""
+    callback_of: str
+    """The batch whose completion created this job (an on_complete callback)."""
+    batch_has_callback: bool
+    """A member of a batch with on_complete: its end is counted (shared.workflows)."""
+
+
+class ParentFailure(TypedDict):
+    """Which parent ended badly, and how."""
+
+    parent: str
+    status: str

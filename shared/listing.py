@@ -41,7 +41,7 @@ def list_jobs(
     """
     if batch is not None:
         ids: list[str] = store.list_batch(batch)
-    elif status in job_queue.PENDING_STATUSES:
+    elif status in (*job_queue.PENDING_STATUSES, *job_queue.WAITING_STATUSES):
         ids = pending_ids(store)
     else:
         ids = store.list_jobs()

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from shared import finish, flow, gates, job_queue, metrics, records, timing
+from shared import faults, finish, flow, gates, job_queue, metrics, records, timing
 from shared.budget import PushBudget
 from shared.clock import Clock, utcnow
 from shared.config import Settings
@@ -370,6 +370,7 @@ class _Job:
                 self.r.store,
                 stopped=self._stopped,
                 result=result,
+                record=self.job,  # workflows: parents' results, the callback's batch
             )
             fn(ctx)
             _require_plain(state, result)
@@ -547,6 +548,7 @@ class _Job:
     def _after_terminal(self, final: Stored) -> None:
         """What follows the terminal write, then the pending marker (the sweep repeats
         whatever a crash here leaves undone: shared.finish)."""
+        faults.kill_if("after-terminal", self.job_id)  # test-only (shared.faults)
         finish.after_terminal(self.r.store, self.r.doorbell, final.record, logger=self.log)
 
     def _outcome(self, kind: OutcomeKind, detail: str = "") -> Outcome:

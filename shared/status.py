@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from shared import job_queue, records
+from shared import job_queue, records, workflows
 from shared.config import Settings
 from shared.doorbell import Ringer
 from shared.errors import (
@@ -66,12 +66,14 @@ class JobView:
     record: JobRecord
     max_attempts: int  # the job's own, else the deployment's
     watchdog: WatchdogAction | None = None
+    children: tuple[str, ...] = ()  # workflows: jobs that named this one in depends_on
 
     def to_json(self) -> dict[str, Any]:
         """The public view (GET /jobs/<id>, `reclaim status`)."""
         body = render_job(self.record, self.max_attempts)
         if self.watchdog:
             body["watchdog"] = self.watchdog
+        body.update(_workflow_view(self.record, self.children))
         return body
 
 
@@ -83,6 +85,7 @@ class BatchView:
     batch_id: str
     members: list[dict[str, Any]]
     truncated: bool  # the batch has more members than one read lists
+    on_complete: dict[str, Any] | None = None  # workflows: {pipeline, id, status} of the callback
 
     @property
     def counts(self) -> dict[str, int]:
@@ -103,6 +106,7 @@ class BatchView:
             "done": self.done,
             "truncated": self.truncated,
             "jobs": self.members,
+            **({"on_complete": self.on_complete} if self.on_complete is not None else {}),
         }
 
 
@@ -120,7 +124,8 @@ def read_job(
         raise
     action, stored = _watchdog(store, doorbell, settings, stored, now)
     max_attempts = job_queue.max_attempts_of(stored.record, settings.max_attempts)
-    return JobView(stored.record, max_attempts, action)
+    children = tuple(workflows.children_of(store, job_id))
+    return JobView(stored.record, max_attempts, action, children)
 
 
 def read_batch(
@@ -137,7 +142,12 @@ def read_batch(
         members = [m for m in found if m is not None]
     if not members:  # only stray markers: no record names this batch
         raise BatchNotFound(batch_id)
-    return BatchView(batch_id, members, truncated=len(ids) >= BATCH_LIST_LIMIT)
+    return BatchView(
+        batch_id,
+        members,
+        truncated=len(ids) >= BATCH_LIST_LIMIT,
+        on_complete=workflows.batch_on_complete(store, batch_id),
+    )
 
 
 FLOW_VIEW_FIELDS = ("concurrency_key", "max_running", "rate")
@@ -155,6 +165,17 @@ def render_job(record: JobRecord, max_attempts: int) -> dict[str, Any]:
     # flow control, only when the job has them
     body.update({k: record.get(k) for k in FLOW_VIEW_FIELDS if record.get(k) is not None})
     return body
+
+
+_WORKFLOW_FIELDS = ("depends_on", "on_parent_failure", "parent_failure", "callback_of")
+
+
+def _workflow_view(record: JobRecord, children: tuple[str, ...]) -> dict[str, Any]:
+    """Parents, children and what a parent's failure did: only the fields a job has."""
+    out: dict[str, Any] = {k: record.get(k) for k in _WORKFLOW_FIELDS if record.get(k) is not None}
+    if children:
+        out["children"] = list(children)
+    return out
 
 
 def _member(

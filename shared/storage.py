@@ -90,6 +90,7 @@ INDEX_PREFIXES: tuple[str, ...] = (
     "paused/",
     "parked/",
     "ended/",  # flow control
+    "workflows/",  # callbacks and dependencies (shared.workflow_graph documents the layout)
 )
 
 

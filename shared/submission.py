@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from shared import delayed, records, timing, tracing, uniqueness
+from shared import delayed, records, timing, tracing, uniqueness, workflows
+from shared import workflow_graph as graph
 from shared.config import Settings
 from shared.doorbell import Ringer
 from shared.errors import (
@@ -44,11 +45,14 @@ _T = TypeVar("_T")
 _R = TypeVar("_R")
 
 JOB_KEYS = (
-    frozenset({"pipeline", "payload", "id", "batch_id", "max_attempts"})
+    frozenset(
+        {"pipeline", "payload", "id", "batch_id", "max_attempts", "depends_on", "on_parent_failure"}
+    )
     | timing.TIME_KEYS
     | FLOW_KEYS
 )
-BATCH_KEYS = frozenset({"batch_id", "jobs"})
+BATCH_KEYS = frozenset({"batch_id", "jobs", "on_complete"})
+CALLBACK_KEYS = frozenset({"pipeline", "payload"})
 MAX_ATTEMPTS = 100
 MAX_PAYLOAD_BYTES = 256 * 1024
 UPLOAD_PIPELINE = "upload-digest"
@@ -70,6 +74,9 @@ class JobSpec:
     max_attempts: int | None = None
     times: timing.TimeSpec = dataclasses.field(default_factory=timing.TimeSpec)  # issue 11
     flow: tuple[tuple[str, Any], ...] = ()  # flow control fields, as given (validated)
+    depends_on: tuple[str, ...] = ()  # workflows: parent ids (docs/workflows.md)
+    on_parent_failure: str | None = None
+    with_callback: bool = False  # workflows: a member of a batch with on_complete
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,7 @@ class Submission:
     jobs: tuple[JobSpec, ...]
     batch_id: str | None
     is_batch: bool
+    on_complete: JsonObject | None = None  # workflows: the batch's callback {pipeline, payload}
 
 
 @dataclass(frozen=True)
@@ -193,10 +201,40 @@ def _parse_batch(body: dict[str, Any], settings: Settings, known: set[str]) -> S
             problems.append(f"jobs[{i}].batch_id: put batch_id on the batch, not on a job")
         specs.append(spec)
     _check_duplicate_ids(specs, problems)
+    on_complete = _parse_on_complete(body.get("on_complete"), known, problems)
+    _check_cycles(specs, problems)
     _raise_if(problems)
     batch_id = batch_id or _batch_id_for(specs)
-    specs = [dataclasses.replace(s, batch_id=batch_id) for s in specs]
-    return Submission(jobs=tuple(specs), batch_id=batch_id, is_batch=True)
+    specs = [
+        dataclasses.replace(s, batch_id=batch_id, with_callback=on_complete is not None)
+        for s in specs
+    ]
+    return Submission(jobs=tuple(specs), batch_id=batch_id, is_batch=True, on_complete=on_complete)
+
+
+def _parse_on_complete(value: Any, known: set[str], problems: list[str]) -> JsonObject | None:
+    """A batch's callback: a pipeline and its payload, checked like a job's."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        problems.append(f"on_complete must be a JSON object, not {_kind(value)}")
+        return None
+    unknown = sorted(set(value) - CALLBACK_KEYS)
+    if unknown:
+        problems.append(
+            f"on_complete: unknown key(s) {_names(unknown)}; allowed: pipeline, payload"
+        )
+        return None
+    spec = _parse_job(value, "on_complete.", known, problems)
+    return None if spec is None else {"pipeline": spec.pipeline, "payload": spec.payload}
+
+
+def _check_cycles(specs: list[JobSpec], problems: list[str]) -> None:
+    """A dependency cycle among the jobs of one submit is a 400 naming its jobs."""
+    edges = {s.client_id: s.depends_on for s in specs if s.client_id is not None}
+    looped = graph.cycles(edges)
+    if looped:
+        problems.append(f"depends_on has a cycle through {_names(looped)}")
 
 
 def _parse_job(job: Any, where: str, known: set[str], problems: list[str]) -> JobSpec | None:
@@ -227,10 +265,24 @@ def _parse_job(job: Any, where: str, known: set[str], problems: list[str]) -> Jo
         problems.append(f"{where}max_attempts must be an integer from 1 to {MAX_ATTEMPTS}")
     times = timing.parse_fields(job, where, problems)  # time (issue 11)
     check_flow_fields(job, where, problems)  # flow control
+    depends_on = graph.parse_depends_on(job.get("depends_on"), where, problems)  # workflows
+    on_parent_failure = graph.parse_parent_failure(job, where, problems)
+    if client_id is not None and client_id in depends_on:
+        problems.append(f"{where}depends_on has a cycle through {client_id}")
     if len(problems) > before:
         return None
     flow = tuple((k, job[k]) for k in sorted(FLOW_KEYS) if job.get(k) is not None)
-    return JobSpec(str(pipeline), payload, client_id, batch_id, max_attempts, times, flow)
+    return JobSpec(
+        str(pipeline),
+        payload,
+        client_id,
+        batch_id,
+        max_attempts,
+        times,
+        flow,
+        depends_on,
+        on_parent_failure,
+    )
 
 
 def _check_payload(
@@ -313,16 +365,24 @@ def submit(
     header), or a new trace of its own when the request carried none."""
     planned = _plan(store, submission)
     todo = [(job_id, spec) for job_id, spec, found in planned if found is None]
+    _check_parents(store, submission)  # workflows: an unknown parent is a 400, nothing written
     traces = {job_id: tracing.for_job(traceparent).traceparent for job_id, _ in todo}
     # every record is built (and so checked) before the first write
-    built = [(spec, _new_record(job_id, spec, now, traces[job_id])) for job_id, spec in todo]
+    built = [
+        (spec, _with_workflow(_new_record(job_id, spec, now, traces[job_id]), spec, submission))
+        for job_id, spec in todo
+    ]
+    _write_workflow_markers(store, submission, todo)  # before any record (shared.workflows)
     _map(lambda p: _mark_batch(store, p[0], p[1]), [(i, s) for i, s, f in planned if f])
     created: dict[str, SubmittedJob] = {}
     for start in range(0, len(built), RING_EVERY):  # a big batch starts running while it
         part = built[start : start + RING_EVERY]
         chunk = _create_all(store, part)  # is written
         created.update((str(rec["id"]), o) for (_s, rec), o in zip(part, chunk, strict=True))
-        _ring(doorbell, [o for o in chunk if o.created and not o.scheduled], submission.is_batch)
+        due = [o for o in chunk if o.created and not o.scheduled and o.status != JobStatus.WAITING]
+        _ring(doorbell, due, submission.is_batch)
+    waiting = [o.job_id for o in created.values() if o.created and o.status == JobStatus.WAITING]
+    workflows.settle_new(store, doorbell, waiting)  # parents that ended before the child existed
     jobs = tuple(found or created[job_id] for job_id, _spec, found in planned)
     for job in jobs:
         log.info(
@@ -417,11 +477,16 @@ def _compare(job_id: str, spec: JobSpec, record: JobRecord) -> SubmittedJob | st
         "pipeline": record.get("pipeline"),
         "payload": record.get("payload"),
         "batch_id": record.get("batch_id"),
+        # workflows: a replay must ask for the same parents and the same batch callback
+        "depends_on": record.get("depends_on") or [],
+        "on_complete": bool(record.get("batch_has_callback")),
     }
     for key, mine in (
         ("pipeline", spec.pipeline),
         ("payload", spec.payload),
         ("batch_id", spec.batch_id),
+        ("depends_on", list(spec.depends_on)),
+        ("on_complete", spec.with_callback),
     ):
         if theirs[key] != mine:
             return (
@@ -508,6 +573,58 @@ def _create_one(store: Store, spec: JobSpec, record: JobRecord) -> SubmittedJob 
 def record_now(record: JobRecord) -> datetime:
     """The submit's clock, as stamped on the new record (created_at)."""
     return datetime.fromisoformat(str(record["created_at"]))
+
+
+# ------------------------------------------------------------------ workflows (shared.workflows)
+
+
+def _check_parents(store: Store, submission: Submission) -> None:
+    """Parents outside this submit must exist: InvalidSubmission lists those that do not."""
+    here = {spec.client_id for spec in submission.jobs if spec.client_id is not None}
+    outside = sorted({p for spec in submission.jobs for p in spec.depends_on} - here)
+    found = _map(lambda p: _exists(store, p), outside)
+    missing = [p for p, ok in zip(outside, found, strict=True) if not ok]
+    if missing:
+        raise InvalidSubmission(
+            f"depends_on names unknown job(s): {_names(missing[:_MAX_PROBLEMS])}",
+            [f"unknown parent {p!r}" for p in missing[:_MAX_PROBLEMS]],
+        )
+
+
+def _exists(store: Store, job_id: str) -> bool:
+    try:
+        store.read(job_id)
+    except NotFound:
+        return False
+    except CorruptRecord:
+        return True  # it exists; the child waits until a person repairs it
+    return True
+
+
+def _with_workflow(record: JobRecord, spec: JobSpec, submission: Submission) -> JobRecord:
+    """A child waits for its parents; a member of a batch with on_complete says so."""
+    if spec.depends_on:
+        record["status"] = JobStatus.WAITING
+        record["depends_on"] = list(spec.depends_on)
+        record["on_parent_failure"] = "run" if spec.on_parent_failure == "run" else "cancel"
+    if spec.with_callback:
+        record["batch_has_callback"] = True
+    return record
+
+
+def _write_workflow_markers(
+    store: Store, submission: Submission, todo: list[tuple[str, JobSpec]]
+) -> None:
+    """The seal, open markers and dependency edges, all before the first record."""
+    with_callback = submission.on_complete is not None
+    if with_callback and submission.batch_id is not None:
+        assert submission.on_complete is not None
+        workflows.write_seal(store, submission.batch_id, submission.on_complete)
+    names = [
+        workflows.marker_names(spec.batch_id, with_callback, job_id, spec.depends_on)
+        for job_id, spec in todo
+    ]
+    _map(lambda group: workflows.write_markers(store, group), [n for n in names if n])
 
 
 def _mark_batch(store: Store, job_id: str, spec: JobSpec) -> None:

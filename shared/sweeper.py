@@ -35,11 +35,11 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from shared import delayed, expiry, job_queue, metrics, uniqueness
+from shared import delayed, expiry, job_queue, metrics, uniqueness, workflows
 from shared.config import Settings
 from shared.doorbell import Ringer
 from shared.errors import CorruptRecord, InvalidInput, NotFound, ReclaimError, StorageError
-from shared.jobs import JobRecord
+from shared.jobs import JobRecord, JobStatus
 from shared.logs import get_logger
 from shared.pipelines import pipeline_names
 from shared.recovery import recover_one
@@ -120,6 +120,7 @@ def run_once(
     side.join()
     _merge_time_pass(result, timed)
     _sweep_flow(store, doorbell)  # flow control: parked and waiting jobs
+    result.repaired += _workflow_repairs(store, doorbell, settings, now, entries)
     result.elapsed = monotonic() - start
     _log_gauges(pending, now, settings, truncated=result.truncated)
     log.info(
@@ -191,6 +192,8 @@ def _sweep_entry(
     if expiry.expire_if_due(store, doorbell, stored, now) is not None:  # time (issue 11)
         result.expired += 1
         return None
+    if stored.record.get("status") == JobStatus.WAITING:  # workflows: parents that ended
+        return workflows.settle(store, doorbell, stored)  # without releasing it (a crash)
     done = recover_one(store, doorbell, stored, settings, now, clean_marker=True)
     if done.unmarked:
         result.repaired += 1
@@ -241,6 +244,24 @@ def _sweep_flow(store: Store, doorbell: Ringer) -> None:
         return
     if any(rung.values()):
         log.info("flow sweep rang held-back jobs", parked=rung["parked"], waiters=rung["waiters"])
+
+
+def _workflow_repairs(
+    store: Store, doorbell: Ringer, settings: Settings, now: datetime, entries: list[PendingEntry]
+) -> int:
+    """Batches whose callback a stray open marker holds back (shared.workflows.sweep_open)."""
+    try:
+        return workflows.sweep_open(
+            store,
+            doorbell,
+            {e.job_id for e in entries},
+            now,
+            grace_s=settings.orphan_marker_grace_seconds,
+            limit=settings.sweep_max_jobs,
+        )
+    except ReclaimError as exc:  # the next run tries again
+        log.warning("workflow repair failed", error=f"{type(exc).__name__}: {exc}")
+        return 0
 
 
 def _save_cursor(store: Store, cursor: str) -> None:

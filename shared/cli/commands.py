@@ -273,6 +273,7 @@ def _show_progress(
 
 def _finish_watch(ctx: Context, snapshot: dict[str, str], verdict: str) -> int:
     """Name the jobs that need a person, then the exit code."""
+    _show_callback(ctx)
     if verdict == "ok":
         return EXIT_OK
     for status in (JobStatus.FAILED, MEMBER_UNREADABLE):
@@ -283,7 +284,24 @@ def _finish_watch(ctx: Context, snapshot: dict[str, str], verdict: str) -> int:
     return EXIT_FAILED
 
 
+CALLBACK_WAIT_S = 10.0
+"""How long `watch` waits for a settled batch's callback (the last member's end creates it)."""
+
+
+def _show_callback(ctx: Context) -> None:
+    """Workflows: the batch's on_complete callback, once the batch has settled."""
+    on_complete = ctx.watched_callback
+    deadline = time.monotonic() + CALLBACK_WAIT_S
+    while on_complete and on_complete.get("id") is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+        on_complete = ctx.queue(ring=False).get_batch(ctx.args.batch).on_complete
+    if on_complete and not ctx.as_json:
+        shown = on_complete.get("id") or "not created yet (the sweep repairs it)"
+        print(f"on_complete: {shown} {on_complete.get('status') or ''}".rstrip(), file=sys.stderr)
+
+
 def _batch_snapshot(ctx: Context, batch: str) -> dict[str, str]:
     """job id -> status of every member, through the queue's batch read (O(batch))."""
     view = ctx.queue(ring=False).get_batch(batch)
+    ctx.watched_callback = view.on_complete
     return {str(job["id"]): str(job.get("status")) for job in view.members}

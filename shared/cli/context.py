@@ -59,6 +59,7 @@ class Context:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.as_json = bool(getattr(args, "json", False))
+        self.watched_callback: dict[str, Any] | None = None  # workflows: `watch`'s on_complete
         env = dict(os.environ)
         for flag, var in (
             ("project", "RECLAIM_PROJECT"),

@@ -172,6 +172,12 @@ def job_text(record: Mapping[str, Any], default_max_attempts: int | None = None)
         ("result", record.get("result")),
     ]
     fields += [("outputs", record.get("outputs") or None), ("watchdog", record.get("watchdog"))]
+    fields += [  # workflows (docs/workflows.md)
+        ("parents", ", ".join(map(str, record.get("depends_on") or [])) or None),
+        ("children", ", ".join(map(str, record.get("children") or [])) or None),
+        ("parent failure", record.get("parent_failure")),
+        ("callback of", record.get("callback_of")),
+    ]
     width = max(len(k) for k, _ in fields)
     lines = [f"{k.ljust(width)}  {_cell(v)}" for k, v in fields if v not in (None, "", {})]
     error = record.get("error")

@@ -16,7 +16,7 @@ from typing import Any
 from shared import job_queue, metrics
 from shared.dashboard.figures import Figures
 from shared.errors import BatchNotFound, InvalidInput
-from shared.jobs import JobRecord, JobStatus
+from shared.jobs import JobRecord
 from shared.pipelines import pipeline_names
 from shared.queue import Queue
 
@@ -25,7 +25,16 @@ PENDING_LIMIT = 2000
 ACTIVE_BATCHES_SHOWN = 20
 WINDOW_STEPS = 60
 STEP_S = 60
-PROGRESS_ORDER = ("done", "failed", "cancelled", "running", "queued", "missing", "unreadable")
+PROGRESS_ORDER = (
+    "done",
+    "failed",
+    "cancelled",
+    "running",
+    "queued",
+    "waiting",
+    "missing",
+    "unreadable",
+)
 
 
 @dataclass
@@ -275,7 +284,7 @@ def stage_durations(steps: list[Step]) -> list[tuple[str, float]]:
 def actions(record: JobRecord) -> list[str]:
     """The buttons a job's page offers: the facade's transitions that are legal now."""
     status = record.get("status")
-    if status in (JobStatus.QUEUED, JobStatus.RUNNING):
+    if status in job_queue.CANCELLABLE_STATUSES:
         return ["cancel"]
     if status in job_queue.RETRYABLE_STATUSES:
         return ["retry"]

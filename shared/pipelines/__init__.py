@@ -65,9 +65,9 @@ def load_modules(names: Iterable[str]) -> None:
 
 
 def _register_builtins() -> None:
-    from shared.pipelines import demo, upload_digest
+    from shared.pipelines import demo, upload_digest, webhook
 
-    for pipeline in (demo.PIPELINE, upload_digest.PIPELINE):
+    for pipeline in (demo.PIPELINE, upload_digest.PIPELINE, webhook.PIPELINE):
         if pipeline.name not in _REGISTRY:
             register(pipeline)
 

@@ -47,6 +47,7 @@ class StageContext:
         *,
         stopped: Callable[[], bool] | None = None,
         result: dict[str, Any] | None = None,
+        record: Mapping[str, Any] | None = None,
     ):
         self.job_id = job_id
         self.payload: dict[str, Any] = copy.deepcopy(dict(payload))
@@ -57,6 +58,28 @@ class StageContext:
         self.store = store
         self.result: dict[str, Any] = {} if result is None else result
         self._stopped = stopped or (lambda: False)
+        self._record: Mapping[str, Any] = record or {}
+
+    # --- workflows (docs/workflows.md): read when asked, so a plain stage pays nothing
+
+    @property
+    def parent_failure(self) -> Mapping[str, Any] | None:
+        """The parent that failed when this job runs anyway (on_parent_failure "run")."""
+        found = self._record.get("parent_failure")
+        return found if isinstance(found, Mapping) else None
+
+    def parents(self) -> dict[str, dict[str, Any]]:
+        """Each parent (depends_on) id -> its status, result and outputs."""
+        from shared.workflows import parent_results
+
+        return parent_results(self.store, self._record)
+
+    def batch_members(self) -> list[dict[str, Any]]:
+        """For an on_complete callback: each member's id, status and result reference."""
+        from shared.workflows import batch_members
+
+        batch_id = self._record.get("callback_of")
+        return batch_members(self.store, str(batch_id)) if batch_id else []
 
     def check(self) -> None:
         """Raise Stopped if this owner lost the job, or the instance is shutting down (the

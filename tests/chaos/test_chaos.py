@@ -18,6 +18,10 @@ only), every done job's result written by its final owner and attempt (history
 never goes back to an older attempt, so no zombie commit), every output the result
 names exists and was written by the attempt it names, no job of a gracefully
 reclaimed instance left to the staleness rescue, no pending marker left over.
+
+Workflows ride along: each batch names an on_complete callback and every tenth job
+depends on the job before it. Every batch's callback fires exactly once, no child is
+claimed before its parent is done, and a child of a failed parent is cancelled unrun.
 """
 
 from __future__ import annotations
@@ -60,6 +64,10 @@ SWEEP_S = 2.0
 MAX_ATTEMPTS = 6
 RECLAIMS = ("graceful", "hard", "graceful", "hard")  # shuffled by the seed
 DEADLINE_S = 150.0
+CHILD_EVERY = 10  # every tenth job depends on the job before it (same batch: BATCH % 10 == 0)
+CALLBACK = {"pipeline": "demo", "payload": {"stages": 2, "sleep_s": 1.5}}
+"""Each batch's callback is real work at the storm's tail (3 s): a platform reclaim due
+late still finds a serving instance, and it may land on a callback."""
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]
 
@@ -75,6 +83,7 @@ class Chaos:
     """Jobs running on a gracefully reclaimed instance: (owner, attempt) at the SIGTERM."""
     zombie: int | None = None
     zombie_jobs: dict[str, tuple[str, int]] = field(default_factory=dict)
+    batches: list[str] = field(default_factory=list)
     paused_at: float | None = None
     resumed_at: float | None = None
     next_kill: float = 5.0
@@ -100,20 +109,24 @@ def _jobs(rng: random.Random) -> list[dict[str, Any]]:
         jobs.append(
             {"id": f"chaos-{rng.getrandbits(64):016x}", "pipeline": "demo", "payload": payload}
         )
+        if len(jobs) % CHILD_EVERY == 0:  # workflows: wait for the job before
+            jobs[-1]["depends_on"] = [jobs[-2]["id"]]
     return jobs
 
 
 def _submit(url: str, jobs: list[dict[str, Any]], chaos: Chaos) -> list[str]:
     """POST one batch; a 503 (storage faults outlasted the retry) is replayed: ids make
     it idempotent."""
-    body = json.dumps({"jobs": jobs}).encode()
+    body = json.dumps({"jobs": jobs, "on_complete": CALLBACK}).encode()
     for _ in range(10):
         req = urllib.request.Request(
             url, data=body, method="POST", headers={"Content-Type": "application/json"}
         )
         try:
             with urllib.request.urlopen(req, timeout=60) as resp:
-                return [str(j["id"]) for j in json.loads(resp.read())["jobs"]]
+                answer = json.loads(resp.read())
+                chaos.batches.append(str(answer["batch_id"]))
+                return [str(j["id"]) for j in answer["jobs"]]
         except urllib.error.HTTPError as exc:
             if exc.code != 503:
                 raise AssertionError(
@@ -202,7 +215,9 @@ def _maybe_kill(
     if mode == "graceful":
         chaos.handed.update(busy[index])
     chaos.kills.append((index, mode))
-    chaos.next_kill = now + rng.uniform(4.0, 9.0)
+    # every reclaim lands while the ~25 s of work lasts: spaced 4-9 s, the fourth could
+    # come after the last job ended and find no serving instance ("no storm")
+    chaos.next_kill = now + rng.uniform(3.0, 6.0)
     signal = "SIGTERM (a graceful" if mode == "graceful" else "SIGKILL (a hard"
     print(chaos.say(f"t={now:.1f}s {signal} platform reclaim) claim-{index} {sorted(busy[index])}"))
 
@@ -239,6 +254,46 @@ def _check_done(job_id: str, rec: dict[str, Any], watch: Watch, chaos: Chaos) ->
         assert name == f"outputs/{job_id}/{entry['attempt']}/stage-{stage}.json", chaos.say(name)
         body = json.loads(watch.output(name))
         assert body == {"job_id": job_id, "stage": stage, "attempt": entry["attempt"]}
+
+
+def _cancelled_by_parent(job: dict[str, Any], records: dict[str, dict[str, Any]]) -> bool:
+    """A child whose parent did not end done: cancelled, never claimed, the parent named."""
+    if not job.get("depends_on"):
+        return False
+    (parent,) = job["depends_on"]
+    return records[parent].get("status") != "done"
+
+
+def _check_child(job: dict[str, Any], records: dict[str, dict[str, Any]], chaos: Chaos) -> None:
+    """No child claimed before its parent was done; a failed parent cancels it unrun."""
+    (parent,) = job["depends_on"]
+    rec, prec = records[job["id"]], records[parent]
+    if prec["status"] != "done":
+        assert rec["status"] == "cancelled" and rec.get("attempts") == 0, chaos.say(
+            f"{job['id']}: parent {parent} {prec['status']}, child {rec['status']}"
+        )
+        assert rec.get("parent_failure", {}).get("parent") == parent, chaos.say(str(rec))
+        return
+    done_at = max(e["at"] for e in prec["history"] if e["event"] == "done")
+    claims = [e["at"] for e in rec.get("history") or [] if e["event"] == "claimed"]
+    assert claims and min(claims) >= done_at, chaos.say(
+        f"{job['id']} claimed at {min(claims or [''])} before its parent was done at {done_at}"
+    )
+
+
+def _callbacks(watch: Watch, chaos: Chaos) -> dict[str, list[dict[str, Any]]]:
+    """batch id -> its callback records, once each has ended (bounded wait)."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for _ in range(int(10 * SWEEP_S / 0.5)):
+        cb_ids = [i for i in watch.stored_ids() if i.startswith("cb-")]
+        records = watch.snapshot(cb_ids)
+        found = {b: [] for b in chaos.batches}
+        for rec in records.values():
+            found.setdefault(str(rec.get("callback_of")), []).append(rec)
+        if all(found[b] for b in chaos.batches) and all_terminal(records):
+            break
+        time.sleep(0.5)
+    return found
 
 
 def _budget(rec: dict[str, Any]) -> int:
@@ -413,10 +468,20 @@ def test_every_job_survives_the_storm(
     # the invariants
     assert all_terminal(records), chaos.say(f"not every job is terminal: {dict(counts)}")
     for job, job_id in zip(jobs, ids, strict=True):
+        if job.get("depends_on"):
+            _check_child(job, records, chaos)
+        if _cancelled_by_parent(job, records):
+            continue
         _check_record(job_id, records[job_id], watch, chaos)
         _expected_outcome(job, records[job_id], chaos)
+    callbacks = _callbacks(watch, chaos)
+    fired = {b: len(callbacks.get(b, [])) for b in chaos.batches}
+    assert set(fired.values()) == {1}, chaos.say(f"callbacks per batch {fired}")
+    assert all(c[0]["status"] == "done" for c in callbacks.values()), chaos.say(str(callbacks))
+    cb_ids = {str(c[0]["id"]) for c in callbacks.values()}
     stored = watch.stored_ids()
-    assert stored == set(ids), chaos.say(f"records beyond the jobs: {stored - set(ids)}")
+    extra = stored - set(ids) - cb_ids
+    assert not extra, chaos.say(f"records beyond the jobs and callbacks: {extra}")
     stale = _never_left_to_staleness(records, chaos)
     assert stale == [], chaos.say(f"gracefully reclaimed, yet rescued once stale: {stale}")
     assert _pending_drained(watch) == [], chaos.say("pending markers left over")

@@ -88,8 +88,14 @@ def test_the_fields_are_the_codes() -> None:
     assert set(schema("BatchRequest")["properties"]) == submission.BATCH_KEYS
     assert schema("Status")["enum"] == list(JobStatus)
     view = {"id", *status._VIEW_FIELDS, "max_attempts", "outputs", "status_url", "watchdog"}
-    # the time and flow-control fields: only when the job has them
-    optional = {"watchdog", *status._TIME_FIELDS, *status.FLOW_VIEW_FIELDS}
+    # the time, flow-control and workflow fields: only when the job has them
+    optional = {
+        "watchdog",
+        "children",
+        *status._TIME_FIELDS,
+        *status.FLOW_VIEW_FIELDS,
+        *status._WORKFLOW_FIELDS,
+    }
     assert set(schema("Job")["properties"]) == view | optional
     assert set(schema("Job")["required"]) == view - optional
     error = job_queue.error_info(

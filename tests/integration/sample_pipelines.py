@@ -28,3 +28,15 @@ def _last(ctx: StageContext) -> None:
 
 
 register(Pipeline("nap", stages=[("first", _first), ("nap", _nap), ("last", _last)]), replace=True)
+
+
+def _collect(ctx: StageContext) -> None:
+    """Workflows: the parents' results as the context gives them, and its own tag."""
+    ctx.result.update(
+        tag=ctx.payload.get("tag"),
+        parents={p: v.get("result") for p, v in ctx.parents().items()},
+        members=len(ctx.batch_members()),
+    )
+
+
+register(Pipeline("collect", stages=[("collect", _collect)]), replace=True)

@@ -270,7 +270,7 @@ def test_without_the_setting_the_archive_does_not_know_your_pipeline(tmp_path: P
         "from shared.pipelines import pipeline_names\n"
         "print(sorted(pipeline_names()), 'pipelines.csv_summary' in sys.modules)"
     )
-    assert _run_clean(probe, unpacked, tmp_path) == "['demo', 'upload-digest'] False"
+    assert _run_clean(probe, unpacked, tmp_path) == "['demo', 'upload-digest', 'webhook'] False"
 
 
 _OPENAPI_PROBE = r"""

@@ -18,7 +18,15 @@ def test_duration_formats() -> None:
 
 def test_counts_include_every_known_status() -> None:
     counts = r.count_statuses(["done", "done", "failed", "weird"])
-    assert counts == {"queued": 0, "running": 0, "done": 2, "failed": 1, "cancelled": 0, "weird": 1}
+    assert counts == {
+        "queued": 0,
+        "running": 0,
+        "done": 2,
+        "failed": 1,
+        "cancelled": 0,
+        "waiting": 0,
+        "weird": 1,
+    }
     assert r.terminal_count(counts) == 3
 
 

@@ -25,6 +25,7 @@ DOCS = [
     ROOT / "docs" / "operating.md",
     ROOT / "docs" / "proof.md",
     ROOT / "docs" / "local-cloud.md",
+    ROOT / "docs" / "workflows.md",
     ROOT / "local" / "pubsub_emulator" / "README.md",
     ROOT / "terraform" / "README.md",
 ]

@@ -46,8 +46,12 @@ def apply(record: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_states_is_the_one_list() -> None:
-    assert set(JobStatus) == set(q.PENDING_STATUSES) | set(q.TERMINAL_STATUSES)
+    assert set(JobStatus) == (
+        set(q.PENDING_STATUSES) | set(q.TERMINAL_STATUSES) | set(q.WAITING_STATUSES)
+    )
     assert q.PENDING_STATUSES == ("queued", "running")
+    assert q.WAITING_STATUSES == ("waiting",)
+    assert q.CANCELLABLE_STATUSES == ("queued", "running", "waiting")
     assert q.TERMINAL_STATUSES == ("done", "failed", "cancelled")
     assert set(q.RETRYABLE_STATUSES) < set(q.TERMINAL_STATUSES)
 
@@ -345,7 +349,8 @@ def test_not_before_does_not_matter_for_running_jobs() -> None:
 
 
 def test_is_terminal() -> None:
-    assert [q.is_terminal(job(status=s)) for s in JobStatus] == [False, False, True, True, True]
+    statuses = [q.is_terminal(job(status=s)) for s in JobStatus]
+    assert statuses == [False, False, True, True, True, False]
 
 
 def test_owns_checks_status_owner_and_attempt() -> None:
