@@ -11,7 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from shared import finish, job_queue, metrics, records, workflows
+from shared import (
+    finish,
+    job_queue,
+    lifecycle,  # noqa: F401 - installs the features' hooks and gates
+    metrics,
+    records,
+    workflows,
+)
 from shared.clock import Clock
 from shared.doorbell import Ringer
 from shared.errors import DoorbellError, JobNotFound, LostRace, NotFound

@@ -20,7 +20,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from shared import finish, job_queue, timing
+from shared import (
+    finish,
+    job_queue,
+    lifecycle,  # noqa: F401 - installs the features' hooks and gates
+    timing,
+)
 from shared.errors import CorruptRecord, DoorbellError, IllegalTransition, LostRace, NotFound
 from shared.logs import get_logger
 

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from shared import uniqueness, workflows
 from shared.errors import StorageError
 from shared.logs import get_logger
 
@@ -32,20 +31,9 @@ log = get_logger(__name__)
 AfterTerminal = Callable[["Store", "Ringer | None", "JobRecord"], None]
 """A hook: (store, doorbell or None when the caller has none, the terminal record)."""
 
-# Each feature adds its hook here, one line each, in the order they must run.
-HOOKS: tuple[AfterTerminal, ...] = (
-    uniqueness.release_on_terminal,  # time (issue 11): a "while pending" unique key goes
-    lambda store, bell, record: _flow().record_ended(store, bell, record),  # flow: bulk index
-    lambda store, bell, record: _flow().release(store, bell, record),  # flow: free the place
-    workflows.batch_hook,  # the last member of a batch with on_complete creates the callback
-    workflows.release_hook,  # release (or cancel) the children waiting on this job
-)
-
-
-def _flow() -> Any:
-    from shared import flow  # imported late: flow reads pipelines, which import widely
-
-    return flow
+HOOKS: tuple[AfterTerminal, ...] | None = None
+"""The features' hooks in the order they run, installed by shared.lifecycle (None: not
+yet, and then nothing may end a job here: the caller leaves the marker for the sweep)."""
 
 
 def after_terminal(
@@ -62,6 +50,9 @@ def after_terminal(
     """
     lg = logger or log
     job_id = str(record.get("id"))
+    if HOOKS is None:  # a caller that skipped shared.lifecycle: never drop the marker blind
+        lg.error("the features' hooks are not installed; the sweep finishes this", job_id=job_id)
+        return False
     for hook in HOOKS:
         try:
             hook(store, doorbell, record)

@@ -11,9 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
-
-from shared import expiry
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from shared.clock import Clock
@@ -39,23 +37,14 @@ Gate = Callable[[GateContext], "Outcome | None"]
 """None lets the claim go on; an Outcome answers the delivery instead (the gate has done
 whatever it needed: parked, deferred, ended the job)."""
 
-# Each feature adds its gate here, one line each, in the order they must run.
-GATES: tuple[Gate, ...] = (
-    expiry.gate,  # time (issue 11): an expired job ends instead of running
-    lambda ctx: _flow().pause_gate(ctx),  # flow control: a paused pipeline parks the job
-    lambda ctx: _flow().limit_gate(ctx),  # flow control: at its key's limit, waits
-    lambda ctx: _flow().rate_gate(ctx),  # flow control: over its rate, deferred (last)
-)
-
-
-def _flow() -> Any:
-    from shared import flow  # imported late: flow reads pipelines, which import widely
-
-    return flow
+GATES: tuple[Gate, ...] | None = None
+"""The features' gates in the order they run, installed by shared.lifecycle."""
 
 
 def check(ctx: GateContext) -> Outcome | None:
     """The first gate's decision, or None when every gate lets the claim go on."""
+    if GATES is None:
+        raise RuntimeError("shared.lifecycle was not imported: the features' gates are missing")
     for gate in GATES:
         decided = gate(ctx)
         if decided is not None:

@@ -11,7 +11,13 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from shared import finish, flow, job_queue, metrics
+from shared import (
+    finish,
+    flow,
+    job_queue,
+    lifecycle,  # noqa: F401 - installs the features' hooks and gates
+    metrics,
+)
 from shared.config import Settings
 from shared.doorbell import Ringer
 from shared.errors import AttemptsExhausted, DoorbellError, LostRace, NotFound

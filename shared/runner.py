@@ -30,7 +30,17 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from shared import faults, finish, flow, gates, job_queue, metrics, records, timing
+from shared import (
+    faults,
+    finish,
+    flow,
+    gates,
+    job_queue,
+    lifecycle,  # noqa: F401 - installs the features' hooks and gates
+    metrics,
+    records,
+    timing,
+)
 from shared.budget import PushBudget
 from shared.clock import Clock, utcnow
 from shared.config import Settings

@@ -19,7 +19,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from shared import delayed, records, timing, tracing, uniqueness, workflows
+from shared import (
+    delayed,
+    lifecycle,  # noqa: F401 - installs the features' hooks and gates
+    records,
+    timing,
+    tracing,
+    uniqueness,
+    workflows,
+)
 from shared import workflow_graph as graph
 from shared.config import Settings
 from shared.doorbell import Ringer

@@ -35,7 +35,15 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from shared import delayed, expiry, job_queue, metrics, uniqueness, workflows
+from shared import (
+    delayed,
+    expiry,
+    job_queue,
+    lifecycle,  # noqa: F401 - installs the features' hooks and gates
+    metrics,
+    uniqueness,
+    workflows,
+)
 from shared.config import Settings
 from shared.doorbell import Ringer
 from shared.errors import CorruptRecord, InvalidInput, NotFound, ReclaimError, StorageError

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from shared import job_queue, records, tracing
+from shared import finish, job_queue, records, tracing
 from shared import workflow_graph as graph
 from shared.errors import AlreadyExists, Conflict, CorruptRecord, LostRace, NotFound, StorageError
 from shared.jobs import JobRecord, JobStatus, JsonObject
@@ -167,8 +167,6 @@ def _apply(
     failed: dict[str, str] | None,
 ) -> JobRecord:
     """The CAS that releases or cancels a waiting child (re-read on a lost race)."""
-    from shared import finish  # finish registers this module's hooks
-
     for _ in range(_CAS_TRIES):
         job = stored.record
         if job.get("status") != JobStatus.WAITING:

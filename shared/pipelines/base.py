@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from shared import workflows
 from shared.errors import PermanentError, Stopped
 from shared.logs import JobLogger
 
@@ -70,16 +71,12 @@ class StageContext:
 
     def parents(self) -> dict[str, dict[str, Any]]:
         """Each parent (depends_on) id -> its status, result and outputs."""
-        from shared.workflows import parent_results
-
-        return parent_results(self.store, self._record)
+        return workflows.parent_results(self.store, self._record)
 
     def batch_members(self) -> list[dict[str, Any]]:
         """For an on_complete callback: each member's id, status and result reference."""
-        from shared.workflows import batch_members
-
         batch_id = self._record.get("callback_of")
-        return batch_members(self.store, str(batch_id)) if batch_id else []
+        return workflows.batch_members(self.store, str(batch_id)) if batch_id else []
 
     def check(self) -> None:
         """Raise Stopped if this owner lost the job, or the instance is shutting down (the

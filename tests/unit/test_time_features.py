@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from shared import finish, sweeper, timing, uniqueness
+from shared import lifecycle, sweeper, timing, uniqueness
 from shared.errors import InvalidSubmission
 from shared.outcome import OutcomeKind
 from shared.pipelines import StageContext
@@ -129,7 +129,7 @@ def test_a_leaked_key_is_taken_over_after_the_grace_and_repaired_by_the_sweep() 
 
 
 def test_the_release_hook_is_registered_and_idempotent() -> None:
-    assert uniqueness.release_on_terminal in finish.HOOKS
+    assert uniqueness.release_on_terminal in lifecycle.HOOKS
     store = MemoryStore()
     job = post(store, Bell(), {"pipeline": "demo", "unique_key": "k"})
     record = store.read(job.job_id).record
