@@ -19,25 +19,14 @@ from local.cloud import LocalCloud
 from local.observe import emulator_stats
 from shared import flow
 from shared.cli import main as cli_main
-from tests.integration.test_queue_e2e import batch, job, running_on, wait_for
+from tests.integration.cloud_support import batch, fast_cloud, job, running_on, wait_for
 
 ENDS = ("done", "failed", "requeued", "handed back")
 
 
 @pytest.fixture(scope="module")
 def cloud() -> Iterator[LocalCloud]:
-    with LocalCloud.for_tests(
-        max_instances=3,
-        concurrency=4,
-        stale_seconds=3.0,
-        sweep_interval_seconds=1.0,
-        shutdown_grace_seconds=2.0,
-        function_env={
-            "RECLAIM_MIN_WRITE_INTERVAL_SECONDS": "0.2",
-            "RECLAIM_BACKOFF_BASE_SECONDS": "0",
-            "RECLAIM_BACKOFF_MAX_SECONDS": "0",
-        },
-    ) as c:
+    with fast_cloud(max_instances=3, concurrency=4) as c:
         yield c
 
 

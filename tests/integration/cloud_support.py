@@ -1,0 +1,69 @@
+"""The local cloud as the end-to-end tests run it: a fast LocalCloud on the local Cloud
+Run, and the HTTP reads and waits they share."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import requests
+
+from local.cloud import LocalCloud
+from local.procs import group_pids
+
+
+def fast_cloud(max_instances: int, concurrency: int) -> LocalCloud:
+    """Seconds-scale staleness, sweep and shutdown grace, no backoff, frequent checkpoints."""
+    return LocalCloud.for_tests(
+        max_instances=max_instances,
+        concurrency=concurrency,
+        stale_seconds=3.0,
+        sweep_interval_seconds=1.0,
+        shutdown_grace_seconds=2.0,
+        function_env={
+            "RECLAIM_MIN_WRITE_INTERVAL_SECONDS": "0.2",
+            "RECLAIM_BACKOFF_BASE_SECONDS": "0",
+            "RECLAIM_BACKOFF_MAX_SECONDS": "0",
+        },
+    )
+
+
+def wait_for(what: str, fn: Callable[[], Any], timeout: float = 90) -> Any:
+    """Poll until fn returns something truthy (a deadline, not a timing claim)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = fn()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"never saw {what} within {timeout}s")
+
+
+def owner_pid(owner: str) -> int:
+    """Owner ids are <host>-<pid>-<random>.<claim>."""
+    return int(owner.rsplit(".", 1)[0].split("-")[-2])
+
+
+def batch(cloud: LocalCloud, batch_id: str) -> dict[str, Any]:
+    resp = requests.get(f"{cloud.endpoints['submit']}/batches/{batch_id}", timeout=30)
+    assert resp.status_code == 200, resp.text
+    return dict(resp.json())
+
+
+def job(cloud: LocalCloud, job_id: str) -> dict[str, Any]:
+    resp = requests.get(f"{cloud.endpoints['submit']}/jobs/{job_id}", timeout=30)
+    assert resp.status_code == 200, resp.text
+    return dict(resp.json())
+
+
+def running_on(cloud: LocalCloud, job_ids: list[str]) -> tuple[int, str] | None:
+    """(claim instance id, job id) of a job some live instance owns right now."""
+    for index, pgid in cloud.service("claim").pids().items():
+        pids = set(group_pids(pgid))
+        for job_id in job_ids:
+            view = job(cloud, job_id)
+            owner = view.get("owner")
+            if view["status"] == "running" and owner and owner_pid(owner) in pids:
+                return index, job_id
+    return None
