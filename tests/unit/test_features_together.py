@@ -1,0 +1,48 @@
+"""The features meet on one job: what a user combining them gets (MemoryStore, the queue's
+own clock)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from shared.config import Settings
+from shared.drain import DrainGate
+from shared.jobs import JobStatus
+from shared.outcome import OutcomeKind
+from shared.queue import Queue
+from shared.slots import Slots
+from shared.storage_memory import MemoryStore
+from shared.submission import parse_submission
+from tests.unit.unit_support import Bell, Clock
+
+START = datetime(2026, 7, 26, 10, 0, tzinfo=UTC)
+
+
+def deliver(queue: Queue, job_id: str) -> OutcomeKind:
+    return queue.handle_delivery(job_id, owner="me", slots=Slots(1), gate=DrainGate()).kind
+
+
+def test_a_delayed_child_waits_for_its_parent_and_for_its_time() -> None:
+    store, bell, clock = MemoryStore(), Bell(), Clock(START)
+    settings = Settings.from_env({}, stale_seconds=30.0, drain_max_jobs=0)
+    queue = Queue(store, bell, settings, clock=clock)
+    body = {
+        "jobs": [
+            {"pipeline": "demo", "id": "parent"},
+            {"pipeline": "demo", "id": "child", "depends_on": ["parent"], "delay_seconds": 7200},
+        ]
+    }
+    queue.submit(parse_submission(body, settings))
+    assert store.read("child").record["status"] == JobStatus.WAITING
+    assert deliver(queue, "child") == OutcomeKind.SKIPPED  # waiting: never claimed
+
+    assert deliver(queue, "parent") == OutcomeKind.DONE
+    released = store.read("child").record
+    assert released["status"] == JobStatus.QUEUED  # released by its parent's end ...
+    assert deliver(queue, "child") == OutcomeKind.SKIPPED  # ... but not before its run_at
+
+    clock.advance(7200 + 60)
+    assert queue.sweep_once().released == 1  # the hour index hands it to pending/ and rings
+    assert bell.rung[-1] == "child"
+    assert deliver(queue, "child") == OutcomeKind.DONE
+    assert queue.pending() == []
