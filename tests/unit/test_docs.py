@@ -25,7 +25,10 @@ DOCS = [
     ROOT / "docs" / "operating.md",
     ROOT / "docs" / "proof.md",
     ROOT / "docs" / "local-cloud.md",
+    ROOT / "docs" / "time.md",
+    ROOT / "docs" / "flow-control.md",
     ROOT / "docs" / "workflows.md",
+    ROOT / "docs" / "seeing.md",
     ROOT / "local" / "pubsub_emulator" / "README.md",
     ROOT / "terraform" / "README.md",
 ]
@@ -86,4 +89,8 @@ def test_the_submit_answers_shown_in_the_docs_are_the_apis() -> None:
         if '"batch_id"' not in raw  # the batch answer is abridged with "..."
     ]
     assert {name for name, _ in shown} >= {"README.md", "docs/api.md", "terraform/README.md"}
-    assert [(name, sorted(body)) for name, body in shown if set(body) != keys] == []
+    optional = {"batch_id", "duplicate_of"}  # a batch member; a unique key's repeat
+    wrong = [
+        (name, sorted(body)) for name, body in shown if not keys <= set(body) <= keys | optional
+    ]
+    assert wrong == []
