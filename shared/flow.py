@@ -93,6 +93,8 @@ def pause_gate(ctx: GateContext) -> Outcome | None:
     job = ctx.stored.record
     pipeline = str(job.get("pipeline"))
     job_id = str(job.get("id"))
+    if pipeline not in pipeline_names():  # only a known pipeline can be paused; the runner
+        return None  # fails a record naming another (never a 4xx to the push)
     if not is_paused(ctx.store, pipeline):
         return None
     _create(ctx.store, fp.parked_name(pipeline, job_id))

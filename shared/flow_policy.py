@@ -175,6 +175,10 @@ def limits_of(
     rate_key = None
     if rate is not None:
         rate_key = key if key is not None else "pipeline." + str(raw.get("pipeline"))
+        try:
+            validate_key(rate_key)
+        except InvalidInput:  # a hand-edited pipeline name: the runner fails the job
+            rate, rate_key = None, None
     return Limits(key, max_running, rate, rate_key)
 
 

@@ -46,3 +46,19 @@ def test_a_delayed_child_waits_for_its_parent_and_for_its_time() -> None:
     assert bell.rung[-1] == "child"
     assert deliver(queue, "child") == OutcomeKind.DONE
     assert queue.pending() == []
+
+
+def test_a_record_naming_no_pipeline_passes_the_gates_to_the_runner() -> None:
+    """Found by tests/fuzz: a hand-edited pipeline name reached the pause and rate gates,
+    whose object names refused it, and claim answered the push 400 (a dead letter)."""
+    from shared import records
+
+    store, bell, clock = MemoryStore(), Bell(), Clock(START)
+    settings = Settings.from_env({}, stale_seconds=30.0, drain_max_jobs=0)
+    queue = Queue(store, bell, settings, clock=clock)
+    record = {**records.new_record("odd", "demo", {}, START), "pipeline": ";", "rate": "5/s"}
+    store.create(record)
+    store.add_pending("odd")
+    outcome = queue.handle_delivery("odd", owner="me", slots=Slots(1), gate=DrainGate())
+    assert outcome.kind == OutcomeKind.FAILED and "pipeline" in outcome.detail
+    assert store.read("odd").record["status"] == JobStatus.FAILED
