@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from shared import flow_policy as fp
-from shared import job_queue
+from shared import job_queue, timing
 from shared.errors import CorruptRecord, IllegalTransition, InvalidInput, LostRace, NotFound
 from shared.jobs import JobRecord, JobStatus
 from shared.storage import Store
 
 ACTS_ON: dict[str, tuple[JobStatus, ...]] = {
     "retry": (JobStatus.FAILED, JobStatus.CANCELLED),
-    "cancel": (JobStatus.QUEUED, JobStatus.RUNNING),
+    "cancel": job_queue.CANCELLABLE_STATUSES,  # queued, running, and waiting children
 }
 DEFAULT_SINCE = timedelta(days=7)
 """How far back the ended index is read when neither --since nor --batch bounds it."""
@@ -112,8 +112,11 @@ def candidates(store: Store, selector: Selector, action: str, now: datetime) -> 
             for day in days:
                 prefix = fp.ended_day_prefix(status, day)
                 ids += [b.name[len(prefix) :] for b in store.list_blobs(prefix)]
-    if any(s in (JobStatus.QUEUED, JobStatus.RUNNING) for s in statuses):
+    if any(s in job_queue.CANCELLABLE_STATUSES for s in statuses):
         ids += [entry.job_id for entry in store.list_pending()]
+    if any(s in (JobStatus.QUEUED, JobStatus.WAITING) for s in statuses):
+        # delayed jobs wait in the hour index, not in pending/ (shared.delayed)
+        ids += [b.name.rsplit("/", 1)[-1] for b in store.list_blobs(timing.SCHEDULED_PREFIX)]
     return ids
 
 

@@ -62,3 +62,26 @@ def test_a_record_naming_no_pipeline_passes_the_gates_to_the_runner() -> None:
     outcome = queue.handle_delivery("odd", owner="me", slots=Slots(1), gate=DrainGate())
     assert outcome.kind == OutcomeKind.FAILED and "pipeline" in outcome.detail
     assert store.read("odd").record["status"] == JobStatus.FAILED
+
+
+def test_a_bulk_cancel_by_pipeline_finds_delayed_jobs_and_waiting_children() -> None:
+    from shared import bulk
+
+    store, bell, clock = MemoryStore(), Bell(), Clock(START)
+    settings = Settings.from_env({}, stale_seconds=30.0, drain_max_jobs=0)
+    queue = Queue(store, bell, settings, clock=clock)
+    body = {
+        "jobs": [
+            {"pipeline": "demo", "id": "now"},
+            {"pipeline": "demo", "id": "later", "delay_seconds": 86400},  # the hour index
+            {"pipeline": "demo", "id": "child", "depends_on": ["now"]},  # waiting
+        ]
+    }
+    queue.submit(parse_submission(body, settings))
+    picked = bulk.select(store, bulk.Selector(pipeline="demo"), "cancel", START)
+    assert sorted(r["id"] for r in picked) == ["child", "later", "now"]
+    for record in picked:
+        queue.cancel(str(record["id"]), by="ops")
+    assert {store.read(i).record["status"] for i in ("now", "later", "child")} == {
+        JobStatus.CANCELLED
+    }
