@@ -7,7 +7,7 @@ import logging
 import os
 import signal
 import sys
-import threading
+import time
 from collections.abc import Sequence
 
 from local.pubsub_emulator.admin import AdminServer
@@ -137,9 +137,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"pubsub emulator: cannot listen: {exc}", file=sys.stderr)
         return 1
 
-    stop = threading.Event()
+    # The handler only appends: threading.Event.set() takes the event's lock, which the
+    # main thread may hold inside stop.wait() when the signal lands, and then the process
+    # hangs forever on its own SIGTERM (seen as an orphan after `make dev` was killed).
+    stopping: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, lambda signum, _frame: stopping.append(signum))
     pusher = Pusher(
         broker,
         args.push_concurrency,
@@ -154,7 +157,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"pubsub emulator listening on {args.host}:{port}{admin_note}", file=sys.stderr, flush=True
     )
-    while not stop.wait(TICK_SECONDS):
+    while not stopping:
+        time.sleep(TICK_SECONDS)  # a signal ends the sleep early; its handler takes no lock
+        if stopping:
+            break
         try:
             broker.tick()
         except Exception:  # keep serving; the next tick retries
