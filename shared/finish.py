@@ -35,6 +35,10 @@ HOOKS: tuple[AfterTerminal, ...] | None = None
 """The features' hooks in the order they run, installed by shared.lifecycle (None: not
 yet, and then nothing may end a job here: the caller leaves the marker for the sweep)."""
 
+REQUEUE_HOOKS: tuple[AfterTerminal, ...] | None = None
+"""What follows a write that sends a running job back to the queue (a stage error, a
+timeout, a hand-back, the watchdog's rescue): the same signature, installed likewise."""
+
 
 def after_terminal(
     store: Store,
@@ -70,3 +74,26 @@ def after_terminal(
         lg.warning("could not remove the pending marker", job_id=job_id, error=str(exc))
         return False
     return True
+
+
+def after_requeue(
+    store: Store,
+    doorbell: Ringer | None,
+    record: JobRecord,
+    *,
+    logger: logging.LoggerAdapter[logging.Logger] | None = None,
+) -> None:
+    """Run the requeue hooks for a record just sent back to the queue. The job still owes
+    work and keeps its marker; a hook that fails is only logged (what it would have given
+    back, e.g. a concurrency place, comes back by the staleness rule)."""
+    lg = logger or log
+    for hook in REQUEUE_HOOKS or ():
+        try:
+            hook(store, doorbell, record)
+        except Exception as exc:
+            lg.warning(
+                "an after-requeue step failed; the staleness rule covers it",
+                job_id=str(record.get("id")),
+                step=getattr(hook, "__qualname__", repr(hook)),
+                error=f"{type(exc).__name__}: {exc}",
+            )

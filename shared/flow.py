@@ -41,7 +41,6 @@ from shared.errors import (
     InvalidInput,
     LostRace,
     NotFound,
-    StorageError,
     UnknownPipeline,
 )
 from shared.jobs import JobRecord
@@ -384,14 +383,6 @@ def wake(store: Store, doorbell: Ringer, key: str, count: int = WAKE) -> int:
     finds the key full again leaves a new one)."""
     page = store.list_blobs(fp.waiting_prefix(key), limit=count)
     return _ring_and_drop(store, doorbell, [(b.name, fp.waiter_job_id(b.name)) for b in page])
-
-
-def released_after_requeue(store: Store, doorbell: Ringer | None, record: JobRecord) -> None:
-    """The runner's requeue and hand-back: not terminal, but the place must go back."""
-    try:
-        release(store, doorbell, record)
-    except StorageError as exc:  # the place comes back by the staleness rule anyway
-        log.warning("could not give back a place", job_id=record.get("id"), error=str(exc))
 
 
 # ------------------------------------------------------------------ terminal index

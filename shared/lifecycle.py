@@ -20,6 +20,10 @@ HOOKS: tuple[finish.AfterTerminal, ...] = (
     workflows.release_hook,  # release (or cancel) the children waiting on this job
 )
 
+REQUEUE_HOOKS: tuple[finish.AfterTerminal, ...] = (
+    flow.release,  # flow control: a requeued, handed-back or rescued job's place goes back
+)
+
 GATES: tuple[gates.Gate, ...] = (
     expiry.gate,  # time: an expired job ends instead of running
     flow.pause_gate,  # flow control: a paused pipeline parks the job
@@ -32,6 +36,8 @@ def install() -> None:
     """Put the features in place (idempotent; a test may swap them with monkeypatch)."""
     if finish.HOOKS is None:
         finish.HOOKS = HOOKS
+    if finish.REQUEUE_HOOKS is None:
+        finish.REQUEUE_HOOKS = REQUEUE_HOOKS
     if gates.GATES is None:
         gates.GATES = GATES
 

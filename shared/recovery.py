@@ -13,7 +13,6 @@ from datetime import datetime
 
 from shared import (
     finish,
-    flow,
     job_queue,
     lifecycle,  # noqa: F401 - installs the features' hooks and gates
     metrics,
@@ -104,8 +103,8 @@ def _requeue(store: Store, doorbell: Ringer, stored: Stored, now: datetime) -> R
         written = store.update(new, stored.generation)
     except (LostRace, NotFound):
         return Recovery(None, store.read(job_id))
-    if rescued:  # flow control: the silent owner's place goes back, its waiters are rung
-        flow.released_after_requeue(store, doorbell, written.record)
+    if rescued:  # what the silent owner held goes back (a concurrency place: shared.flow)
+        finish.after_requeue(store, doorbell, written.record)
     trace = job.get("traceparent")
     log.log(
         logging.WARNING if rescued else logging.INFO,

@@ -33,7 +33,6 @@ from typing import Any
 from shared import (
     faults,
     finish,
-    flow,
     gates,
     job_queue,
     lifecycle,  # noqa: F401 - installs the features' hooks and gates
@@ -470,7 +469,7 @@ class _Job:
             requeued = self.owned.finish(build, "requeued")
         except OwnerLost:
             return self._lost("requeue refused")
-        flow.released_after_requeue(self.r.store, self.r.doorbell, requeued.record)  # flow
+        finish.after_requeue(self.r.store, self.r.doorbell, requeued.record, logger=self.log)
         self.log.warning(
             "requeued after a stage error",
             error_type=error["type"],
@@ -495,7 +494,7 @@ class _Job:
             handed = self.owned.finish(build, "handed back")
         except OwnerLost:
             return self._lost("hand-back refused")
-        flow.released_after_requeue(self.r.store, self.r.doorbell, handed.record)  # flow
+        finish.after_requeue(self.r.store, self.r.doorbell, handed.record, logger=self.log)
         rang = ring(self.r.doorbell, self.job_id, self.log, self.job.get("traceparent"))
         self.log.warning(
             "handed back: the instance is shutting down",

@@ -15,7 +15,8 @@ from tests.unit.test_docs import ROOT
 CHECK = (
     "import importlib, sys; importlib.import_module(sys.argv[1]); "
     "from shared import finish, gates, lifecycle; "
-    "assert finish.HOOKS is lifecycle.HOOKS and gates.GATES is lifecycle.GATES"
+    "assert finish.HOOKS is lifecycle.HOOKS and gates.GATES is lifecycle.GATES; "
+    "assert finish.REQUEUE_HOOKS is lifecycle.REQUEUE_HOOKS"
 )
 
 
