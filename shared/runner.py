@@ -450,7 +450,7 @@ class _Job:
         self._after_terminal(final)
         return self._outcome(OutcomeKind.FAILED, error["message"])
 
-    def _retry_or_fail(self, exc: BaseException, *, stage: str) -> Outcome:
+    def _retry_or_fail(self, exc: BaseException, *, stage: str | None) -> Outcome:
         s = self.r.settings
         if self.owned.attempt >= job_queue.max_attempts_of(self.job, s.max_attempts):
             return self._fail(exc, stage=stage)
@@ -514,37 +514,17 @@ class _Job:
 
     def _time_out(self, limit: float) -> None:
         """Time (issue 11), on the deadline's thread: end this attempt by CAS while the
-        stage still runs (shared.timeouts); the stage's later writes are all refused."""
-        now = self.r.clock()
-        s = self.r.settings
+        stage still runs (shared.timeouts), as a stage error would (requeued with backoff,
+        or failed on the last attempt); the stage's later writes are all refused."""
         stage = self.log.stage
-        exc = TimedOut(f"timed out after {limit:g} s (stage {stage})")
-        last = self.owned.attempt >= job_queue.max_attempts_of(self.job, s.max_attempts)
-        error = job_queue.error_info(
-            exc, stage=stage, attempt=self.owned.attempt, now=now, retryable=not last
-        )
-        delay = job_queue.backoff_seconds(
-            self.owned.attempt, s.backoff_base_seconds, s.backoff_max_seconds
-        )
-
-        def build(job: JobRecord) -> JobRecord:
-            if last:
-                return job_queue.fail_fields(job, now, error)
-            return job_queue.requeue_fields(job, now, delay_s=delay, error=error)
-
-        try:
-            final = self.owned.finish(build, "failed" if last else "requeued")
-        except OwnerLost:
-            return  # the job already ended or moved on: nothing to bound
-        except Exception as exc2:  # a storage outage: the job goes stale and is rescued
-            self.owned.close()
-            self.log.error("timeout write failed; the watchdog rescues the job", error=repr(exc2))
-            return
         self.log.warning("timed out: the stage's late writes will be refused", limit_s=limit)
-        if last:
-            self._after_terminal(final)
-        elif delay <= 0:
-            ring(self.r.doorbell, self.job_id, self.log, self.job.get("traceparent"))
+        try:
+            self._retry_or_fail(
+                TimedOut(f"timed out after {limit:g} s (stage {stage})"), stage=stage
+            )
+        except Exception as exc:  # a storage outage: the job goes stale and is rescued
+            self.owned.close()
+            self.log.error("timeout write failed; the watchdog rescues the job", error=repr(exc))
 
     def _finished(self, outcome: metrics.Outcome) -> dict[str, Any]:
         return metrics.finished(self.job, outcome, run_s=time.monotonic() - self.started)

@@ -173,3 +173,28 @@ def test_a_marker_in_an_earlier_hour_than_its_run_at_is_moved_not_kept_forever()
     result = sweeper.run_once(store, bell, settings(), NOW + timedelta(minutes=1))
     assert result.repaired == 1 and bell.rung == []
     assert scheduled(store) == [timing.scheduled_name(job.job_id, NOW + timedelta(hours=3))]
+
+
+def test_a_timed_out_attempt_gives_back_its_concurrency_place() -> None:
+    """A timeout ends the attempt as a stage error does: the place goes back at once (not
+    only when the staleness rule frees it) and the key's waiters can start."""
+    from shared.flow_policy import place_name
+
+    released = threading.Event()
+    name = pipeline([("sleepy", lambda ctx: released.wait(5))])
+    store, bell = MemoryStore(), Bell()
+    body = {"pipeline": name, "timeout_seconds": 1, "max_attempts": 2}
+    job = post(store, bell, {**body, "concurrency_key": "k", "max_running": 1})
+    runner = threading.Thread(target=handle, args=(job.job_id, store, settings(), None, bell))
+    runner.start()
+    deadline = time.monotonic() + 10
+    while store.read(job.job_id).record["status"] != "running":
+        assert time.monotonic() < deadline, "never claimed"
+        time.sleep(0.02)
+    assert store.read_blob(place_name("k", 0)).data != b""  # held while it runs
+    while (store.read(job.job_id).record.get("error") or {}).get("type") != "TimedOut":
+        assert time.monotonic() < deadline, "the timeout did not bound the stage"
+        time.sleep(0.05)
+    assert store.read_blob(place_name("k", 0)).data == b""  # given back by the timeout
+    released.set()
+    runner.join(10)
