@@ -140,7 +140,7 @@ class CloudConfig:
     functions: Mapping[str, FunctionSpec] = field(default_factory=lambda: dict(DEFAULT_FUNCTIONS))
     start_timeout: float = 30.0
     schedules_file: Path | None = None
-    """Cron schedules ticked as Cloud Scheduler would (time, issue 11); None: no ticks
+    """Cron schedules ticked as Cloud Scheduler would (time); None: no ticks
     (tests); `make dev`: pipelines/schedules.json or $RECLAIM_SCHEDULES_FILE."""
 
     def validate(self) -> None:
@@ -303,7 +303,7 @@ class LocalCloud:
                 target=self._tick_loop, name="scheduler", daemon=True
             )
             self._scheduler.start()
-        if c.schedules_file is not None:  # time (issue 11)
+        if c.schedules_file is not None:  # time
             self._start_cron(c.schedules_file)
 
     def _start_cron(self, path: Path) -> None:

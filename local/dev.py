@@ -323,7 +323,7 @@ def config_from_env(env: Mapping[str, str]) -> CloudConfig:
     values["log_dir"] = log_dir if log_dir.is_absolute() else ROOT / log_dir
     values["functions_storage_host"] = values["functions_storage_host"] or None
     config = replace(CloudConfig(), topology=topology, **values)
-    config = replace(config, schedules_file=schedules.schedules_file(dict(env)))  # issue 11
+    config = replace(config, schedules_file=schedules.schedules_file(dict(env)))  # time
     try:
         config.validate()
     except ValueError as exc:
@@ -390,7 +390,7 @@ def plan(config: CloudConfig, env: Mapping[str, str]) -> str:
     )
     if config.sweep_interval_seconds:
         lines.append(f"  scheduler          POST sweep every {config.sweep_interval_seconds:g} s")
-    if config.schedules_file is not None:  # time (issue 11): docs/time.md
+    if config.schedules_file is not None:  # time: docs/time.md
         lines.append(f"  cron               the schedules of {config.schedules_file} (if any)")
     changed = [v for v in VARS if v.name in env and env[v.name].strip() != v.default]
     lines.append(

@@ -141,7 +141,7 @@ class JobRecord(TypedDict, total=False):
     write_id: str
     traceparent: str
     """The job's W3C trace context (shared.tracing); absent in records made before it."""
-    # --- time (issue 11, shared.timing): absent in records made without them
+    # --- time (shared.timing): absent in records made without them
     run_at: str | None
     """Not claimed before this UTC time (a delayed job)."""
     expires_at: str | None

@@ -342,7 +342,7 @@ class _Job:
             next_stage = len(stages)
         result: JsonObject = {}
         heartbeat = Heartbeat(self.owned, self.r.settings.heartbeat_tick_seconds, self.log)
-        limit = timing.timeout_of(dict(self.job), pipeline.timeout_seconds)  # time (issue 11)
+        limit = timing.timeout_of(dict(self.job), pipeline.timeout_seconds)  # time
         deadline = Deadline(limit, lambda: self._time_out(limit or 0.0))
         with heartbeat, deadline, self.r.shutdown.running(self._hand_back_from_outside):
             for index in range(next_stage, len(stages)):
@@ -513,7 +513,7 @@ class _Job:
         self._hand_back("the stage did not stop in time")
 
     def _time_out(self, limit: float) -> None:
-        """Time (issue 11), on the deadline's thread: end this attempt by CAS while the
+        """Time, on the deadline's thread: end this attempt by CAS while the
         stage still runs (shared.timeouts), as a stage error would (requeued with backoff,
         or failed on the last attempt); the stage's later writes are all refused."""
         stage = self.log.stage

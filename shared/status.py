@@ -158,7 +158,7 @@ def render_job(record: JobRecord, max_attempts: int) -> dict[str, Any]:
     """The public view of a record; tolerant of hand-edited field types."""
     body: dict[str, Any] = {"id": record.get("id")}
     body.update({k: record.get(k) for k in _VIEW_FIELDS})
-    body.update({k: record.get(k) for k in _TIME_FIELDS if k in record})  # time (issue 11)
+    body.update({k: record.get(k) for k in _TIME_FIELDS if k in record})  # time
     body["max_attempts"] = max_attempts
     body["outputs"] = _outputs(record)
     body["status_url"] = f"/jobs/{record.get('id')}"

@@ -80,10 +80,10 @@ _BLOB_NAME = re.compile(r"[A-Za-z0-9._:=@+-]+")
 # per prefix; each feature documents its own layout). Never jobs/ or outputs/: records and
 # outputs have their own typed calls.
 INDEX_PREFIXES: tuple[str, ...] = (
-    "scheduled/",  # time (issue 11): delayed jobs by hour, shared.delayed
-    "unique/",  # time (issue 11): unique-key locks, shared.uniqueness
-    "unique-sweep/",  # time (issue 11): the sweep's cursor over unique/
-    "schedules/",  # time (issue 11): each cron schedule's last tick, shared.schedules
+    "scheduled/",  # time: delayed jobs by hour, shared.delayed
+    "unique/",  # time: unique-key locks, shared.uniqueness
+    "unique-sweep/",  # time: the sweep's cursor over unique/
+    "schedules/",  # time: each cron schedule's last tick, shared.schedules
     "limits/",
     "waiting-for/",
     "rates/",

@@ -80,7 +80,7 @@ class JobSpec:
     client_id: str | None = None
     batch_id: str | None = None
     max_attempts: int | None = None
-    times: timing.TimeSpec = dataclasses.field(default_factory=timing.TimeSpec)  # issue 11
+    times: timing.TimeSpec = dataclasses.field(default_factory=timing.TimeSpec)  # time
     flow: tuple[tuple[str, Any], ...] = ()  # flow control fields, as given (validated)
     depends_on: tuple[str, ...] = ()  # workflows: parent ids (docs/workflows.md)
     on_parent_failure: str | None = None
@@ -106,8 +106,8 @@ class SubmittedJob:
     created: bool
     batch_id: str | None = None
     traceparent: str | None = None  # the job's trace (logs, doorbell); not in the answer
-    duplicate_of: str | None = None  # time (issue 11): the job holding its unique key
-    scheduled: bool = False  # time (issue 11): delayed, so its doorbell is not rung now
+    duplicate_of: str | None = None  # time: the job holding its unique key
+    scheduled: bool = False  # time: delayed, so its doorbell is not rung now
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -271,7 +271,7 @@ def _parse_job(job: Any, where: str, known: set[str], problems: list[str]) -> Jo
         type(max_attempts) is int and 1 <= max_attempts <= MAX_ATTEMPTS
     ):
         problems.append(f"{where}max_attempts must be an integer from 1 to {MAX_ATTEMPTS}")
-    times = timing.parse_fields(job, where, problems)  # time (issue 11)
+    times = timing.parse_fields(job, where, problems)  # time
     check_flow_fields(job, where, problems)  # flow control
     depends_on = graph.parse_depends_on(job.get("depends_on"), where, problems)  # workflows
     on_parent_failure = graph.parse_parent_failure(job, where, problems)
@@ -512,7 +512,7 @@ def _compare(job_id: str, spec: JobSpec, record: JobRecord) -> SubmittedJob | st
 
 def _new_record(job_id: str, spec: JobSpec, now: datetime, traceparent: str) -> JobRecord:
     """The record to create; InvalidSubmission (400) before anything is written."""
-    fields, problems = timing.resolve(spec.times, now)  # time (issue 11)
+    fields, problems = timing.resolve(spec.times, now)  # time
     if problems:
         raise InvalidSubmission(f"{spec.client_id or 'job'}: {problems[0]}", problems)
     try:
@@ -547,14 +547,13 @@ def _create_one(store: Store, spec: JobSpec, record: JobRecord) -> SubmittedJob 
     membership, so a submit that loses a race for its id (409) writes none.
     """
     job_id = str(record["id"])
-    # --- time (issue 11): a unique key taken by another job answers with that job
+    # a unique key taken by another job answers with that job
     if record.get("unique_key") is not None:
         holder = uniqueness.acquire(store, record, record_now(record))
         if holder is not None:
             status = uniqueness.holder_status(store, holder)
             return SubmittedJob(holder, status, created=False, duplicate_of=holder)
     scheduled = delayed.place(store, record, record_now(record))  # else the pending marker
-    # --- end time
     if not scheduled:
         store.add_pending(job_id)
     try:

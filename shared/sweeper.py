@@ -38,6 +38,7 @@ from typing import Any
 from shared import (
     delayed,
     expiry,
+    flow,
     job_queue,
     lifecycle,  # noqa: F401 - installs the features' hooks and gates
     metrics,
@@ -72,9 +73,9 @@ class SweepResult:
     errors: int = 0
     elapsed: float = 0.0
     truncated: bool = False  # stopped by the job or time budget; the next run continues
-    released: int = 0  # time (issue 11): delayed jobs moved into pending/ and rung
-    expired: int = 0  # time (issue 11): ended by their expiry before they started
-    unique_released: int = 0  # time (issue 11): unique locks that no longer held, removed
+    released: int = 0  # time: delayed jobs moved into pending/ and rung
+    expired: int = 0  # time: ended by their expiry before they started
+    unique_released: int = 0  # time: unique locks that no longer held, removed
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -97,7 +98,7 @@ def run_once(
     start = monotonic()
     now = now if now is not None else datetime.now(UTC)
     result = SweepResult()
-    timed = SweepResult()  # time (issue 11): its listings overlap the pending pass
+    timed = SweepResult()  # time: its listings overlap the pending pass
     side = threading.Thread(target=_time_pass, args=(store, doorbell, settings, now, timed))
     side.start()
     entries, backlog = pending_window(store, settings.sweep_max_jobs)
@@ -197,7 +198,7 @@ def _sweep_entry(
             result.corrupt.append(entry.job_id)
         log.error("corrupt record left for a person", job_id=entry.job_id, reason=exc.reason)
         return None
-    if expiry.expire_if_due(store, doorbell, stored, now) is not None:  # time (issue 11)
+    if expiry.expire_if_due(store, doorbell, stored, now) is not None:  # time
         result.expired += 1
         return None
     if stored.record.get("status") == JobStatus.WAITING:  # workflows: parents that ended
@@ -220,7 +221,7 @@ def _sweep_entry(
 def _time_pass(
     store: Store, doorbell: Ringer, settings: Settings, now: datetime, result: SweepResult
 ) -> None:
-    """Time (issue 11), beside the rescue pass: release due delayed jobs, repair unique
+    """Time, beside the rescue pass: release due delayed jobs, repair unique
     keys. A failure here is counted, never stops the rescue pass."""
     try:
         released = delayed.release_due(store, doorbell, settings, now)
@@ -243,8 +244,6 @@ def _merge_time_pass(result: SweepResult, timed: SweepResult) -> None:
 
 def _sweep_flow(store: Store, doorbell: Ringer) -> None:
     """Flow control's safety net (shared.flow.sweep); its failure is only logged."""
-    from shared import flow
-
     try:
         rung = flow.sweep(store, doorbell)
     except ReclaimError as exc:

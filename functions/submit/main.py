@@ -72,7 +72,7 @@ def submit(request: flask.Request) -> flask.Response:
     if head == "batches" and rest:
         require_method(request, ("GET",))
         return answer(200, _settings.queue().get_batch(rest).to_json())
-    if head == "schedules":  # time (issue 11): cron ticks and the schedules' view
+    if head == "schedules":  # time: cron ticks and the schedules' view
         return _schedules(request, rest)
     raise Refusal(
         404,

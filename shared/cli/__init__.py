@@ -168,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="claims this job may take before it fails (default: the deployment's)",
     )
-    when = p.add_mutually_exclusive_group()  # time (issue 11): docs/time.md
+    when = p.add_mutually_exclusive_group()  # time: docs/time.md
     when.add_argument(
         "--at", metavar="TIME", help="start at this RFC 3339 time, with a zone (run_at)"
     )

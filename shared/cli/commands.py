@@ -58,7 +58,7 @@ def submission_body(args: argparse.Namespace, payloads: list[dict[str, Any]]) ->
     job: dict[str, Any] = {"pipeline": args.pipeline}
     if args.max_attempts is not None:
         job["max_attempts"] = args.max_attempts
-    for key, value in _time_fields(args).items():  # time (issue 11)
+    for key, value in _time_fields(args).items():  # time
         job[key] = value
     if args.from_file is None:
         body = {**job, "payload": payloads[0]}
