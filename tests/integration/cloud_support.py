@@ -1,10 +1,8 @@
 """The local cloud as the end-to-end tests run it: a fast LocalCloud on the local Cloud
-Run, and the HTTP reads and waits they share."""
+Run, and the HTTP reads they share (waiting: tests.polling)."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 import requests
@@ -27,17 +25,6 @@ def fast_cloud(max_instances: int, concurrency: int) -> LocalCloud:
             "RECLAIM_BACKOFF_MAX_SECONDS": "0",
         },
     )
-
-
-def wait_for(what: str, fn: Callable[[], Any], timeout: float = 90) -> Any:
-    """Poll until fn returns something truthy (a deadline, not a timing claim)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"never saw {what} within {timeout}s")
 
 
 def owner_pid(owner: str) -> int:

@@ -19,7 +19,8 @@ from local.cloud import LocalCloud
 from local.observe import emulator_stats
 from shared import flow
 from shared.cli import main as cli_main
-from tests.integration.cloud_support import batch, fast_cloud, job, running_on, wait_for
+from tests.integration.cloud_support import batch, fast_cloud, job, running_on
+from tests.polling import wait_for
 
 ENDS = ("done", "failed", "requeued", "handed back")
 

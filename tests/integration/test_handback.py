@@ -11,8 +11,8 @@ goes on (Python cannot stop a thread) and its owner's writes are refused."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+import functools
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,6 +21,7 @@ import pytest
 from local.cloud import LocalCloud
 from local.observe import Watch, handed_back_at, instance_pids, owner_pid, running_on, submit_batch
 from shared.job_queue import checkpoint_of
+from tests import polling
 
 STALE_S = 60.0  # far beyond the test: only a hand-back can move these jobs on
 MAX_ATTEMPTS = 3
@@ -42,15 +43,7 @@ def cloud() -> Iterator[LocalCloud]:
         yield c
 
 
-def wait_for(what: str, fn: Callable[[], Any], timeout: float = 90) -> Any:
-    """Poll until fn returns something truthy (a deadline, not a timing claim)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"never saw {what} within {timeout}s")
+wait_for = functools.partial(polling.wait_for, interval=0.1)
 
 
 def history(record: dict[str, Any], event: str) -> list[dict[str, Any]]:

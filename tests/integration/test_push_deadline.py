@@ -10,8 +10,6 @@ fresh and is acked, and the job is claimed once and done once."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,19 +17,9 @@ import pytest
 from local import wiring
 from local.cloud import LocalCloud
 from local.observe import Watch, emulator_stats, submit_batch
+from tests.polling import wait_for
 
 JOB_S = 15.0  # 3 stages of 5 s: longer than either deadline below
-
-
-def wait_for(what: str, fn: Callable[[], Any], timeout: float = 90) -> Any:
-    """Poll until fn returns something truthy (a deadline, not a timing claim)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"never saw {what} within {timeout}s")
 
 
 @pytest.mark.parametrize(

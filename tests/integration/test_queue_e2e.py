@@ -21,8 +21,8 @@ from tests.integration.cloud_support import (
     fast_cloud,
     job,
     running_on,
-    wait_for,
 )
+from tests.polling import wait_for
 
 JOBS = 8
 

@@ -6,15 +6,15 @@ holds the CSV's figures. No file under shared/ knows the pipeline."""
 from __future__ import annotations
 
 import json
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import requests
 
 from local.cloud import LocalCloud
+from tests.polling import wait_for as _wait_for
 
 CSV = b"region,units,price\nnorth,3,2.5\nsouth,5,\neast,,4.0\n"
 
@@ -26,17 +26,6 @@ def cloud() -> Iterator[LocalCloud]:
         function_env={"RECLAIM_PIPELINE_MODULES": "pipelines.csv_summary"},
     ) as c:
         yield c
-
-
-def _wait_for(what: str, fn: Callable[[], Any], timeout: float = 90) -> Any:
-    """Poll until fn returns something truthy (a deadline, not a timing claim)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"never saw {what} within {timeout}s")
 
 
 def _storage(cloud: LocalCloud) -> Any:

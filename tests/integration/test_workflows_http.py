@@ -6,12 +6,13 @@ the webhook: signed, retried with backoff on a 500, refused for private addresse
 
 from __future__ import annotations
 
+import functools
 import json
 import ssl
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import trustme
 from local.cloud import LocalCloud
 from shared import webhook_delivery as wd
 from shared import workflow_graph as graph
+from tests import polling
 
 SECRET = "s3cret-" + uuid.uuid4().hex
 VICTIM = f"victim-{uuid.uuid4().hex[:8]}"
@@ -102,15 +104,7 @@ def cloud(receiver: Receiver) -> Iterator[LocalCloud]:
         yield c
 
 
-def wait_for(what: str, fn: Callable[[], Any], timeout: float = 120) -> Any:
-    """Poll until fn returns something truthy (a deadline, not a timing claim)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"never saw {what} within {timeout}s")
+wait_for = functools.partial(polling.wait_for, timeout=120, interval=0.3)
 
 
 def post(cloud: LocalCloud, body: dict[str, Any]) -> requests.Response:

@@ -5,16 +5,16 @@ clean stop. The platform's own behaviours are in test_cloudrun_platform.py."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ import pytest
 from local import wiring
 from local.cloud import DEFAULT_FUNCTIONS, ROOT, FunctionSpec, LocalCloud
 from local.procs import free_port, group_pids, spawn, stop, wait_for_port
+from tests import polling
 
 FAKE = "tests/local/fake_functions.py"
 FAKES = {name: FunctionSpec(FAKE, "echo") for name in DEFAULT_FUNCTIONS}
@@ -37,15 +38,7 @@ def _get(url: str, timeout: float = 20) -> tuple[int, dict[str, Any]]:
         return e.code, json.loads(e.read() or b"{}")
 
 
-def _wait_for(what: str, fn: Callable[[], Any], timeout: float = 30) -> Any:
-    """Poll fn until it returns something truthy (a deadline, not a timing claim)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"never saw {what} within {timeout}s")
+_wait_for = functools.partial(polling.wait_for, timeout=30, interval=0.1)
 
 
 def _seen(out_dir: Path, service: str) -> list[dict[str, Any]]:
