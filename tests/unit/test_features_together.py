@@ -18,14 +18,19 @@ from tests.unit.unit_support import Bell, Clock
 START = datetime(2026, 7, 26, 10, 0, tzinfo=UTC)
 
 
+def make_queue() -> tuple[Queue, MemoryStore, Bell, Clock]:
+    store, bell, clock = MemoryStore(), Bell(), Clock(START)
+    settings = Settings.from_env({}, stale_seconds=30.0, drain_max_jobs=0)
+    return Queue(store, bell, settings, clock=clock), store, bell, clock
+
+
 def deliver(queue: Queue, job_id: str) -> OutcomeKind:
     return queue.handle_delivery(job_id, owner="me", slots=Slots(1), gate=DrainGate()).kind
 
 
 def test_a_delayed_child_waits_for_its_parent_and_for_its_time() -> None:
-    store, bell, clock = MemoryStore(), Bell(), Clock(START)
-    settings = Settings.from_env({}, stale_seconds=30.0, drain_max_jobs=0)
-    queue = Queue(store, bell, settings, clock=clock)
+    queue, store, bell, clock = make_queue()
+    settings = queue.settings
     body = {
         "jobs": [
             {"pipeline": "demo", "id": "parent"},
@@ -53,9 +58,7 @@ def test_a_record_naming_no_pipeline_passes_the_gates_to_the_runner() -> None:
     whose object names refused it, and claim answered the push 400 (a dead letter)."""
     from shared import records
 
-    store, bell, clock = MemoryStore(), Bell(), Clock(START)
-    settings = Settings.from_env({}, stale_seconds=30.0, drain_max_jobs=0)
-    queue = Queue(store, bell, settings, clock=clock)
+    queue, store, _bell, _clock = make_queue()
     record = {**records.new_record("odd", "demo", {}, START), "pipeline": ";", "rate": "5/s"}
     store.create(record)
     store.add_pending("odd")
@@ -67,9 +70,8 @@ def test_a_record_naming_no_pipeline_passes_the_gates_to_the_runner() -> None:
 def test_a_bulk_cancel_by_pipeline_finds_delayed_jobs_and_waiting_children() -> None:
     from shared import bulk
 
-    store, bell, clock = MemoryStore(), Bell(), Clock(START)
-    settings = Settings.from_env({}, stale_seconds=30.0, drain_max_jobs=0)
-    queue = Queue(store, bell, settings, clock=clock)
+    queue, store, _bell, _clock = make_queue()
+    settings = queue.settings
     body = {
         "jobs": [
             {"pipeline": "demo", "id": "now"},
