@@ -15,6 +15,7 @@ from typing import Any
 import requests
 
 from local.cloud import LocalCloud
+from tests import polling
 
 REQUEST_TRACE = "0af7651916cd43dd8448eb211c80319c"
 TRACEPARENT = f"00-{REQUEST_TRACE}-b7ad6b7169203331-01"
@@ -65,8 +66,14 @@ def test_a_jobs_lines_across_functions_carry_one_trace() -> None:
                 break
             time.sleep(0.3)
         assert job["status"] == "done", job
-        time.sleep(1.0)  # the last lines reach the files (the children write unbuffered)
-        found = lines_about(Path(e["log_dir"]), "traced-1")
+
+        def all_written() -> dict[str, list[dict[str, Any]]] | None:
+            # the claim logs "done" after the write we saw: wait for that line to land
+            found = lines_about(Path(e["log_dir"]), "traced-1")
+            claim = {x["message"] for x in found.get("claim", [])}
+            return found if "done" in claim and {"submit", "sweep"} <= set(found) else None
+
+        found = polling.wait_for("every function's lines about the job", all_written, timeout=30)
     assert {"submit", "sweep", "claim"} <= set(found), sorted(found)
     messages = {f: [x["message"] for x in lines] for f, lines in found.items()}
     assert "job created" in messages["submit"]
