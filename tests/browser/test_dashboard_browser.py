@@ -37,6 +37,19 @@ def submit(cloud: LocalCloud, body: dict[str, Any]) -> dict[str, Any]:
     return dict(answer.json())
 
 
+def text_of(browser: Any, css: str) -> str:
+    """The text of the first element matching `css`, or "" while there is none: after a
+    click the old page may still be shown, and the live refresh swaps elements under us."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    try:
+        found = browser.find_elements(By.CSS_SELECTOR, css)
+        return str(found[0].text) if found else ""
+    except StaleElementReferenceException:
+        return ""
+
+
 def until(check: Callable[[], Any], timeout: float = 60, every: float = 0.25) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -94,17 +107,15 @@ def test_a_failed_jobs_error_shows_and_retry_requeues_it(cloud: LocalCloud, brow
     browser.get(url)
 
     def status() -> str:
-        try:
-            return str(browser.find_element(By.ID, "status").text)
-        except Exception:
-            return ""
+        return text_of(browser, "#status")
 
     until(lambda: status() == "failed", timeout=60)
-    error = until(lambda: browser.find_elements(By.CSS_SELECTOR, "#error .error"))
-    assert "PermanentError" in error[0].text or "injected" in error[0].text.lower()
+    error = until(lambda: text_of(browser, "#error .error"))
+    assert "PermanentError" in error or "injected" in error.lower()
     browser.save_screenshot(str(DOCS / "dashboard-job-failed.png"))
     browser.find_element(By.ID, "retry").click()
-    until(lambda: "retried" in browser.find_element(By.ID, "message").text, timeout=30)
+    # the click returns before the redirected page has loaded: wait for its message
+    until(lambda: "retried" in text_of(browser, "#message"), timeout=30)
     record = requests.get(cloud.endpoints["jobs"] + "/render-7", timeout=30).json()
     assert record["history"][-1]["event"] in ("retried", "claimed", "checkpoint", "done")
     assert any(h["event"] == "retried" for h in record["history"])
