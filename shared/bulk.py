@@ -64,15 +64,19 @@ def parse_since(text: str, now: datetime) -> datetime:
     """'24h', '7d', '30m' before now, or an ISO date/time (UTC if no zone)."""
     units = {"m": 60, "h": 3600, "d": 86400}
     body = text.strip()
-    if body[:-1].isdigit() and body[-1:] in units:
-        return now - timedelta(seconds=int(body[:-1]) * units[body[-1]])
     try:
+        if body[:-1].isdigit() and body[-1:] in units:
+            return now - timedelta(seconds=int(body[:-1]) * units[body[-1]])
         at = datetime.fromisoformat(body)
+        return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+    except OverflowError:  # 99999999d, or an offset that leaves the years 1 to 9999
+        raise InvalidInput(
+            f"--since {text!r} reaches outside the years 1 to 9999", "since"
+        ) from None
     except ValueError:
         raise InvalidInput(
             f"--since {text!r} is neither a duration (30m, 24h, 7d) nor an ISO time", "since"
         ) from None
-    return at.replace(tzinfo=UTC) if at.tzinfo is None else at
 
 
 def check(selector: Selector, action: str) -> None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from shared import timing
 from shared.errors import InvalidInput
 from shared.jobs import JobRecord, JobStatus
 from shared.records import validate_job_id
@@ -305,7 +306,7 @@ def holds(holder: Holder, job: JobRecord | None, now: datetime, stale_s: float) 
         return False
     status = job.get("status")
     attempts = job.get("attempts")
-    updated = _time(job.get("updated_at"))
+    updated = timing.read_time(job.get("updated_at"))
     if status == JobStatus.RUNNING and attempts == holder.attempt:
         return updated is not None and (_utc(now) - updated).total_seconds() <= stale_s
     if status == JobStatus.QUEUED and attempts == holder.attempt - 1 and holder.at is not None:
@@ -317,15 +318,6 @@ def defer_fields(job: JobRecord, not_before: datetime, token: str | None) -> Job
     """A queued job held back by its rate until a window: due then, no attempt spent (the
     token it reserved there, if any, goes with it)."""
     return {"not_before": _utc(not_before).isoformat(), "rate_token": token}
-
-
-def _time(value: object) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return _utc(datetime.fromisoformat(value))
-    except ValueError:
-        return None
 
 
 def _utc(value: datetime) -> datetime:

@@ -79,7 +79,10 @@ def parse_zoned(value: object, what: str) -> datetime:
         raise ValueError(f"{what} {value[:40]!r} is not an RFC 3339 timestamp") from None
     if "T" not in text.upper() or parsed.tzinfo is None:
         raise ValueError(f"{what} {value[:40]!r} has no time zone; add Z or an offset like +02:00")
-    return parsed.astimezone(UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+03:00 is before year 1 in UTC
+        raise ValueError(f"{what} {value[:40]!r} is outside the years 1 to 9999 in UTC") from None
 
 
 def _seconds(value: object, what: str, *, low: float, high: float, problems: list[str]) -> float:
@@ -175,26 +178,34 @@ def resolve(spec: TimeSpec, now: datetime) -> tuple[dict[str, Any], list[str]]:
 # --------------------------------------------------------------------------- readers
 
 
-def _read(value: object) -> datetime | None:
-    if not isinstance(value, str) or len(value) > 64:
+def read_time(value: object) -> datetime | None:
+    """A stored time as aware UTC, or None for anything we cannot trust as one (a record
+    may hold anything: a hand edit, or an offset that takes it past year 1 or 9999)."""
+    if isinstance(value, datetime):
+        parsed = value
+    elif isinstance(value, str) and len(value) <= 64:
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    else:
         return None
     try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
+        return _utc(parsed)
+    except OverflowError:
         return None
-    return _utc(parsed)
 
 
 def run_at_of(job: dict[str, Any], now: datetime, *, skew_s: float = 300.0) -> datetime | None:
     """The job's run_at when believable (at most MAX_DELAY_S + skew ahead), else None."""
-    run_at = _read(job.get("run_at"))
+    run_at = read_time(job.get("run_at"))
     if run_at is None or (run_at - _utc(now)).total_seconds() > MAX_DELAY_S + skew_s:
         return None
     return run_at
 
 
 def expires_at_of(job: dict[str, Any]) -> datetime | None:
-    return _read(job.get("expires_at"))
+    return read_time(job.get("expires_at"))
 
 
 def expired(job: dict[str, Any], now: datetime) -> bool:
@@ -260,11 +271,11 @@ def lock_holds(
     once the grace has passed. An unreadable lock does not block.
     """
     now = _utc(now)
-    until = _read(lock.get("until"))
+    until = read_time(lock.get("until"))
     if lock.get("until") is not None and (until is None or now >= until):
         return False
     if holder_status is None:
-        taken = _read(lock.get("at"))
+        taken = read_time(lock.get("at"))
         return taken is not None and (now - taken).total_seconds() <= grace_s
     if until is None:
         return holder_status in ("queued", "running")

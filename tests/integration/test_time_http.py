@@ -238,6 +238,7 @@ def test_a_leaked_unique_key_is_repaired(cloud: Env) -> None:
     ("fields", "reason"),
     [
         ({"run_at": "2026-06-01T12:00:00"}, "no time zone"),
+        ({"run_at": "0001-01-01T00:00:03+03:00"}, "outside the years 1 to 9999"),
         ({"run_at": "2030-06-01T12:00:00Z", "delay_seconds": 5}, "not both"),
         ({"delay_seconds": 40 * 86400}, "delay_seconds must be from"),
         ({"ttl_seconds": -1}, "ttl_seconds must be from"),

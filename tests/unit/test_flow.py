@@ -341,9 +341,10 @@ def test_since_reads_durations_and_times(text: str, expected: datetime) -> None:
     assert bulk.parse_since(text, START) == expected
 
 
-def test_a_bad_since_is_refused() -> None:
+@pytest.mark.parametrize("text", ["yesterday", "99999999999d", "0001-01-01T00:00+03:00"])
+def test_a_bad_since_is_refused(text: str) -> None:
     with pytest.raises(InvalidInput, match="since"):
-        bulk.parse_since("yesterday", START)
+        bulk.parse_since(text, START)
 
 
 def test_a_keyed_job_over_its_rate_gives_back_the_place_it_took() -> None:

@@ -103,6 +103,20 @@ def test_zoned_timestamps_are_read_as_the_same_instant(zone_h: int, minute: int)
     assert timing.parse_zoned(text, "t") == datetime.fromisoformat(text).astimezone(UTC)
 
 
+@pytest.mark.parametrize("text", ["0001-01-01T00:00:03+03:00", "9999-12-31T23:59:59-03:00"])
+def test_a_time_whose_offset_leaves_the_calendar_is_a_reason_not_a_crash(text: str) -> None:
+    # found by schemathesis (tests/fuzz/test_submit_api.py): astimezone raised
+    # OverflowError, and submit answered 500
+    with pytest.raises(ValueError, match="outside the years 1 to 9999"):
+        timing.parse_zoned(text, "run_at")
+    problems: list[str] = []
+    timing.parse_fields({"run_at": text}, "", problems)
+    assert problems and "outside the years" in problems[0]
+    # as stored (a hand edit): unreadable, not an exception
+    assert timing.read_time(text) is None
+    assert timing.expired(record(expires_at=text), NOW) is False
+
+
 @given(age=st.integers(min_value=-7200, max_value=7200), attempts=st.integers(0, 3))
 def test_expired_only_when_queued_never_started_and_past_expiry(age: int, attempts: int) -> None:
     expires = NOW - timedelta(seconds=age)
