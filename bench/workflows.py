@@ -84,18 +84,25 @@ def _quiet() -> None:
     logging.getLogger("reclaim").setLevel(logging.WARNING)
 
 
+def _compare(
+    plain: dict[str, Any], feat: dict[str, Any], n: int, *, units: str, per: str
+) -> dict[str, Any]:
+    """Storage calls of the same jobs without and with the feature, and the extra per unit
+    (`units` and `per` name the count and the per-unit figures in the results)."""
+    base = _calls(plain)
+    with_feature = _calls(feat)
+    return {
+        units: n,
+        "baseline": dict(base),
+        "with": dict(with_feature),
+        per: _per(with_feature - base, n),
+    }
+
+
 def _callback_calls() -> dict[str, Any]:
     plain = {"jobs": [{"pipeline": "demo", "id": f"m{i}"} for i in range(MEMBERS)]}
     with_cb = {**plain, "on_complete": {"pipeline": "demo"}}
-    base = _calls(plain)
-    feat = _calls(with_cb)
-    extra = feat - base
-    return {
-        "members": MEMBERS,
-        "baseline": dict(base),
-        "with": dict(feat),
-        "per_member": _per(extra, MEMBERS),
-    }
+    return _compare(plain, with_cb, MEMBERS, units="members", per="per_member")
 
 
 def _dependency_calls() -> dict[str, Any]:
@@ -105,15 +112,7 @@ def _dependency_calls() -> dict[str, Any]:
         "jobs": parents
         + [{"pipeline": "demo", "id": f"c{i}", "depends_on": [f"p{i}"]} for i in range(CHILDREN)]
     }
-    base = _calls(plain)
-    feat = _calls(deps)
-    extra = feat - base
-    return {
-        "children": CHILDREN,
-        "baseline": dict(base),
-        "with": dict(feat),
-        "per_child": _per(extra, CHILDREN),
-    }
+    return _compare(plain, deps, CHILDREN, units="children", per="per_child")
 
 
 def _post(url: str, body: dict[str, Any]) -> None:
