@@ -8,9 +8,10 @@ tests/browser` refreshes the ones docs/seeing.md and the README show."""
 
 from __future__ import annotations
 
+import functools
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 import requests
 
 from local.cloud import LocalCloud
+from tests import polling
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / os.environ.get("RECLAIM_SCREENSHOT_DIR", ".local-cloud/screenshots")
@@ -50,14 +52,7 @@ def text_of(browser: Any, css: str) -> str:
         return ""
 
 
-def until(check: Callable[[], Any], timeout: float = 60, every: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(every)
-    raise AssertionError(f"not true within {timeout}s: {check}")
+until = functools.partial(polling.wait_for, timeout=60, interval=0.25)
 
 
 def test_a_batch_progress_bar_advances_as_its_jobs_finish(cloud: LocalCloud, browser: Any) -> None:
@@ -109,21 +104,26 @@ def test_a_failed_jobs_error_shows_and_retry_requeues_it(cloud: LocalCloud, brow
     def status() -> str:
         return text_of(browser, "#status")
 
-    until(lambda: status() == "failed", timeout=60)
-    error = until(lambda: text_of(browser, "#error .error"))
+    until("the job failed", lambda: status() == "failed")
+    error = until("its error shown", lambda: text_of(browser, "#error .error"))
     assert "PermanentError" in error or "injected" in error.lower()
     browser.save_screenshot(str(DOCS / "dashboard-job-failed.png"))
     browser.find_element(By.ID, "retry").click()
     # the click returns before the redirected page has loaded: wait for its message
-    until(lambda: "retried" in text_of(browser, "#message"), timeout=30)
+    until("the retry's message", lambda: "retried" in text_of(browser, "#message"), timeout=30)
     record = requests.get(cloud.endpoints["jobs"] + "/render-7", timeout=30).json()
     assert record["history"][-1]["event"] in ("retried", "claimed", "checkpoint", "done")
     assert any(h["event"] == "retried" for h in record["history"])
-    until(lambda: status() == "done", timeout=60)  # the live refresh shows the second attempt
+    until("the second attempt done", lambda: status() == "done")  # by the live refresh
     browser.save_screenshot(str(DOCS / "dashboard-job-retried.png"))
     assert requests.get(cloud.endpoints["jobs"] + "/render-7", timeout=30).json()["attempts"] == 2
     browser.get(cloud.endpoints["dashboard"] + "/")
-    until(lambda: len(browser.find_elements(By.CSS_SELECTOR, "svg.chart polyline")) >= 2, 30)
+    charts = "svg.chart polyline"
+    until(
+        "two charts drawn",
+        lambda: len(browser.find_elements(By.CSS_SELECTOR, charts)) >= 2,
+        timeout=30,
+    )
     browser.save_screenshot(str(DOCS / "dashboard-overview.png"))
 
 
