@@ -1,8 +1,12 @@
 """The local cloud as the end-to-end tests run it: a fast LocalCloud on the local Cloud
-Run, and the HTTP reads they share (waiting: tests.polling)."""
+Run, and the HTTP and log reads they share (waiting: tests.polling)."""
 
 from __future__ import annotations
 
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import requests
@@ -54,3 +58,19 @@ def running_on(cloud: LocalCloud, job_ids: list[str]) -> tuple[int, str] | None:
             if view["status"] == "running" and owner and owner_pid(owner) in pids:
                 return index, job_id
     return None
+
+
+def lines_about(log_dir: Path, job_id: str) -> dict[str, list[dict[str, Any]]]:
+    """function (from the log file's name) -> the JSON lines about job_id."""
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for path in sorted(log_dir.glob("*.log")):
+        # one log per instance on the local Cloud Run: "<function>-<instance>.log"
+        function = re.sub(r"-[0-9]+$", "", path.stem)
+        for raw in path.read_text(errors="replace").splitlines():
+            try:
+                entry = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and entry.get("job_id") == job_id:
+                out[function].append(entry)
+    return out

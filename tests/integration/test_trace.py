@@ -5,10 +5,6 @@ the same Cloud Logging trace, that of the submit request."""
 
 from __future__ import annotations
 
-import json
-import re
-import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -16,25 +12,10 @@ import requests
 
 from local.cloud import LocalCloud
 from tests import polling
+from tests.integration.cloud_support import lines_about
 
 REQUEST_TRACE = "0af7651916cd43dd8448eb211c80319c"
 TRACEPARENT = f"00-{REQUEST_TRACE}-b7ad6b7169203331-01"
-
-
-def lines_about(log_dir: Path, job_id: str) -> dict[str, list[dict[str, Any]]]:
-    """function (from the log file's name) -> the JSON lines about job_id."""
-    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for path in sorted(log_dir.glob("*.log")):
-        # one log per instance on the local Cloud Run: "<function>-<instance>.log"
-        function = re.sub(r"-[0-9]+$", "", path.stem)
-        for raw in path.read_text(errors="replace").splitlines():
-            try:
-                entry = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(entry, dict) and entry.get("job_id") == job_id:
-                out[function].append(entry)
-    return out
 
 
 def test_a_jobs_lines_across_functions_carry_one_trace() -> None:
@@ -59,12 +40,12 @@ def test_a_jobs_lines_across_functions_carry_one_trace() -> None:
             f"{e['storage_emulator_host']}/storage/v1/b/{e['records_bucket']}/o/"
             "jobs%2Ftraced-1.json?alt=media"
         )
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            job = requests.get(record, timeout=30).json()
-            if job["status"] == "done":
-                break
-            time.sleep(0.3)
+        job = polling.wait_for(
+            "traced-1 done",
+            lambda: (j := requests.get(record, timeout=30).json())["status"] == "done" and j,
+            timeout=60,
+            interval=0.3,
+        )
         assert job["status"] == "done", job
 
         def all_written() -> dict[str, list[dict[str, Any]]] | None:

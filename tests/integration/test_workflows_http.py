@@ -25,6 +25,7 @@ from local.cloud import LocalCloud
 from shared import webhook_delivery as wd
 from shared import workflow_graph as graph
 from tests import polling
+from tests.integration.cloud_support import lines_about
 
 SECRET = "s3cret-" + uuid.uuid4().hex
 VICTIM = f"victim-{uuid.uuid4().hex[:8]}"
@@ -202,13 +203,9 @@ def test_a_sigkill_after_the_last_terminal_write_still_fires_the_callback(
     # The sweep logs that after its last hook and the marker's removal, which on a loaded
     # machine can come after the callback it created has already run: wait for the line.
     def repair_logged() -> list[str] | None:
-        logs = "\n".join(p.read_text(errors="replace") for p in cloud.config.log_dir.glob("*.log"))
-        lines = [
-            line
-            for line in logs.splitlines()
-            if VICTIM in line and "finished what follows a terminal write" in line
-        ]
-        return lines or None
+        lines = [x for f in lines_about(cloud.config.log_dir, VICTIM).values() for x in f]
+        said = [x["message"] for x in lines]
+        return [m for m in said if "finished what follows a terminal write" in m] or None
 
     assert polling.wait_for("the sweep's repair of the killed finisher", repair_logged, timeout=30)
 
