@@ -17,7 +17,7 @@ steady stream of acks:
 The figure is the time from the first doorbell (the batch's first claim) to the last
 job done, from the records' history; target: the platform run within 1.3x of the
 baseline. The claim logs say how many jobs the drain took from the pending index, and
-how often an arriving push showed a backlog (shared.drain.backlog_sign).
+how often an arriving push showed a backlog (shared.claim.drain.backlog_sign).
 """
 
 from __future__ import annotations

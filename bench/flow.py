@@ -19,10 +19,10 @@ from datetime import datetime
 from typing import Any
 
 from bench.common import bench_cloud, row, wait_terminal
+from shared.claim.drain import DrainGate
+from shared.claim.slots import Slots
 from shared.config import Settings
-from shared.drain import DrainGate
 from shared.queue import Queue
-from shared.slots import Slots
 from shared.submission import parse_submission
 
 JOBS = 20

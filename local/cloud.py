@@ -309,7 +309,7 @@ class LocalCloud:
     def _start_cron(self, path: Path) -> None:
         """The cron schedules of the file, ticked as Cloud Scheduler would."""
         from local.cron_ticker import CronTicker
-        from shared.schedules import load
+        from shared.cron.schedules import load
 
         self._cron = CronTicker(
             self.platform.url("submit"), load(path), self.config.log_dir / "scheduler.log"

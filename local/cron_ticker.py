@@ -12,8 +12,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from shared.schedules import Schedule
-from shared.ticks import SCHEDULE_TIME_HEADER
+from shared.cron.schedules import Schedule
+from shared.cron.ticks import SCHEDULE_TIME_HEADER
 
 USER_AGENT = "Google-Cloud-Scheduler"
 

@@ -31,8 +31,8 @@ from local.cloud import (
     LocalCloud,
     emulator_args,
 )
-from shared import schedules
 from shared.config import EnvVar, read_env, unknown_names
+from shared.cron import schedules
 from shared.errors import ConfigError
 
 

@@ -378,7 +378,7 @@ class Settings:
     @property
     def backlog_window_seconds(self) -> float:
         """How long after a push showed a backlog (its doorbell waited, or was delivered
-        before: shared.drain.backlog_sign) the process counts as backlogged: every freed
+        before: shared.claim.drain.backlog_sign) the process counts as backlogged: every freed
         slot then takes due jobs from the pending index itself."""
         return self.stale_seconds
 

@@ -172,7 +172,7 @@ class Stopped(ReclaimError):
 
 
 class ShuttingDown(Stopped):
-    """The instance got SIGTERM: stop the stage, the job is handed back (shared.shutdown)."""
+    """The instance got SIGTERM: stop the stage, the job is handed back (shared.claim.shutdown)."""
 
 
 class OwnerLost(ReclaimError):

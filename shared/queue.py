@@ -11,7 +11,7 @@ the work, one per concern:
 - cancel, retry: shared.control (a person's transitions, with their CAS loops)
 - ring: the doorbell itself
 - sweep_once: shared.sweeper (the scheduled rescue pass)
-- handle_delivery: shared.runner (claim, run, drain, hand back on shutdown)
+- handle_delivery: shared.claim.runner (claim, run, drain, hand back on shutdown)
 
 A new operation is a function in the module of its concern (or a new module)
 plus a one-line method here. Errors are the ReclaimError family; HTTP status
@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from shared import control, flow, listing, runner, status, submission, sweeper
+from shared import control, flow, listing, status, submission, sweeper
+from shared.claim import runner
 from shared.clock import Clock, utcnow
 from shared.config import Settings
 from shared.doorbell import Ringer, get_doorbell
@@ -31,11 +32,11 @@ from shared.jobs import JobRecord, JobStatus
 from shared.storage import Store, get_store
 
 if TYPE_CHECKING:
-    from shared.drain import Arrival, DrainGate
+    from shared.claim.drain import Arrival, DrainGate
+    from shared.claim.shutdown import Shutdown
+    from shared.claim.slots import Slots
     from shared.events import UploadedObject
     from shared.outcome import Outcome
-    from shared.shutdown import Shutdown
-    from shared.slots import Slots
 
 
 class Queue:

@@ -83,7 +83,7 @@ INDEX_PREFIXES: tuple[str, ...] = (
     "scheduled/",  # time: delayed jobs by hour, shared.delayed
     "unique/",  # time: unique-key locks, shared.uniqueness
     "unique-sweep/",  # time: the sweep's cursor over unique/
-    "schedules/",  # time: each cron schedule's last tick, shared.schedules
+    "schedules/",  # time: each cron schedule's last tick, shared.cron.schedules
     "limits/",
     "waiting-for/",
     "rates/",

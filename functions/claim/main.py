@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import flask
 
-from shared.drain import Arrival
+from shared.claim.drain import Arrival
+from shared.claim.shutdown import SHUTDOWN
 from shared.events import job_id_from_delivery, parse_pubsub
 from shared.http import (
     Refusal,
@@ -30,7 +31,6 @@ from shared.http import (
     require_method,
 )
 from shared.logs import get_logger
-from shared.shutdown import SHUTDOWN
 from shared.tracing import TRACEPARENT_HEADER
 
 log = get_logger("claim")
@@ -44,7 +44,7 @@ REDELIVER_AFTER_S = 1
 def claim(request: flask.Request) -> flask.Response:
     """Handle one doorbell delivery."""
     require_method(request, ("POST",))
-    SHUTDOWN.watch_gunicorn()  # in the worker that serves this request (shared.shutdown)
+    SHUTDOWN.watch_gunicorn()  # in the worker that serves this request (shared.claim.shutdown)
     settings = _settings.get()
     declared = request.content_length
     if declared is not None and declared > settings.max_body_bytes:

@@ -104,7 +104,7 @@ def _post_jobs(request: flask.Request) -> flask.Response:
 def _schedules(request: flask.Request, rest: str | None) -> flask.Response:
     """GET /schedules (each with its last and next run); POST /schedules/<name>/tick (Cloud
     Scheduler, or `make dev`'s ticker, with the X-CloudScheduler-ScheduleTime header)."""
-    from shared import schedule_view, ticks
+    from shared.cron import schedule_view, ticks
 
     queue = _settings.queue()
     if rest is None:

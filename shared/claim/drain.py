@@ -19,7 +19,7 @@ A push whose doorbell waited longer than BACKLOG_WAIT_S, or was delivered before
 marks the process backlogged (backlog_sign); while it is, every freed slot keeps
 taking due queued jobs, one per fresh listing, reading its own shuffled order of
 the page, until the index holds nothing due, the push's time budget
-(shared.budget) has no room for another job, or the instance is shutting down.
+(shared.claim.budget) has no room for another job, or the instance is shutting down.
 """
 
 from __future__ import annotations
@@ -32,14 +32,14 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from shared import job_queue
-from shared.budget import PushBudget, unlimited
+from shared.claim.budget import PushBudget, unlimited
+from shared.claim.shutdown import Shutdown
 from shared.clock import Clock
 from shared.config import Settings
 from shared.errors import CorruptRecord, InvalidInput, NotFound, StorageError
 from shared.jobs import JobRecord, JobStatus
 from shared.logs import get_logger
 from shared.outcome import Outcome, OutcomeKind
-from shared.shutdown import Shutdown
 from shared.storage import PendingEntry, Store, Stored
 
 log = get_logger(__name__)

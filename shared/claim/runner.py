@@ -1,18 +1,18 @@
 """Claim and run one job, then drain due ones: the heart of the claim function.
 
 A delivery is only a doorbell; the record decides. Order of business:
-backlog sign (shared.drain) -> slot (none: "busy", answered 429 at once; Cloud
+backlog sign (shared.claim.drain) -> slot (none: "busy", answered 429 at once; Cloud
 Run never sends an instance more requests than its concurrency, so this is a
 guard for direct callers) -> read -> claimable? -> CAS claim -> stages from the
 checkpoint, each boundary a coalesced CAS checkpoint, a heartbeat thread during
 long stages -> one final CAS (done, requeued with backoff, or failed) -> drop the
-pending marker -> drain, within the push's time budget (shared.budget).
+pending marker -> drain, within the push's time budget (shared.claim.budget).
 
-Every write of the owner goes through shared.owned.OwnedRecord, so a LostRace
+Every write of the owner goes through shared.claim.owned.OwnedRecord, so a LostRace
 anywhere (re-claimed, rescued, cancelled) stops the job at once: no further
 write, no result, outputs refused. The generation is the fencing token.
 
-Once the instance is shutting down (shared.shutdown), a job is handed back at its
+Once the instance is shutting down (shared.claim.shutdown), a job is handed back at its
 next stage boundary or check() (queued, due now, no attempt spent, doorbell rung),
 and a delivery that arrives meanwhile rings its doorbell again instead of claiming.
 """
@@ -40,11 +40,15 @@ from shared import (
     records,
     timing,
 )
-from shared.budget import PushBudget
+from shared.claim.budget import PushBudget
+from shared.claim.drain import GATE, Arrival, DrainGate, backlog_sign, drain
+from shared.claim.owned import Heartbeat, OwnedRecord
+from shared.claim.shutdown import SHUTDOWN, Shutdown
+from shared.claim.slots import Slots, get_slots
+from shared.claim.timeouts import Deadline, TimedOut
 from shared.clock import Clock, utcnow
 from shared.config import Settings
 from shared.doorbell import Ringer
-from shared.drain import GATE, Arrival, DrainGate, backlog_sign, drain
 from shared.errors import (
     CorruptRecord,
     DoorbellError,
@@ -60,13 +64,9 @@ from shared.errors import (
 from shared.jobs import JobRecord, JobStatus, JsonObject
 from shared.logs import JobLogger, get_logger
 from shared.outcome import Outcome, OutcomeKind
-from shared.owned import Heartbeat, OwnedRecord
 from shared.pipelines import Pipeline, StageContext, get_pipeline
 from shared.recovery import recover
-from shared.shutdown import SHUTDOWN, Shutdown
-from shared.slots import Slots, get_slots
 from shared.storage import Store, Stored
-from shared.timeouts import Deadline, TimedOut
 
 log = get_logger(__name__)
 
@@ -514,7 +514,7 @@ class _Job:
 
     def _time_out(self, limit: float) -> None:
         """Time, on the deadline's thread: end this attempt by CAS while the
-        stage still runs (shared.timeouts), as a stage error would (requeued with backoff,
+        stage still runs (shared.claim.timeouts), as a stage error would (requeued with backoff,
         or failed on the last attempt); the stage's later writes are all refused."""
         stage = self.log.stage
         self.log.warning("timed out: the stage's late writes will be refused", limit_s=limit)

@@ -4,7 +4,7 @@ Cloud Run ends an instance the same way whatever the cause (scale-in, a revision
 rollout, host maintenance): SIGTERM, then SIGKILL 10 s later
 (https://cloud.google.com/run/docs/container-contract#instance-shutdown). A job
 still running at the SIGKILL waits out the stale time before another instance may
-take it. So from the SIGTERM on (shared.runner does each step):
+take it. So from the SIGTERM on (shared.claim.runner does each step):
 
 - at its next stage boundary, or when its stage calls check(), a job is handed
   back (job_queue.handback_fields: queued and due now, the attempt not spent, the

@@ -8,7 +8,7 @@ the fencing token: everything the late stage tries afterwards (checkpoint, outpu
 final write) is refused, so the zombie commits nothing.
 
 What it does not do: free the thread. The stage keeps its request thread and its slot
-(shared.slots) until it returns, which is honest accounting (it still burns the CPU);
+(shared.claim.slots) until it returns, which is honest accounting (it still burns the CPU);
 the function's own request timeout is the outer bound. docs/time.md says so.
 """
 

@@ -87,7 +87,7 @@ def _time_fields(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_schedules(args: argparse.Namespace) -> int:
     """The declared schedules, each with its last run and next tick (docs/time.md)."""
-    from shared import schedule_view
+    from shared.cron import schedule_view
     from shared.errors import InvalidInput
 
     ctx = Context(args)

@@ -1,5 +1,5 @@
 """What `reclaim schedules` and GET /schedules show: each declared schedule with its last
-run (the pointer shared.ticks keeps, and that job's status) and its next tick."""
+run (the pointer shared.cron.ticks keeps, and that job's status) and its next tick."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shared import schedules, ticks
+from shared.cron import schedules, ticks
 from shared.errors import CorruptRecord, NotFound
 from shared.pipelines import pipeline_names
 

@@ -21,9 +21,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from shared import submission, timing
+from shared.cron.schedules import Schedule
 from shared.errors import AlreadyExists, CorruptRecord, InvalidInput, LostRace, NotFound
 from shared.logs import get_logger
-from shared.schedules import Schedule
 
 if TYPE_CHECKING:
     from shared.doorbell import Ringer

@@ -97,7 +97,7 @@ class Pipeline:
     validate: Callable[[Mapping[str, Any]], None] | None = None
     doc: str = field(default="", compare=False)
     timeout_seconds: float | None = None
-    """An attempt's time limit (a job's own timeout_seconds overrides it): shared.timeouts."""
+    """An attempt's time limit (a job's own timeout_seconds overrides it): shared.claim.timeouts."""
     # flow control (docs/flow-control.md): per concurrency key, unless a job sets its own
     max_running: int | None = None
     rate: str | None = None

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from shared import webhook_delivery as wd
 from shared.errors import PermanentError
+from shared.pipelines import webhook_delivery as wd
 from shared.pipelines.base import Pipeline, StageContext
 
 NAME = "webhook"

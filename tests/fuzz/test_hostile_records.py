@@ -21,12 +21,12 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from shared import job_queue, status, sweeper
+from shared.claim.drain import DrainGate
+from shared.claim.runner import handle_delivery
+from shared.claim.slots import Slots
 from shared.config import Settings
-from shared.drain import DrainGate
 from shared.errors import BatchNotFound, CorruptRecord
 from shared.outcome import OutcomeKind
-from shared.runner import handle_delivery
-from shared.slots import Slots
 from shared.storage_memory import MemoryStore
 from tests.fuzz.fuzz_support import fuzz
 from tests.fuzz.strategies import (

@@ -167,7 +167,7 @@ def test_a_direct_caller_beyond_the_concurrency_gets_429_and_the_job_stays_queue
     """The in-app slot guard. Cloud Run never sends an instance more requests than its
     concurrency (THREADS = RECLAIM_MAX_CONCURRENT on the local Cloud Run too), so pushes
     never meet it; the backlog design does not rely on it (its signal is what arriving
-    pushes say, shared.drain). It still matters for whoever calls an instance directly
+    pushes say, shared.claim.drain). It still matters for whoever calls an instance directly
     with more threads than slots, as this fixture does (THREADS 6, slots 2): the third
     call is refused at once, nothing waits in memory and the record is untouched."""
     long_jobs = [submit(cloud, {"stages": 1, "sleep_s": 2.0}) for _ in range(2)]

@@ -22,8 +22,8 @@ import requests
 import trustme
 
 from local.cloud import LocalCloud
-from shared import webhook_delivery as wd
 from shared import workflow_graph as graph
+from shared.pipelines import webhook_delivery as wd
 from tests import polling
 from tests.integration.cloud_support import lines_about
 

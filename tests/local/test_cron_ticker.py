@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from local.cron_ticker import CronTicker
-from shared.schedules import parse
+from shared.cron.schedules import parse
 
 
 def test_the_ticker_posts_each_tick_with_the_scheduler_header(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""shared.drain: the backlog sign a push carries, the gate's rate limit and backlog
+"""shared.claim.drain: the backlog sign a push carries, the gate's rate limit and backlog
 window, what counts as overdue, the push's time budget, and drains run through
 handle_delivery on MemoryStore with an injected clock."""
 
@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 
 from shared import job_queue, records
-from shared.budget import PushBudget
-from shared.drain import BACKLOG_WAIT_S, Arrival, DrainGate, backlog_sign, drain, overdue
+from shared.claim.budget import PushBudget
+from shared.claim.drain import BACKLOG_WAIT_S, Arrival, DrainGate, backlog_sign, drain, overdue
+from shared.claim.shutdown import Shutdown
+from shared.claim.slots import Slots
 from shared.errors import Unavailable
 from shared.jobs import JobStatus
 from shared.outcome import Outcome, OutcomeKind
-from shared.shutdown import Shutdown
-from shared.slots import Slots
 from shared.storage_memory import MemoryStore
 from tests.unit.unit_support import Clock, handle, settings, submit
 

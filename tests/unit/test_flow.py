@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 
 from shared import bulk, flow
 from shared import flow_policy as fp
+from shared.claim.drain import DrainGate
+from shared.claim.slots import Slots
 from shared.config import Settings
-from shared.drain import DrainGate
 from shared.errors import InvalidInput, InvalidSubmission
 from shared.jobs import JobStatus
 from shared.outcome import OutcomeKind
 from shared.pipelines import Pipeline, StageContext, register
 from shared.queue import Queue
-from shared.slots import Slots
 from shared.storage_memory import MemoryStore
 from shared.submission import parse_submission
 from tests.unit.unit_support import Bell, Clock

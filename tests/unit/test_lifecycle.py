@@ -23,7 +23,7 @@ CHECK = (
 @pytest.mark.parametrize(
     "module",
     [
-        "shared.runner",
+        "shared.claim.runner",
         "shared.recovery",
         "shared.control",
         "shared.sweeper",

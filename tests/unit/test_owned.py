@@ -1,4 +1,4 @@
-"""shared.owned: the owner's write discipline on MemoryStore, with a settable clock:
+"""shared.claim.owned: the owner's write discipline on MemoryStore, with a settable clock:
 coalesced checkpoints, fencing, the sticky loss, and the heartbeat thread."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from shared import job_queue, records
+from shared.claim.owned import Heartbeat, OwnedRecord
 from shared.errors import OwnerLost, Unavailable
 from shared.jobs import JobRecord, JobStatus
 from shared.logs import JobLogger
-from shared.owned import Heartbeat, OwnedRecord
 from shared.storage_memory import MemoryStore
 from tests.unit.unit_support import Clock
 

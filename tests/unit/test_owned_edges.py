@@ -1,4 +1,4 @@
-"""The owner's handle (shared.owned) at its edges, with the clock in the test's hands:
+"""The owner's handle (shared.claim.owned) at its edges, with the clock in the test's hands:
 the heartbeat tick, write coalescing, fencing and closing, as `make mutate` asked
 (the surviving mutants these kill; test_owned.py covers the common paths). The
 heartbeat was hidden by the demo's check() calls (issue 16);
@@ -12,8 +12,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from shared import job_queue, records
+from shared.claim.owned import Heartbeat, OwnedRecord, OwnerLost
 from shared.logs import JobLogger
-from shared.owned import Heartbeat, OwnedRecord, OwnerLost
 from shared.storage import LostRace, Stored, Unavailable
 from shared.storage_memory import MemoryStore
 

@@ -7,13 +7,13 @@ from datetime import UTC, datetime
 
 import pytest
 
+from shared.claim.drain import DrainGate
+from shared.claim.slots import Slots
 from shared.config import Settings
-from shared.drain import DrainGate
 from shared.errors import BatchNotFound, IllegalTransition, JobNotFound
 from shared.jobs import JobStatus
 from shared.outcome import OutcomeKind
 from shared.queue import Queue
-from shared.slots import Slots
 from shared.storage_memory import MemoryStore
 from shared.submission import parse_submission
 from tests.unit.unit_support import Bell, Clock

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from shared import job_queue, records, runner
+from shared import job_queue, records
+from shared.claim import runner
+from shared.claim.slots import Slots
 from shared.errors import Unavailable
 from shared.outcome import Outcome, OutcomeKind
 from shared.pipelines import PermanentError, StageContext, Stopped
-from shared.slots import Slots
 from shared.storage_memory import MemoryStore
 from tests.unit.unit_support import (
     Bell,

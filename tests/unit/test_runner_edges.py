@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from shared import job_queue, runner
-from shared.drain import BACKLOG_READS, DrainGate, _too_young, drain, overdue
+from shared import job_queue
+from shared.claim import runner
+from shared.claim.drain import BACKLOG_READS, DrainGate, _too_young, drain, overdue
 from shared.errors import PermanentError, Unavailable
 from shared.outcome import Outcome, OutcomeKind
 from shared.pipelines import StageContext

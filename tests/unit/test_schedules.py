@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from shared import job_queue, schedules, ticks
+from shared import job_queue
+from shared.cron import schedules, ticks
 from shared.errors import InvalidInput
 from shared.storage_memory import MemoryStore
 from tests.unit.unit_support import Bell

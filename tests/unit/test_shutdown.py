@@ -1,4 +1,4 @@
-"""shared.shutdown and the runner's hand-back on MemoryStore: a job is handed back at its
+"""shared.claim.shutdown and the runner's hand-back on MemoryStore: a job is handed back at its
 next stage boundary or check() (queued, due, no attempt spent, checkpoint kept, doorbell
 rung), a stage that never checks is handed back from outside and commits nothing, and a
 delivery that arrives during the shutdown is passed on. SIGTERM itself is
@@ -12,9 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from shared import job_queue
+from shared.claim.shutdown import Shutdown
 from shared.outcome import OutcomeKind
 from shared.pipelines import StageContext
-from shared.shutdown import Shutdown
 from shared.storage_memory import MemoryStore
 from tests.unit.unit_support import Bell, events, handle, pipeline, settings, submit
 

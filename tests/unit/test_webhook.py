@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from shared import webhook_delivery as wd
 from shared.pipelines import webhook
+from shared.pipelines import webhook_delivery as wd
 
 
 @pytest.mark.parametrize(

@@ -11,14 +11,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from shared import records
+from shared.claim.drain import DrainGate
+from shared.claim.runner import handle_delivery
+from shared.claim.shutdown import Shutdown
+from shared.claim.slots import Slots
 from shared.config import Settings
-from shared.drain import DrainGate
 from shared.errors import DoorbellError
 from shared.outcome import Outcome
 from shared.pipelines import Pipeline, StageContext, register
-from shared.runner import handle_delivery
-from shared.shutdown import Shutdown
-from shared.slots import Slots
 from shared.storage_memory import MemoryStore
 
 
