@@ -15,8 +15,10 @@ from typing import Any
 from bench.sweep import PENDING, _Bell, compare, sweep_row
 from shared import timing
 from shared.config import Settings
+from shared.features import context
+from shared.queue import parse_submission
 from shared.storage import GcsStore
-from shared.submission import parse_submission, submit
+from shared.submission import submit
 
 DELAYED = 10_000
 AHEAD = timedelta(days=7)
@@ -26,7 +28,7 @@ def _delayed_job(store: GcsStore, settings: Settings, now: datetime, i: int) -> 
     """A job a week ahead, written by submit itself (scheduled marker, then the record)."""
     at = (now + AHEAD + timedelta(seconds=i)).isoformat()
     body = {"pipeline": "demo", "id": f"later-{i:05d}", "run_at": at}
-    submit(store, _Bell(), parse_submission(body, settings), now)
+    submit(context(store, _Bell(), Settings.from_env({})), parse_submission(body, settings), now)
     if i == 0 and not store.list_blobs(timing.SCHEDULED_PREFIX, limit=1):
         raise RuntimeError("a delayed job did not go to the scheduled index")
 

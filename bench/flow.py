@@ -22,8 +22,7 @@ from bench.common import bench_cloud, row, wait_terminal
 from shared.claim.drain import DrainGate
 from shared.claim.slots import Slots
 from shared.config import Settings
-from shared.queue import Queue
-from shared.submission import parse_submission
+from shared.queue import Queue, parse_submission
 
 JOBS = 20
 PAIRS = 10

@@ -23,9 +23,8 @@ from local.gcs import start_fake_gcs
 from local.procs import free_port, stop
 from shared import job_queue, records
 from shared.config import Settings
-from shared.queue import Queue
+from shared.queue import Queue, parse_submission
 from shared.storage import GcsStore
-from shared.submission import parse_submission
 
 PENDING = 50
 FINISHED = 10_000

@@ -23,7 +23,9 @@ from typing import Any
 from bench.common import bench_cloud, row, wait_terminal
 from shared import finish, submission
 from shared.config import Settings
+from shared.features import context
 from shared.jobs import JobStatus
+from shared.queue import parse_submission
 from shared.storage_memory import MemoryStore
 
 MEMBERS = 200
@@ -52,8 +54,8 @@ def _calls(body: dict[str, Any]) -> Counter[str]:
         fn()
         counted.update(Counter(store.calls) - before)
 
-    parsed = submission.parse_submission(body, Settings.from_env({}))
-    measured(lambda: submission.submit(store, _Bell(), parsed, NOW))
+    parsed = parse_submission(body, Settings.from_env({}))
+    measured(lambda: submission.submit(context(store, _Bell(), Settings.from_env({})), parsed, NOW))
     ended: set[str] = set()
     while True:
         due = [
@@ -69,7 +71,9 @@ def _calls(body: dict[str, Any]) -> Counter[str]:
 
             def end(done: Any = done, generation: int = stored.generation) -> None:
                 written = store.update(done, generation)
-                finish.after_terminal(store, _Bell(), written.record)
+                finish.after_terminal(
+                    context(store, _Bell(), Settings.from_env({})), written.record
+                )
 
             measured(end)
             ended.add(job_id)

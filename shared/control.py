@@ -10,21 +10,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from shared import (
-    finish,
-    job_queue,
-    lifecycle,  # noqa: F401 - installs the features' hooks and gates
-    metrics,
-    records,
-    workflows,
-)
+from shared import finish, job_queue, metrics, records, workflows
 from shared.clock import Clock
-from shared.doorbell import Ringer
-from shared.errors import DoorbellError, JobNotFound, LostRace, NotFound
+from shared.doorbell import ring_or_leave
+from shared.errors import JobNotFound, LostRace, NotFound
 from shared.jobs import JobRecord, JobStatus
 from shared.logs import get_logger
-from shared.storage import Store, Stored
+
+if TYPE_CHECKING:
+    from shared.seams import Context
+    from shared.storage import Store, Stored
 
 log = get_logger(__name__)
 
@@ -44,27 +41,19 @@ class Retried:
         return self.ring_error is None
 
 
-def cancel(
-    store: Store,
-    job_id: str,
-    *,
-    by: str,
-    reason: str | None,
-    clock: Clock,
-    doorbell: Ringer | None = None,
-) -> JobRecord:
+def cancel(ctx: Context, job_id: str, *, by: str, reason: str | None) -> JobRecord:
     """queued|running -> cancelled; a running owner's next CAS fails and it stops.
 
     The pending marker goes after the terminal write, as for any terminal job.
     Raises InvalidInput, JobNotFound, CorruptRecord, IllegalTransition or LostRace.
     """
     stored = _transition(
-        store,
+        ctx.store,
         job_id,
         lambda job, now: job_queue.cancel_fields(job, now, by=by, reason=reason),
-        clock,
+        ctx.clock,
     )
-    finish.after_terminal(store, doorbell, stored.record)
+    finish.after_terminal(ctx, stored.record)
     log.info(
         "cancelled",
         job_id=job_id,
@@ -76,43 +65,24 @@ def cancel(
     return stored.record
 
 
-def retry(
-    store: Store,
-    doorbell: Ringer,
-    job_id: str,
-    *,
-    by: str,
-    default_max_attempts: int,
-    clock: Clock,
-) -> Retried:
+def retry(ctx: Context, job_id: str, *, by: str) -> Retried:
     """failed|cancelled -> queued with a fresh budget, then ring the doorbell.
 
     The pending marker is added first, as at submission: a crash between the two
     leaves a marker the sweep repairs, never a queued job nobody indexes. A
     failed ring is reported, not raised: the job is queued and the sweep rings it.
     """
+    budget = ctx.settings.max_attempts
     stored = _transition(
-        store,
+        ctx.store,
         job_id,
-        lambda job, now: job_queue.retry_fields(
-            job, now, by=by, default_max_attempts=default_max_attempts
-        ),
-        clock,
-        before_write=lambda job: _before_retry(store, job_id, job),
+        lambda job, now: job_queue.retry_fields(job, now, by=by, default_max_attempts=budget),
+        ctx.clock,
+        before_write=lambda job: _before_retry(ctx.store, job_id, job),
     )
     trace = stored.record.get("traceparent")
     log.info("retried", job_id=job_id, by=by, traceparent=trace)
-    try:
-        doorbell.ring(job_id, trace)
-    except DoorbellError as exc:
-        log.warning(
-            "doorbell failed; the sweep will ring",
-            job_id=job_id,
-            error=exc.reason,
-            traceparent=trace,
-        )
-        return Retried(stored.record, str(exc))
-    return Retried(stored.record)
+    return Retried(stored.record, ring_or_leave(ctx.doorbell, job_id, trace))
 
 
 def _before_retry(store: Store, job_id: str, job: JobRecord) -> None:

@@ -20,20 +20,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from shared import (
-    finish,
-    job_queue,
-    lifecycle,  # noqa: F401 - installs the features' hooks and gates
-    timing,
-)
-from shared.errors import CorruptRecord, DoorbellError, IllegalTransition, LostRace, NotFound
+from shared import finish, job_queue, timing, uniqueness
+from shared.doorbell import ring_or_leave
+from shared.errors import CorruptRecord, IllegalTransition, LostRace, NotFound
 from shared.logs import get_logger
 
 if TYPE_CHECKING:
-    from shared.config import Settings
-    from shared.doorbell import Ringer
     from shared.jobs import JobRecord
-    from shared.storage import Store
+    from shared.seams import Context
+    from shared.storage import BlobInfo, Store
 
 log = get_logger(__name__)
 
@@ -41,7 +36,7 @@ log = get_logger(__name__)
 def place(store: Store, record: JobRecord, now: datetime) -> bool:
     """Write the scheduled marker of a job that is not due yet (before its record, as
     the pending marker would be); False when the job is due now (use pending/)."""
-    run_at = timing.run_at_of(dict(record), now)
+    run_at = timing.run_at_of(record, now)
     if run_at is None or run_at <= now:
         return False
     store.put_blob(timing.scheduled_name(str(record["id"]), run_at), b"", generation=0)
@@ -59,14 +54,25 @@ class Released:
     truncated: bool = False
 
 
-def release_due(
-    store: Store, doorbell: Ringer, settings: Settings, now: datetime | None = None
-) -> Released:
+def sweep_pass(ctx: Context, now: datetime, _pending: frozenset[str]) -> dict[str, int | bool]:
+    """Time's pass in the sweep, beside the rescue pass: release due delayed jobs, then
+    repair unique keys."""
+    released = release_due(ctx, now)
+    return {
+        "released": released.released,
+        "expired": released.expired,
+        "repaired": released.repaired,
+        "truncated": released.truncated,
+        "unique_released": uniqueness.repair(ctx.store, ctx.settings, now),
+    }
+
+
+def release_due(ctx: Context, now: datetime | None = None) -> Released:
     """Move due delayed jobs into pending/ and ring them (the sweep calls this first)."""
     now = now or datetime.now(UTC)
     out = Released()
-    limit = settings.sweep_max_jobs
-    infos = store.list_blobs(
+    limit = ctx.settings.sweep_max_jobs
+    infos = ctx.store.list_blobs(
         timing.SCHEDULED_PREFIX, end_before=timing.scheduled_end(now), limit=limit
     )
     out.truncated = len(infos) >= limit
@@ -74,22 +80,14 @@ def release_due(
         out.examined += 1
         job_id = timing.scheduled_job_id(info.name)
         try:
-            _release_one(store, doorbell, settings, now, info.name, job_id, info.created, out)
+            _release_one(ctx, now, info, job_id, out)
         except Exception as exc:  # one odd entry must not stop the others
             log.error("could not release a delayed job", job_id=job_id, error=repr(exc))
     return out
 
 
-def _release_one(
-    store: Store,
-    doorbell: Ringer,
-    settings: Settings,
-    now: datetime,
-    name: str,
-    job_id: str,
-    created: datetime | None,
-    out: Released,
-) -> None:
+def _release_one(ctx: Context, now: datetime, info: BlobInfo, job_id: str, out: Released) -> None:
+    store, settings, name, created = ctx.store, ctx.settings, info.name, info.created
     try:
         stored = store.read(job_id)
     except NotFound:  # a crashed submit (marker, no record) once past the grace
@@ -110,7 +108,7 @@ def _release_one(
         out.repaired += 1
         return
     if not job_queue.is_due(job, now, skew_s=settings.clock_skew_seconds):
-        run_at = timing.run_at_of(dict(job), now)
+        run_at = timing.run_at_of(job, now)
         if run_at is not None and timing.scheduled_name(job_id, run_at) != name:
             # a replayed submit moved run_at to a later hour: index it there, drop this one
             store.put_blob(timing.scheduled_name(job_id, run_at), b"", generation=0)
@@ -118,18 +116,15 @@ def _release_one(
             out.repaired += 1
         return  # later this hour
     store.add_pending(job_id)  # marker first: from here on the usual rules keep it
-    if timing.expired(dict(job), now):
+    if timing.expired(job, now):
         try:
             ended = store.update({**job, **job_queue.expire_fields(job, now)}, stored.generation)
         except (LostRace, IllegalTransition):
             return  # someone else moved it; the next pass looks again
-        finish.after_terminal(store, doorbell, ended.record)
+        finish.after_terminal(ctx, ended.record)
         out.expired += 1
-    else:
-        try:
-            doorbell.ring(job_id, job.get("traceparent"))
-        except DoorbellError as exc:  # the marker is in pending/: the sweep re-rings
-            log.warning("doorbell failed for a released job", job_id=job_id, error=exc.reason)
+    else:  # the marker is in pending/: a failed ring is the sweep's
+        ring_or_leave(ctx.doorbell, job_id, job.get("traceparent"))
         out.released += 1
     store.delete_blob(name)
 

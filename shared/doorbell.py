@@ -11,6 +11,7 @@ attribute, so the delivery that arrives at claim is already in the job's trace.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -18,9 +19,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from shared import tracing
 from shared.errors import DoorbellError, InvalidInput
+from shared.logs import get_logger
 
 if TYPE_CHECKING:
     from shared.config import Settings
+
+log = get_logger(__name__)
 
 RING_TIMEOUT_S = 10.0  # wait for the publish answer at most this long
 MAX_LATENCY_S = 0.01  # batch window: a doorbell should leave at once
@@ -39,6 +43,29 @@ class Ringer(Protocol):
         """Publish several at once (each with its trace, if known); returns the ids
         whose ring failed."""
         ...
+
+
+def ring_or_leave(
+    doorbell: Ringer,
+    job_id: str,
+    traceparent: str | None = None,
+    *,
+    logger: logging.LoggerAdapter[logging.Logger] | None = None,
+) -> str | None:
+    """Ring a job whose record and pending marker are written, or leave it to the sweep:
+    a refusal is only logged, since the sweep rings every queued job whose doorbell was
+    lost. Returns the refusal's message, or None when Pub/Sub accepted."""
+    try:
+        doorbell.ring(job_id, traceparent)
+    except DoorbellError as exc:
+        (logger or log).warning(
+            "doorbell failed; the sweep will ring",
+            job_id=job_id,
+            error=exc.reason,
+            traceparent=traceparent,
+        )
+        return str(exc)
+    return None
 
 
 def message_for(job_id: str, traceparent: str | None = None) -> tuple[bytes, dict[str, str]]:

@@ -11,37 +11,42 @@ from shared import finish, job_queue, timing
 from shared.errors import IllegalTransition, LostRace, NotFound
 from shared.logs import get_logger
 from shared.outcome import Outcome, OutcomeKind
+from shared.seams import Settled
 
 if TYPE_CHECKING:
-    from shared.doorbell import Ringer
-    from shared.gates import GateContext
-    from shared.storage import Store, Stored
+    from shared.seams import Context
+    from shared.storage import Stored
 
 log = get_logger(__name__)
 
 
-def expire_if_due(
-    store: Store, doorbell: Ringer | None, stored: Stored, now: datetime
-) -> Stored | None:
+def expire_if_due(ctx: Context, stored: Stored, now: datetime) -> Stored | None:
     """End an expired job (CAS); the terminal record, or None when it is not expired or
     someone else moved it first."""
     job = stored.record
-    if not timing.expired(dict(job), now):
+    if not timing.expired(job, now):
         return None
     try:
-        ended = store.update({**job, **job_queue.expire_fields(job, now)}, stored.generation)
+        ended = ctx.store.update({**job, **job_queue.expire_fields(job, now)}, stored.generation)
     except (LostRace, NotFound, IllegalTransition):
         return None
     log.info("expired before it started; it will not run", job_id=job.get("id"))
-    finish.after_terminal(store, doorbell, ended.record)
+    finish.after_terminal(ctx, ended.record)
     return ended
 
 
-def gate(ctx: GateContext) -> Outcome | None:
+def gate(ctx: Context, stored: Stored, now: datetime) -> Outcome | None:
     """The claim gate: an expired job is ended instead of claimed."""
-    if not timing.expired(dict(ctx.stored.record), ctx.now):
+    if not timing.expired(stored.record, now):
         return None
-    job_id = str(ctx.stored.record.get("id"))
-    ended = expire_if_due(ctx.store, ctx.doorbell, ctx.stored, ctx.now)
+    job_id = str(stored.record.get("id"))
+    ended = expire_if_due(ctx, stored, now)
     detail = "expired" if ended is not None else "expired (ended by another)"
     return Outcome(job_id, OutcomeKind.SKIPPED, detail)
+
+
+def sweep_check(ctx: Context, stored: Stored, now: datetime) -> Settled | None:
+    """The sweep's check of a pending record: an expired one ends (counted as expired)."""
+    if expire_if_due(ctx, stored, now) is None:
+        return None
+    return Settled("expired")

@@ -15,34 +15,20 @@ nothing to do.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from shared.errors import StorageError
 from shared.logs import get_logger
 
 if TYPE_CHECKING:
-    from shared.doorbell import Ringer
     from shared.jobs import JobRecord
-    from shared.storage import Store
+    from shared.seams import Context
 
 log = get_logger(__name__)
 
-AfterTerminal = Callable[["Store", "Ringer | None", "JobRecord"], None]
-"""A hook: (store, doorbell or None when the caller has none, the terminal record)."""
-
-HOOKS: tuple[AfterTerminal, ...] | None = None
-"""The features' hooks in the order they run, installed by shared.lifecycle (None: not
-yet, and then nothing may end a job here: the caller leaves the marker for the sweep)."""
-
-REQUEUE_HOOKS: tuple[AfterTerminal, ...] | None = None
-"""What follows a write that sends a running job back to the queue (a stage error, a
-timeout, a hand-back, the watchdog's rescue): the same signature, installed likewise."""
-
 
 def after_terminal(
-    store: Store,
-    doorbell: Ringer | None,
+    ctx: Context,
     record: JobRecord,
     *,
     logger: logging.LoggerAdapter[logging.Logger] | None = None,
@@ -54,12 +40,9 @@ def after_terminal(
     """
     lg = logger or log
     job_id = str(record.get("id"))
-    if HOOKS is None:  # a caller that skipped shared.lifecycle: never drop the marker blind
-        lg.error("the features' hooks are not installed; the sweep finishes this", job_id=job_id)
-        return False
-    for hook in HOOKS:
+    for hook in ctx.terminal_hooks():
         try:
-            hook(store, doorbell, record)
+            hook(ctx, record)
         except Exception as exc:
             lg.warning(
                 "an after-terminal step failed; the sweep repeats it",
@@ -69,7 +52,7 @@ def after_terminal(
             )
             return False
     try:
-        store.remove_pending(job_id)
+        ctx.store.remove_pending(job_id)
     except StorageError as exc:  # the next sweep removes it
         lg.warning("could not remove the pending marker", job_id=job_id, error=str(exc))
         return False
@@ -77,8 +60,7 @@ def after_terminal(
 
 
 def after_requeue(
-    store: Store,
-    doorbell: Ringer | None,
+    ctx: Context,
     record: JobRecord,
     *,
     logger: logging.LoggerAdapter[logging.Logger] | None = None,
@@ -87,9 +69,9 @@ def after_requeue(
     work and keeps its marker; a hook that fails is only logged (what it would have given
     back, e.g. a concurrency place, comes back by the staleness rule)."""
     lg = logger or log
-    for hook in REQUEUE_HOOKS or ():
+    for hook in ctx.requeue_hooks():
         try:
-            hook(store, doorbell, record)
+            hook(ctx, record)
         except Exception as exc:
             lg.warning(
                 "an after-requeue step failed; the staleness rule covers it",

@@ -41,6 +41,7 @@ from shared.errors import (
     InvalidInput,
     LostRace,
     NotFound,
+    ReclaimError,
     UnknownPipeline,
 )
 from shared.jobs import JobRecord
@@ -50,8 +51,8 @@ from shared.pipelines import get_pipeline, pipeline_names
 
 if TYPE_CHECKING:
     from shared.doorbell import Ringer
-    from shared.gates import GateContext
-    from shared.storage import Store
+    from shared.seams import Context
+    from shared.storage import Store, Stored
 
 log = get_logger(__name__)
 
@@ -87,9 +88,9 @@ def limits_of(job: JobRecord) -> fp.Limits:
 # ------------------------------------------------------------------ pause
 
 
-def pause_gate(ctx: GateContext) -> Outcome | None:
+def pause_gate(ctx: Context, stored: Stored, now: datetime) -> Outcome | None:
     """A job of a paused pipeline is parked (indexed for the resume) and acked."""
-    job = ctx.stored.record
+    job = stored.record
     pipeline = str(job.get("pipeline"))
     job_id = str(job.get("id"))
     if pipeline not in pipeline_names():  # only a known pipeline can be paused; the runner
@@ -195,10 +196,10 @@ def resume(
 # ------------------------------------------------------------------ rate
 
 
-def rate_gate(ctx: GateContext) -> Outcome | None:
+def rate_gate(ctx: Context, stored: Stored, now: datetime) -> Outcome | None:
     """Within its rate a job goes on with a token of this window; over it, the job is
     deferred to the first window with a token free (reserved for it there)."""
-    job = ctx.stored.record
+    job = stored.record
     limits = limits_of(job)
     if limits.rate is None or limits.rate_key is None:
         return None
@@ -213,7 +214,7 @@ def rate_gate(ctx: GateContext) -> Outcome | None:
     job_id = str(job.get("id"))
     new: JobRecord = {**job, **fp.defer_fields(job, start, name)}
     try:
-        ctx.store.update(new, ctx.stored.generation)
+        ctx.store.update(new, stored.generation)
     except (LostRace, NotFound):  # e.g. another delivery claimed it: its place stays
         return Outcome(job_id, OutcomeKind.RACED, "changed while deferring for its rate")
     # deferred (and no claim can follow the generation this read fenced): a place the
@@ -224,7 +225,7 @@ def rate_gate(ctx: GateContext) -> Outcome | None:
     return Outcome(job_id, OutcomeKind.SKIPPED, f"over its rate: deferred to {start.isoformat()}")
 
 
-def _window_now(ctx: GateContext, rate: fp.Rate) -> str:
+def _window_now(ctx: Context, rate: fp.Rate) -> str:
     """The window of the clock as the gate leaves (the claim's stamp follows at once)."""
     return fp.window_label(rate.window_start(ctx.clock()))
 
@@ -262,30 +263,30 @@ def _reserve(
 # ------------------------------------------------------------------ concurrency
 
 
-def limit_gate(ctx: GateContext) -> Outcome | None:
+def limit_gate(ctx: Context, stored: Stored, now: datetime) -> Outcome | None:
     """A keyed job takes a free place of its key before the claim; at the limit it leaves
     a waiter marker and its delivery is acked (a freed place rings it)."""
-    job = ctx.stored.record
+    job = stored.record
     limits = limits_of(job)
     if limits.key is None or limits.max_running is None:
         return None
     key, n = limits.key, limits.max_running
     job_id = str(job.get("id"))
-    me = fp.Holder(job_id, job_queue.attempts_of(job) + 1, ctx.now)
-    if _take_place(ctx, key, n, me):
+    me = fp.Holder(job_id, job_queue.attempts_of(job) + 1, now)
+    if _take_place(ctx, key, n, me, now):
         return None
     waiter = fp.waiter_name(key, job)
     _create(ctx.store, waiter)
     # a holder that freed its place between our look and our marker did not see the
     # marker: look once more, now that the marker is there
-    if _take_place(ctx, key, n, me):
+    if _take_place(ctx, key, n, me, now):
         ctx.store.delete_blob(waiter)
         return None
     log.info("at its key's limit: waiting", job_id=job_id, key=key, max_running=n)
     return Outcome(job_id, OutcomeKind.SKIPPED, f"key {key} has {n} running: waiting")
 
 
-def _take_place(ctx: GateContext, key: str, n: int, me: fp.Holder) -> bool:
+def _take_place(ctx: Context, key: str, n: int, me: fp.Holder, now: datetime) -> bool:
     """Take a place of the key: create a missing one, or compare-and-swap over a free one
     (empty) or one whose holder no longer holds it. A place is never deleted, only emptied
     by a compare-and-swap, so no stray delete can free a place someone holds (a delete's
@@ -311,7 +312,7 @@ def _take_place(ctx: GateContext, key: str, n: int, me: fp.Holder) -> bool:
         if holder is not None and (holder.job_id, holder.attempt) == (me.job_id, me.attempt):
             _remember(me.job_id, name, blob.generation)  # ours already (a redelivery)
             return True
-        if holder is not None and _holds(ctx, holder):
+        if holder is not None and _holds(ctx, holder, now):
             continue
         if _put(store, name, me, blob.generation):  # free, or its holder is gone
             if holder is not None:
@@ -320,12 +321,12 @@ def _take_place(ctx: GateContext, key: str, n: int, me: fp.Holder) -> bool:
     return False
 
 
-def _holds(ctx: GateContext, holder: fp.Holder) -> bool:
+def _holds(ctx: Context, holder: fp.Holder, now: datetime) -> bool:
     try:
         record: JobRecord | None = ctx.store.read(holder.job_id).record
     except (NotFound, CorruptRecord, InvalidInput):
         record = None
-    return fp.holds(holder, record, ctx.now, ctx.settings.stale_seconds)
+    return fp.holds(holder, record, now, ctx.settings.stale_seconds)
 
 
 def _put(store: Store, name: str, me: fp.Holder, generation: int) -> bool:
@@ -388,11 +389,18 @@ def wake(store: Store, doorbell: Ringer, key: str, count: int = WAKE) -> int:
 # ------------------------------------------------------------------ terminal index
 
 
-def record_ended(store: Store, doorbell: Ringer | None, record: JobRecord) -> None:
-    """ended/<status>/<day>/<id>: the index bulk retry and cancel read (create-only)."""
+def record_ended(ctx: Context, record: JobRecord) -> None:
+    """After-terminal hook: ended/<status>/<day>/<id>, the index bulk retry and cancel
+    read (create-only)."""
     name = fp.ended_name(record)
     if name is not None:
-        _create(store, name)
+        _create(ctx.store, name)
+
+
+def release_hook(ctx: Context, record: JobRecord) -> None:
+    """After a terminal write, a requeue, a hand-back or a rescue: give back the job's
+    place and ring its key's oldest waiters (release)."""
+    release(ctx.store, ctx.doorbell, record)
 
 
 # ------------------------------------------------------------------ sweep
@@ -416,6 +424,18 @@ def sweep(store: Store, doorbell: Ringer) -> dict[str, int]:
     for key in sorted(keys):
         rung["waiters"] += wake(store, doorbell, key, count=1)
     return rung
+
+
+def sweep_pass(ctx: Context, _now: datetime, _pending: frozenset[str]) -> dict[str, int]:
+    """Flow control's pass in the sweep (sweep); its failure is only logged."""
+    try:
+        rung = sweep(ctx.store, ctx.doorbell)
+    except ReclaimError as exc:
+        log.warning("flow sweep failed", error=f"{type(exc).__name__}: {exc}")
+        return {}
+    if any(rung.values()):
+        log.info("flow sweep rang held-back jobs", parked=rung["parked"], waiters=rung["waiters"])
+    return {}
 
 
 # ------------------------------------------------------------------ helpers

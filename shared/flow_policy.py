@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -109,8 +110,13 @@ def validate_max_running(value: object) -> int:
     return value
 
 
-def check_fields(job: dict[str, Any], where: str, problems: list[str]) -> None:
-    """Submit's checks of the flow fields of one job (appends reasons to problems)."""
+FLOW_KEYS = frozenset({"concurrency_key", "max_running", "rate"})
+"""A job's flow fields: keys at submit, copied into the record as given, shown when set."""
+
+
+def parse_fields(job: Mapping[str, Any], where: str, problems: list[str]) -> dict[str, Any]:
+    """Submit's checks of the flow fields of one job (appends reasons to problems); the
+    record fields they become, as given."""
     key = job.get("concurrency_key")
     if key is not None:
         _collect(problems, where, lambda: validate_key(key))
@@ -120,6 +126,12 @@ def check_fields(job: dict[str, Any], where: str, problems: list[str]) -> None:
             problems.append(f"{where}max_running needs a concurrency_key to count against")
     if job.get("rate") is not None:
         _collect(problems, where, lambda: parse_rate(job.get("rate")))
+    return {k: job[k] for k in sorted(FLOW_KEYS) if job.get(k) is not None}
+
+
+def view(_ctx: object, record: Mapping[str, Any]) -> dict[str, Any]:
+    """A job's view: its flow fields, only when it has them."""
+    return {k: record.get(k) for k in sorted(FLOW_KEYS) if record.get(k) is not None}
 
 
 def _collect(problems: list[str], where: str, check: Any) -> None:
@@ -148,7 +160,7 @@ def limits_of(
     """The job's own fields win over its pipeline's; a rate counts per concurrency key, or
     per pipeline for a job without one. A field the record holds but cannot be read
     (hand-edited) is ignored rather than blocking the job forever."""
-    raw: dict[str, Any] = dict(job)
+    raw: Mapping[str, Any] = job
     key = raw.get("concurrency_key")
     try:
         key = validate_key(key) if key is not None else None

@@ -58,7 +58,7 @@ class Event(StrEnum):
     """A function answered >= 500 (an outage or a bug); labelled by function."""
 
 
-class Outcome(StrEnum):
+class Ending(StrEnum):
     """How an attempt ended (the ``outcome`` label of ``finished``)."""
 
     DONE = "done"

@@ -1,9 +1,10 @@
 """The queue's front door: every operation on jobs, over one store, doorbell,
-settings and clock.
+settings and clock, and the feature table.
 
 The functions, the CLI and the benchmarks reach the queue through ``Queue``
-alone. It only wires its four collaborators into the focused modules that do
-the work, one per concern:
+alone. It builds one Context (shared.seams) from its collaborators and the feature
+table (shared.features: the one place that lists the features) and hands it to the
+focused modules that do the work, one per concern:
 
 - submit, submit_upload: shared.submission (validate, create, ring)
 - get, get_batch: shared.status (views, with the read-path watchdog)
@@ -20,15 +21,16 @@ codes and exit codes are decided at the edges (shared.http, shared.cli).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Iterable
+from typing import TYPE_CHECKING, Any
 
-from shared import control, flow, listing, status, submission, sweeper
+from shared import control, features, flow, listing, status, submission, sweeper
 from shared.claim import runner
 from shared.clock import Clock, utcnow
 from shared.config import Settings
 from shared.doorbell import Ringer, get_doorbell
 from shared.jobs import JobRecord, JobStatus
+from shared.seams import Context, Feature
 from shared.storage import Store, get_store
 
 if TYPE_CHECKING:
@@ -39,16 +41,44 @@ if TYPE_CHECKING:
     from shared.outcome import Outcome
 
 
+def parse_submission(
+    body: Any, settings: Settings, *, pipelines: Collection[str] | None = None
+) -> submission.Submission:
+    """Validate a POST /jobs body whole, with the keys of every feature in the table (pure:
+    the edges call it before they touch a cloud service). InvalidSubmission lists every
+    problem."""
+    return submission.parse_submission(body, settings, features.FEATURES, pipelines=pipelines)
+
+
 class Queue:
     """Submit, read, list, cancel, retry, sweep and run jobs."""
 
     def __init__(
-        self, store: Store, doorbell: Ringer, settings: Settings, *, clock: Clock = utcnow
+        self,
+        store: Store,
+        doorbell: Ringer,
+        settings: Settings,
+        *,
+        clock: Clock = utcnow,
+        table: tuple[Feature, ...] = features.FEATURES,
     ) -> None:
-        self.store = store
-        self.doorbell = doorbell
-        self.settings = settings
-        self.clock = clock
+        self.ctx = Context(store, doorbell, settings, clock, table)
+
+    @property
+    def store(self) -> Store:
+        return self.ctx.store
+
+    @property
+    def doorbell(self) -> Ringer:
+        return self.ctx.doorbell
+
+    @property
+    def settings(self) -> Settings:
+        return self.ctx.settings
+
+    @property
+    def clock(self) -> Clock:
+        return self.ctx.clock
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Queue:
@@ -65,17 +95,14 @@ class Queue:
         never reaches the queue. Raises Conflict, before any write, if a client id
         names a job with other content. Each job joins the trace of `traceparent`
         (the request's W3C header), or starts its own."""
-        return submission.submit(
-            self.store, self.doorbell, request, self.clock(), traceparent=traceparent
-        )
+        return submission.submit(self.ctx, request, self.clock(), traceparent=traceparent)
 
     def submit_upload(
         self, upload: UploadedObject, *, traceparent: str | None = None
     ) -> submission.SubmittedJob:
         """The upload-digest job of one uploaded object version (idempotent per version)."""
         return submission.create_upload_job(
-            self.store,
-            self.doorbell,
+            self.ctx,
             bucket=upload.bucket,
             name=upload.name,
             generation=upload.generation,
@@ -90,12 +117,12 @@ class Queue:
     def get(self, job_id: str) -> status.JobView:
         """A job as its owner sees it, after the watchdog (a silent owner's job is
         requeued or failed on the spot). Raises InvalidInput, JobNotFound, CorruptRecord."""
-        return status.read_job(self.store, self.doorbell, self.settings, job_id, self.clock())
+        return status.read_job(self.ctx, job_id, self.clock())
 
     def get_batch(self, batch_id: str) -> status.BatchView:
         """Every member of a batch, each after the watchdog. Raises InvalidInput,
         BatchNotFound."""
-        return status.read_batch(self.store, self.doorbell, self.settings, batch_id, self.clock())
+        return status.read_batch(self.ctx, batch_id, self.clock())
 
     def read(self, job_id: str) -> JobRecord:
         """The record as stored, without the watchdog: for watchers that must not change
@@ -125,21 +152,12 @@ class Queue:
     def cancel(self, job_id: str, *, by: str, reason: str | None = None) -> JobRecord:
         """queued|running -> cancelled; a running owner stops at its next write.
         Raises InvalidInput, JobNotFound, CorruptRecord, IllegalTransition, LostRace."""
-        return control.cancel(
-            self.store, job_id, by=by, reason=reason, clock=self.clock, doorbell=self.doorbell
-        )
+        return control.cancel(self.ctx, job_id, by=by, reason=reason)
 
     def retry(self, job_id: str, *, by: str) -> control.Retried:
         """failed|cancelled -> queued with a fresh attempt budget, then rung. Raises
         InvalidInput, JobNotFound, CorruptRecord, IllegalTransition, LostRace."""
-        return control.retry(
-            self.store,
-            self.doorbell,
-            job_id,
-            by=by,
-            default_max_attempts=self.settings.max_attempts,
-            clock=self.clock,
-        )
+        return control.retry(self.ctx, job_id, by=by)
 
     # --- flow control (shared.flow)
 
@@ -161,7 +179,7 @@ class Queue:
 
     def sweep_once(self) -> sweeper.SweepResult:
         """One pass over the pending index: rescue, re-ring, fail the exhausted, repair."""
-        return sweeper.run_once(self.store, self.doorbell, self.settings, self.clock())
+        return sweeper.run_once(self.ctx, self.clock())
 
     def handle_delivery(
         self,
@@ -179,12 +197,9 @@ class Queue:
         publish time) may show a backlog; `slots`, `gate` and `shutdown` default to the
         process's own."""
         return runner.handle_delivery(
+            self.ctx,
             job_id,
-            self.store,
-            self.doorbell,
-            self.settings,
-            owner,
-            self.clock,
+            owner=owner,
             slots=slots,
             gate=gate,
             arrival=arrival,

@@ -10,26 +10,24 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from shared import (
-    finish,
-    job_queue,
-    lifecycle,  # noqa: F401 - installs the features' hooks and gates
-    metrics,
-)
-from shared.config import Settings
-from shared.doorbell import Ringer
-from shared.errors import AttemptsExhausted, DoorbellError, LostRace, NotFound
+from shared import finish, job_queue, metrics
+from shared.doorbell import ring_or_leave
+from shared.errors import AttemptsExhausted, LostRace, NotFound
 from shared.jobs import JobRecord, JobStatus, WatchdogAction
 from shared.logs import get_logger
-from shared.storage import Store, Stored
+
+if TYPE_CHECKING:
+    from shared.seams import Context
+    from shared.storage import Stored
 
 log = get_logger(__name__)
 
 
 @dataclass(frozen=True)
 class Recovery:
-    """What recover_one did: the action it wrote (None: nothing written), the record now."""
+    """What recover did: the action it wrote (None: nothing written), the record now."""
 
     action: WatchdogAction | None
     stored: Stored
@@ -38,41 +36,20 @@ class Recovery:
     unmarked: bool = False  # a terminal job's pending marker was removed
 
 
-def recover(
-    store: Store,
-    doorbell: Ringer,
-    stored: Stored,
-    settings: Settings,
-    now: datetime,
-    *,
-    clean_marker: bool = False,
-) -> tuple[WatchdogAction | None, Stored]:
-    """Apply stale_action to one record: ("requeue"|"fail"|None, the record now).
+def recover(ctx: Context, stored: Stored, now: datetime, *, clean_marker: bool = False) -> Recovery:
+    """Apply stale_action to one record: what was written ("requeue", "fail" or None) and
+    the record now.
 
     None with a fresh read means healthy, terminal, or someone else acted first.
     With clean_marker, a terminal job's leftover pending marker is removed (the
     sweep passes it; a status read need not pay a delete per finished job).
     """
-    done = recover_one(store, doorbell, stored, settings, now, clean_marker=clean_marker)
-    return done.action, done.stored
-
-
-def recover_one(
-    store: Store,
-    doorbell: Ringer,
-    stored: Stored,
-    settings: Settings,
-    now: datetime,
-    *,
-    clean_marker: bool = False,
-) -> Recovery:
-    """recover() with the details the sweep counts."""
     job = stored.record
     job_id = str(job["id"])
     if job_queue.is_terminal(job):
         unmarked = False
         if clean_marker:  # the sweep: a crash left what follows a terminal write undone
-            unmarked = finish.after_terminal(store, doorbell, job)
+            unmarked = finish.after_terminal(ctx, job)
             if unmarked:
                 log.info(
                     "finished what follows a terminal write and removed the pending marker",
@@ -81,18 +58,19 @@ def recover_one(
                     traceparent=job.get("traceparent"),
                 )
         return Recovery(None, stored, unmarked=unmarked)
-    max_attempts = job_queue.max_attempts_of(job, settings.max_attempts)
+    s = ctx.settings
+    max_attempts = job_queue.max_attempts_of(job, s.max_attempts)
     action = job_queue.stale_action(
-        job, now, settings.stale_seconds, max_attempts, skew_s=settings.clock_skew_seconds
+        job, now, s.stale_seconds, max_attempts, skew_s=s.clock_skew_seconds
     )
     if action == "requeue":
-        return _requeue(store, doorbell, stored, now)
+        return _requeue(ctx, stored, now)
     if action == "fail":
-        return _fail(store, doorbell, stored, now, max_attempts)
+        return _fail(ctx, stored, now, max_attempts)
     return Recovery(None, stored)
 
 
-def _requeue(store: Store, doorbell: Ringer, stored: Stored, now: datetime) -> Recovery:
+def _requeue(ctx: Context, stored: Stored, now: datetime) -> Recovery:
     """A silent owner's job (rescue) or a queued job whose doorbell was lost (refresh),
     back to queued with a fresh updated_at, then rung."""
     job = stored.record
@@ -100,11 +78,11 @@ def _requeue(store: Store, doorbell: Ringer, stored: Stored, now: datetime) -> R
     rescued = job.get("status") == JobStatus.RUNNING
     new: JobRecord = {**job, **job_queue.requeue_fields(job, now, rescued=rescued)}
     try:
-        written = store.update(new, stored.generation)
+        written = ctx.store.update(new, stored.generation)
     except (LostRace, NotFound):
-        return Recovery(None, store.read(job_id))
+        return Recovery(None, ctx.store.read(job_id))
     if rescued:  # what the silent owner held goes back (a concurrency place: shared.flow)
-        finish.after_requeue(store, doorbell, written.record)
+        finish.after_requeue(ctx, written.record)
     trace = job.get("traceparent")
     log.log(
         logging.WARNING if rescued else logging.INFO,
@@ -115,23 +93,11 @@ def _requeue(store: Store, doorbell: Ringer, stored: Stored, now: datetime) -> R
         traceparent=trace,
         **(metrics.rescued(job) if rescued else {}),
     )
-    try:
-        doorbell.ring(job_id, trace)
-        rang = True
-    except DoorbellError as exc:
-        log.warning(
-            "doorbell failed; the next sweep rings again",
-            job_id=job_id,
-            error=exc.reason,
-            traceparent=trace,
-        )
-        rang = False
+    rang = ring_or_leave(ctx.doorbell, job_id, trace) is None
     return Recovery("requeue", written, rescued=rescued, rang=rang)
 
 
-def _fail(
-    store: Store, doorbell: Ringer, stored: Stored, now: datetime, max_attempts: int
-) -> Recovery:
+def _fail(ctx: Context, stored: Stored, now: datetime, max_attempts: int) -> Recovery:
     """Out of attempts and silent: terminal failure, then the marker goes."""
     job = stored.record
     job_id = str(job["id"])
@@ -150,16 +116,16 @@ def _fail(
     )
     new: JobRecord = {**job, **job_queue.fail_fields(job, now, error)}
     try:
-        written = store.update(new, stored.generation)
+        written = ctx.store.update(new, stored.generation)
     except (LostRace, NotFound):
-        return Recovery(None, store.read(job_id))
+        return Recovery(None, ctx.store.read(job_id))
     log.error(
         "failed a job: attempts exhausted",
         job_id=job_id,
         owner=job.get("owner"),
         attempt=error["attempt"],
         traceparent=job.get("traceparent"),
-        **metrics.finished(job, metrics.Outcome.FAILED),
+        **metrics.finished(job, metrics.Ending.FAILED),
     )
-    finish.after_terminal(store, doorbell, written.record)
+    finish.after_terminal(ctx, written.record)
     return Recovery("fail", written)

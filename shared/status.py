@@ -14,13 +14,11 @@ from __future__ import annotations
 
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shared import job_queue, records, workflows
-from shared.config import Settings
-from shared.doorbell import Ringer
 from shared.errors import (
     BatchNotFound,
     CorruptRecord,
@@ -32,7 +30,10 @@ from shared.errors import (
 from shared.jobs import MEMBER_MISSING, MEMBER_UNREADABLE, JobRecord, WatchdogAction
 from shared.logs import get_logger
 from shared.recovery import recover
-from shared.storage import Store, Stored
+
+if TYPE_CHECKING:
+    from shared.seams import Context
+    from shared.storage import Stored
 
 log = get_logger(__name__)
 
@@ -55,7 +56,6 @@ _VIEW_FIELDS = (
     "rescues",
     "history",
 )
-_TIME_FIELDS = ("run_at", "expires_at", "timeout_seconds", "unique_key", "unique_until")
 _MEMBER_FIELDS = ("id", "pipeline", "status", "stage", "attempts", "updated_at")
 
 
@@ -66,14 +66,14 @@ class JobView:
     record: JobRecord
     max_attempts: int  # the job's own, else the deployment's
     watchdog: WatchdogAction | None = None
-    children: tuple[str, ...] = ()  # workflows: jobs that named this one in depends_on
+    features: dict[str, Any] = field(default_factory=dict)  # what each feature's view adds
 
     def to_json(self) -> dict[str, Any]:
         """The public view (GET /jobs/<id>, `reclaim status`)."""
         body = render_job(self.record, self.max_attempts)
         if self.watchdog:
             body["watchdog"] = self.watchdog
-        body.update(_workflow_view(self.record, self.children))
+        body.update(self.features)
         return body
 
 
@@ -110,35 +110,34 @@ class BatchView:
         }
 
 
-def read_job(
-    store: Store, doorbell: Ringer, settings: Settings, job_id: str, now: datetime
-) -> JobView:
+def read_job(ctx: Context, job_id: str, now: datetime) -> JobView:
     """The job after the read-path watchdog; InvalidInput, JobNotFound or CorruptRecord."""
     records.validate_job_id(job_id)
     try:
-        stored = store.read(job_id)
+        stored = ctx.store.read(job_id)
     except NotFound:
         raise JobNotFound(job_id) from None
     except CorruptRecord as exc:
         log.error("record unreadable; left for a person", job_id=job_id, reason=exc.reason)
         raise
-    action, stored = _watchdog(store, doorbell, settings, stored, now)
-    max_attempts = job_queue.max_attempts_of(stored.record, settings.max_attempts)
-    children = tuple(workflows.children_of(store, job_id))
-    return JobView(stored.record, max_attempts, action, children)
+    action, stored = _watchdog(ctx, stored, now)
+    max_attempts = job_queue.max_attempts_of(stored.record, ctx.settings.max_attempts)
+    shown: dict[str, Any] = {}
+    for feature in ctx.features:
+        if feature.view is not None:
+            shown.update(feature.view(ctx, stored.record))
+    return JobView(stored.record, max_attempts, action, shown)
 
 
-def read_batch(
-    store: Store, doorbell: Ringer, settings: Settings, batch_id: str, now: datetime
-) -> BatchView:
+def read_batch(ctx: Context, batch_id: str, now: datetime) -> BatchView:
     """Every member of a batch (O(batch): its markers, then its records in parallel);
     InvalidInput or BatchNotFound."""
     records.validate_batch_id(batch_id)
-    ids = store.list_batch(batch_id, limit=BATCH_LIST_LIMIT)
+    ids = ctx.store.list_batch(batch_id, limit=BATCH_LIST_LIMIT)
     if not ids:
         raise BatchNotFound(batch_id)
     with ThreadPoolExecutor(max_workers=min(_WORKERS, len(ids))) as pool:
-        found = pool.map(lambda i: _member(store, doorbell, settings, batch_id, i, now), ids)
+        found = pool.map(lambda i: _member(ctx, batch_id, i, now), ids)
         members = [m for m in found if m is not None]
     if not members:  # only stray markers: no record names this batch
         raise BatchNotFound(batch_id)
@@ -146,46 +145,26 @@ def read_batch(
         batch_id,
         members,
         truncated=len(ids) >= BATCH_LIST_LIMIT,
-        on_complete=workflows.batch_on_complete(store, batch_id),
+        on_complete=workflows.batch_on_complete(ctx.store, batch_id),
     )
-
-
-FLOW_VIEW_FIELDS = ("concurrency_key", "max_running", "rate")
-"""Shown by the view only when the record has them (shared.flow)."""
 
 
 def render_job(record: JobRecord, max_attempts: int) -> dict[str, Any]:
     """The public view of a record; tolerant of hand-edited field types."""
     body: dict[str, Any] = {"id": record.get("id")}
     body.update({k: record.get(k) for k in _VIEW_FIELDS})
-    body.update({k: record.get(k) for k in _TIME_FIELDS if k in record})  # time
     body["max_attempts"] = max_attempts
     body["outputs"] = _outputs(record)
     body["status_url"] = f"/jobs/{record.get('id')}"
-    # flow control, only when the job has them
-    body.update({k: record.get(k) for k in FLOW_VIEW_FIELDS if record.get(k) is not None})
     return body
 
 
-_WORKFLOW_FIELDS = ("depends_on", "on_parent_failure", "parent_failure", "callback_of")
-
-
-def _workflow_view(record: JobRecord, children: tuple[str, ...]) -> dict[str, Any]:
-    """Parents, children and what a parent's failure did: only the fields a job has."""
-    out: dict[str, Any] = {k: record.get(k) for k in _WORKFLOW_FIELDS if record.get(k) is not None}
-    if children:
-        out["children"] = list(children)
-    return out
-
-
-def _member(
-    store: Store, doorbell: Ringer, settings: Settings, batch_id: str, job_id: str, now: datetime
-) -> dict[str, Any] | None:
+def _member(ctx: Context, batch_id: str, job_id: str, now: datetime) -> dict[str, Any] | None:
     """One member's summary; None for what only looks like one: a foreign object
     under batches/<id>/, or a stray marker whose record names another batch (a
     marker is only an index; the record decides the membership)."""
     try:
-        stored = store.read(job_id)
+        stored = ctx.store.read(job_id)
     except NotFound:  # marker written, record not (yet): the sweep repairs or it lands
         return {"id": job_id, "status": MEMBER_MISSING, "status_url": f"/jobs/{job_id}"}
     except InvalidInput:  # a foreign object under batches/<id>/: not a member
@@ -200,7 +179,7 @@ def _member(
         }
     if stored.record.get("batch_id") != batch_id:  # a stray marker: not a member
         return None
-    _action, stored = _watchdog(store, doorbell, settings, stored, now)
+    _action, stored = _watchdog(ctx, stored, now)
     rec = stored.record
     out: dict[str, Any] = {k: rec.get(k) for k in _MEMBER_FIELDS}
     out["status_url"] = f"/jobs/{job_id}"
@@ -209,12 +188,11 @@ def _member(
     return out
 
 
-def _watchdog(
-    store: Store, doorbell: Ringer, settings: Settings, stored: Stored, now: datetime
-) -> tuple[WatchdogAction | None, Stored]:
+def _watchdog(ctx: Context, stored: Stored, now: datetime) -> tuple[WatchdogAction | None, Stored]:
     """recover() the record if it is stale; if that fails, show it as read."""
     try:
-        action, after = recover(store, doorbell, stored, settings, now)
+        done = recover(ctx, stored, now)
+        action, after = done.action, done.stored
     except ReclaimError as exc:  # best effort: a read must answer even if the write fails
         log.warning(
             "status watchdog could not act",

@@ -13,24 +13,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from shared import (
-    delayed,
-    lifecycle,  # noqa: F401 - installs the features' hooks and gates
-    records,
-    timing,
-    tracing,
-    uniqueness,
-    workflows,
-)
+from shared import delayed, records, timing, tracing, uniqueness, workflows
 from shared import workflow_graph as graph
 from shared.config import Settings
-from shared.doorbell import Ringer
+from shared.doorbell import Ringer, ring_or_leave
 from shared.errors import (
     AlreadyExists,
     Conflict,
@@ -41,24 +33,18 @@ from shared.errors import (
     NotFound,
     UnknownPipeline,
 )
-from shared.flow_policy import check_fields as check_flow_fields
 from shared.jobs import JobRecord, JobStatus, JsonObject
 from shared.logs import get_logger
 from shared.pipelines import get_pipeline, pipeline_names
+from shared.seams import Context, Feature
 from shared.storage import Store
 
 log = get_logger(__name__)
-FLOW_KEYS = frozenset({"concurrency_key", "max_running", "rate"})  # flow control
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
-JOB_KEYS = (
-    frozenset(
-        {"pipeline", "payload", "id", "batch_id", "max_attempts", "depends_on", "on_parent_failure"}
-    )
-    | timing.TIME_KEYS
-    | FLOW_KEYS
-)
+JOB_KEYS = frozenset({"pipeline", "payload", "id", "batch_id", "max_attempts"})
+"""A job's own keys; the features add theirs (Feature.submit_keys)."""
 BATCH_KEYS = frozenset({"batch_id", "jobs", "on_complete"})
 CALLBACK_KEYS = frozenset({"pipeline", "payload"})
 MAX_ATTEMPTS = 100
@@ -81,7 +67,7 @@ class JobSpec:
     batch_id: str | None = None
     max_attempts: int | None = None
     times: timing.TimeSpec = dataclasses.field(default_factory=timing.TimeSpec)  # time
-    flow: tuple[tuple[str, Any], ...] = ()  # flow control fields, as given (validated)
+    fields: tuple[tuple[str, Any], ...] = ()  # what the features' parse gave, for the record
     depends_on: tuple[str, ...] = ()  # workflows: parent ids (docs/workflows.md)
     on_parent_failure: str | None = None
     with_callback: bool = False  # workflows: a member of a batch with on_complete
@@ -168,10 +154,15 @@ def decode_body(raw: bytes) -> Any:
 
 
 def parse_submission(
-    body: Any, settings: Settings, *, pipelines: Collection[str] | None = None
+    body: Any,
+    settings: Settings,
+    features: Sequence[Feature],
+    *,
+    pipelines: Collection[str] | None = None,
 ) -> Submission:
-    """Validate a POST /jobs body completely; InvalidSubmission lists every problem."""
-    known = set(pipeline_names() if pipelines is None else pipelines)
+    """Validate a POST /jobs body completely, with the keys of the given features;
+    InvalidSubmission lists every problem."""
+    known = _Known(set(pipeline_names() if pipelines is None else pipelines), tuple(features))
     if not isinstance(body, dict):
         raise InvalidSubmission(f"body must be a JSON object, not {_kind(body)}")
     if "jobs" in body:
@@ -183,7 +174,19 @@ def parse_submission(
     return Submission(jobs=(spec,), batch_id=spec.batch_id, is_batch=False)
 
 
-def _parse_batch(body: dict[str, Any], settings: Settings, known: set[str]) -> Submission:
+@dataclass(frozen=True)
+class _Known:
+    """What a request is checked against: the pipelines and the features."""
+
+    pipelines: set[str]
+    features: tuple[Feature, ...]
+
+    @property
+    def keys(self) -> frozenset[str]:
+        return JOB_KEYS.union(*(f.submit_keys for f in self.features))
+
+
+def _parse_batch(body: dict[str, Any], settings: Settings, known: _Known) -> Submission:
     problems: list[str] = []
     unknown = sorted(set(body) - BATCH_KEYS)
     if unknown:
@@ -220,7 +223,7 @@ def _parse_batch(body: dict[str, Any], settings: Settings, known: set[str]) -> S
     return Submission(jobs=tuple(specs), batch_id=batch_id, is_batch=True, on_complete=on_complete)
 
 
-def _parse_on_complete(value: Any, known: set[str], problems: list[str]) -> JsonObject | None:
+def _parse_on_complete(value: Any, known: _Known, problems: list[str]) -> JsonObject | None:
     """A batch's callback: a pipeline and its payload, checked like a job's."""
     if value is None:
         return None
@@ -245,25 +248,28 @@ def _check_cycles(specs: list[JobSpec], problems: list[str]) -> None:
         problems.append(f"depends_on has a cycle through {_names(looped)}")
 
 
-def _parse_job(job: Any, where: str, known: set[str], problems: list[str]) -> JobSpec | None:
+def _parse_job(job: Any, where: str, known: _Known, problems: list[str]) -> JobSpec | None:
     """A JobSpec, or None with the reasons appended to problems."""
     if not isinstance(job, dict):
         problems.append(f"{where.rstrip('.') or 'body'} must be a JSON object, not {_kind(job)}")
         return None
     before = len(problems)
-    unknown = sorted(set(job) - JOB_KEYS)
+    allowed = known.keys
+    unknown = sorted(set(job) - allowed)
     if unknown:
-        problems.append(f"{where}unknown key(s) {_names(unknown)}; allowed: {_names(JOB_KEYS)}")
+        problems.append(f"{where}unknown key(s) {_names(unknown)}; allowed: {_names(allowed)}")
     pipeline = job.get("pipeline")
     if not isinstance(pipeline, str):
-        problems.append(f"{where}pipeline must be a string naming one of {_names(known)}")
-    elif pipeline not in known:
-        problems.append(f"{where}pipeline {pipeline[:60]!r} is unknown; known: {_names(known)}")
+        problems.append(f"{where}pipeline must be a string naming one of {_names(known.pipelines)}")
+    elif pipeline not in known.pipelines:
+        problems.append(
+            f"{where}pipeline {pipeline[:60]!r} is unknown; known: {_names(known.pipelines)}"
+        )
     payload = job.get("payload", {})
     if not isinstance(payload, dict):
         problems.append(f"{where}payload must be a JSON object, not {_kind(payload)}")
     else:
-        _check_payload(payload, pipeline, known, where, problems)
+        _check_payload(payload, pipeline, known.pipelines, where, problems)
     client_id = _optional_id(job, "id", where, problems, records.validate_job_id)
     batch_id = _optional_id(job, "batch_id", where, problems, records.validate_batch_id)
     max_attempts = job.get("max_attempts")
@@ -271,15 +277,14 @@ def _parse_job(job: Any, where: str, known: set[str], problems: list[str]) -> Jo
         type(max_attempts) is int and 1 <= max_attempts <= MAX_ATTEMPTS
     ):
         problems.append(f"{where}max_attempts must be an integer from 1 to {MAX_ATTEMPTS}")
-    times = timing.parse_fields(job, where, problems)  # time
-    check_flow_fields(job, where, problems)  # flow control
+    times = timing.parse_fields(job, where, problems)  # time (resolved at creation)
+    fields = _feature_fields(job, where, known.features, problems)
     depends_on = graph.parse_depends_on(job.get("depends_on"), where, problems)  # workflows
     on_parent_failure = graph.parse_parent_failure(job, where, problems)
     if client_id is not None and client_id in depends_on:
         problems.append(f"{where}depends_on has a cycle through {client_id}")
     if len(problems) > before:
         return None
-    flow = tuple((k, job[k]) for k in sorted(FLOW_KEYS) if job.get(k) is not None)
     return JobSpec(
         str(pipeline),
         payload,
@@ -287,10 +292,21 @@ def _parse_job(job: Any, where: str, known: set[str], problems: list[str]) -> Jo
         batch_id,
         max_attempts,
         times,
-        flow,
+        fields,
         depends_on,
         on_parent_failure,
     )
+
+
+def _feature_fields(
+    job: dict[str, Any], where: str, features: Sequence[Feature], problems: list[str]
+) -> tuple[tuple[str, Any], ...]:
+    """The record fields of the features that parse their own keys, in table order."""
+    fields: dict[str, Any] = {}
+    for feature in features:
+        if feature.parse is not None and feature.submit_keys & job.keys():
+            fields.update(feature.parse(job, where, problems))
+    return tuple(fields.items())
 
 
 def _check_payload(
@@ -359,18 +375,14 @@ def _batch_id_for(specs: list[JobSpec]) -> str:
 
 
 def submit(
-    store: Store,
-    doorbell: Ringer,
-    submission: Submission,
-    now: datetime,
-    *,
-    traceparent: str | None = None,
+    ctx: Context, submission: Submission, now: datetime, *, traceparent: str | None = None
 ) -> SubmitResult:
     """Create the jobs of a validated submission; Conflict before any write if a
     client id names a job with other content.
 
     Each new job's trace is a child span of the request's `traceparent` (the W3C
     header), or a new trace of its own when the request carried none."""
+    store = ctx.store
     planned = _plan(store, submission)
     todo = [(job_id, spec) for job_id, spec, found in planned if found is None]
     _check_parents(store, submission)  # workflows: an unknown parent is a 400, nothing written
@@ -385,12 +397,12 @@ def submit(
     created: dict[str, SubmittedJob] = {}
     for start in range(0, len(built), RING_EVERY):  # a big batch starts running while it
         part = built[start : start + RING_EVERY]
-        chunk = _create_all(store, part)  # is written
+        chunk = _create_all(ctx, part)  # is written
         created.update((str(rec["id"]), o) for (_s, rec), o in zip(part, chunk, strict=True))
         due = [o for o in chunk if o.created and not o.scheduled and o.status != JobStatus.WAITING]
-        _ring(doorbell, due, submission.is_batch)
+        _ring(ctx.doorbell, due, submission.is_batch)
     waiting = [o.job_id for o in created.values() if o.created and o.status == JobStatus.WAITING]
-    workflows.settle_new(store, doorbell, waiting)  # parents that ended before the child existed
+    workflows.settle_new(ctx, waiting)  # parents that ended before the child existed
     jobs = tuple(found or created[job_id] for job_id, _spec, found in planned)
     for job in jobs:
         log.info(
@@ -403,8 +415,7 @@ def submit(
 
 
 def create_upload_job(
-    store: Store,
-    doorbell: Ringer,
+    ctx: Context,
     *,
     bucket: str,
     name: str,
@@ -425,6 +436,7 @@ def create_upload_job(
         "size": size,
     }
     source = {"bucket": bucket, "name": name, "generation": generation}
+    store = ctx.store
     try:
         existing = store.read(job_id)
     except NotFound:
@@ -448,7 +460,7 @@ def create_upload_job(
     except AlreadyExists:
         return SubmittedJob(job_id, _status_of(store, job_id), created=False)
     job = SubmittedJob(job_id, stored.record["status"], created=True, traceparent=trace)
-    _ring(doorbell, [job], batch=False)
+    _ring(ctx.doorbell, [job], batch=False)
     return job
 
 
@@ -528,24 +540,24 @@ def _new_record(job_id: str, spec: JobSpec, now: datetime, traceparent: str) -> 
         )
     except InvalidInput as exc:
         raise InvalidSubmission(exc.reason) from None
-    flow = dict(spec.flow)  # flow control fields
-    return {**record, **fields, **flow}  # type: ignore[typeddict-item]
+    return {**record, **fields, **dict(spec.fields)}  # type: ignore[typeddict-item]
 
 
-def _create_all(store: Store, jobs: list[tuple[JobSpec, JobRecord]]) -> list[SubmittedJob]:
-    outcomes = _map(lambda pair: _create_one(store, pair[0], pair[1]), jobs)
+def _create_all(ctx: Context, jobs: list[tuple[JobSpec, JobRecord]]) -> list[SubmittedJob]:
+    outcomes = _map(lambda pair: _create_one(ctx, pair[0], pair[1]), jobs)
     conflicts = [o for o in outcomes if isinstance(o, str)]
     if conflicts:  # lost a race with a concurrent submit of the same id
         raise Conflict(conflicts[0], conflicts[:_MAX_PROBLEMS])
     return [o for o in outcomes if isinstance(o, SubmittedJob)]
 
 
-def _create_one(store: Store, spec: JobSpec, record: JobRecord) -> SubmittedJob | str:
+def _create_one(ctx: Context, spec: JobSpec, record: JobRecord) -> SubmittedJob | str:
     """Pending marker, create-only record, then the batch marker.
 
     The batch marker comes last: only a record that names the batch proves the
     membership, so a submit that loses a race for its id (409) writes none.
     """
+    store = ctx.store
     job_id = str(record["id"])
     # a unique key taken by another job answers with that job
     if record.get("unique_key") is not None:
@@ -644,19 +656,16 @@ def _ring(doorbell: Ringer, jobs: list[SubmittedJob], batch: bool) -> None:
     """A failed ring is only a warning: the record is durable and the sweep re-rings."""
     if not jobs:
         return
+    if not batch:
+        ring_or_leave(doorbell, jobs[0].job_id, jobs[0].traceparent)
+        return
     job_ids = [job.job_id for job in jobs]
     traces = {job.job_id: job.traceparent for job in jobs if job.traceparent}
     try:
-        if batch:
-            failed = doorbell.ring_many(job_ids, traces)
-        else:
-            failed = _ring_one(doorbell, job_ids[0], traces.get(job_ids[0]))
-    except DoorbellError as exc:  # the record already exists; the sweep rings it
+        failed = doorbell.ring_many(job_ids, traces)
+    except DoorbellError as exc:  # the records already exist; the sweep rings them
         log.warning(
-            "doorbell failed; the sweep will ring again",
-            job_id=job_ids[0] if len(job_ids) == 1 else None,
-            count=len(job_ids),
-            error=exc.reason,
+            "doorbell failed; the sweep will ring again", count=len(job_ids), error=exc.reason
         )
         return
     if failed:
@@ -666,11 +675,6 @@ def _ring(doorbell: Ringer, jobs: list[SubmittedJob], batch: bool) -> None:
             count=len(failed),
             failed=failed[:_MAX_PROBLEMS],
         )
-
-
-def _ring_one(doorbell: Ringer, job_id: str, traceparent: str | None) -> list[str]:
-    doorbell.ring(job_id, traceparent)
-    return []
 
 
 def _status_of(store: Store, job_id: str) -> JobStatus | str:

@@ -30,28 +30,19 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from shared import (
-    delayed,
-    expiry,
-    flow,
-    job_queue,
-    lifecycle,  # noqa: F401 - installs the features' hooks and gates
-    metrics,
-    uniqueness,
-    workflows,
-)
+from shared import job_queue, metrics
 from shared.config import Settings
-from shared.doorbell import Ringer
 from shared.errors import CorruptRecord, InvalidInput, NotFound, ReclaimError, StorageError
-from shared.jobs import JobRecord, JobStatus
+from shared.jobs import JobRecord
 from shared.logs import get_logger
 from shared.pipelines import pipeline_names
-from shared.recovery import recover_one
+from shared.recovery import recover
+from shared.seams import Context, SweepPass
 from shared.storage import PendingEntry, Store
 
 log = get_logger(__name__)
@@ -77,6 +68,16 @@ class SweepResult:
     expired: int = 0  # time: ended by their expiry before they started
     unique_released: int = 0  # time: unique locks that no longer held, removed
 
+    def add(self, counts: Mapping[str, int | bool]) -> None:
+        """Add a pass's counts (named like the fields): numbers add up, flags or."""
+        for name, value in counts.items():
+            now = getattr(self, name)
+            setattr(self, name, (now or value) if isinstance(value, bool) else now + value)
+
+    def counts(self) -> dict[str, int | bool]:
+        """The counters a pass may add to, as they stand."""
+        return {k: v for k, v in asdict(self).items() if isinstance(v, int | bool)}
+
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["elapsed"] = round(self.elapsed, 3)
@@ -84,24 +85,22 @@ class SweepResult:
 
 
 def run_once(
-    store: Store,
-    doorbell: Ringer,
-    settings: Settings,
-    now: datetime | None = None,
-    *,
-    monotonic: Callable[[], float] = time.monotonic,
+    ctx: Context, now: datetime | None = None, *, monotonic: Callable[[], float] = time.monotonic
 ) -> SweepResult:
-    """One sweep over the pending index; per-entry errors are counted, never raised.
-
-    Only the listing's own failure (a storage outage) propagates.
+    """One sweep over the pending index, with the features' passes (their `beside` passes
+    on a thread during it, the others after it); per-entry errors are counted, never
+    raised. Only the listing's own failure (a storage outage) propagates.
     """
     start = monotonic()
     now = now if now is not None else datetime.now(UTC)
+    settings = ctx.settings
     result = SweepResult()
-    timed = SweepResult()  # time: its listings overlap the pending pass
-    side = threading.Thread(target=_time_pass, args=(store, doorbell, settings, now, timed))
+    beside = SweepResult()  # their listings overlap the pending pass
+    passes = list(ctx.sweep_passes())
+    first = [p for p in passes if p.beside]
+    side = threading.Thread(target=_run_passes, args=(ctx, first, now, frozenset(), beside))
     side.start()
-    entries, backlog = pending_window(store, settings.sweep_max_jobs)
+    entries, backlog = pending_window(ctx.store, settings.sweep_max_jobs)
     last: str | None = None
     pending: list[JobRecord] = []  # what the pending records are after this run
     for entry in entries:
@@ -111,7 +110,7 @@ def run_once(
         result.examined += 1
         last = entry.job_id
         try:
-            record = _sweep_entry(store, doorbell, settings, now, entry, result)
+            record = _sweep_entry(ctx, now, entry, result)
         except ReclaimError as exc:  # a storage hiccup or an odd record: the next run retries
             result.errors += 1
             log.error(
@@ -125,11 +124,11 @@ def run_once(
     if backlog:
         result.truncated = True
         if last is not None:
-            _save_cursor(store, next_cursor(last))
+            _save_cursor(ctx.store, next_cursor(last))
     side.join()
-    _merge_time_pass(result, timed)
-    _sweep_flow(store, doorbell)  # flow control: parked and waiting jobs
-    result.repaired += _workflow_repairs(store, doorbell, settings, now, entries)
+    result.add(beside.counts())
+    examined = frozenset(e.job_id for e in entries)
+    _run_passes(ctx, [p for p in passes if not p.beside], now, examined, result)
     result.elapsed = monotonic() - start
     _log_gauges(pending, now, settings, truncated=result.truncated)
     log.info(
@@ -177,19 +176,14 @@ def next_cursor(last_examined: str) -> str:
 
 
 def _sweep_entry(
-    store: Store,
-    doorbell: Ringer,
-    settings: Settings,
-    now: datetime,
-    entry: PendingEntry,
-    result: SweepResult,
+    ctx: Context, now: datetime, entry: PendingEntry, result: SweepResult
 ) -> JobRecord | None:
     """Recover one entry; returns its record afterwards if the job is still pending."""
     try:
-        stored = store.read(entry.job_id)
+        stored = ctx.store.read(entry.job_id)
     except NotFound:
-        if _orphan_marker_expired(entry, now, settings):
-            store.remove_pending(entry.job_id)
+        if _orphan_marker_expired(entry, now, ctx.settings):
+            ctx.store.remove_pending(entry.job_id)
             result.repaired += 1
             log.warning("removed a pending marker without a record", job_id=entry.job_id)
         return None
@@ -198,12 +192,12 @@ def _sweep_entry(
             result.corrupt.append(entry.job_id)
         log.error("corrupt record left for a person", job_id=entry.job_id, reason=exc.reason)
         return None
-    if expiry.expire_if_due(store, doorbell, stored, now) is not None:  # time
-        result.expired += 1
-        return None
-    if stored.record.get("status") == JobStatus.WAITING:  # workflows: parents that ended
-        return workflows.settle(store, doorbell, stored)  # without releasing it (a crash)
-    done = recover_one(store, doorbell, stored, settings, now, clean_marker=True)
+    for check in ctx.sweep_checks():  # a feature's own states (expired, waiting)
+        settled = check(ctx, stored, now)
+        if settled is not None:
+            result.add({settled.count: 1} if settled.count else {})
+            return settled.pending
+    done = recover(ctx, stored, now, clean_marker=True)
     if done.unmarked:
         result.repaired += 1
     elif done.action == "fail":
@@ -218,57 +212,19 @@ def _sweep_entry(
     return None if job_queue.is_terminal(done.stored.record) else done.stored.record
 
 
-def _time_pass(
-    store: Store, doorbell: Ringer, settings: Settings, now: datetime, result: SweepResult
+def _run_passes(
+    ctx: Context, passes: list[SweepPass], now: datetime, pending: frozenset[str], out: SweepResult
 ) -> None:
-    """Time, beside the rescue pass: release due delayed jobs, repair unique
-    keys. A failure here is counted, never stops the rescue pass."""
-    try:
-        released = delayed.release_due(store, doorbell, settings, now)
-        result.released, result.expired = released.released, released.expired
-        result.repaired += released.repaired
-        result.truncated = result.truncated or released.truncated
-        result.unique_released = uniqueness.repair(store, settings, now)
-    except Exception as exc:  # on its own thread: whatever it is, count it and log it
-        result.errors += 1
-        log.error("sweep's time pass failed", error=f"{type(exc).__name__}: {exc}")
-
-
-def _merge_time_pass(result: SweepResult, timed: SweepResult) -> None:
-    result.released, result.unique_released = timed.released, timed.unique_released
-    result.expired += timed.expired
-    result.repaired += timed.repaired
-    result.errors += timed.errors
-    result.truncated = result.truncated or timed.truncated
-
-
-def _sweep_flow(store: Store, doorbell: Ringer) -> None:
-    """Flow control's safety net (shared.flow.sweep); its failure is only logged."""
-    try:
-        rung = flow.sweep(store, doorbell)
-    except ReclaimError as exc:
-        log.warning("flow sweep failed", error=f"{type(exc).__name__}: {exc}")
-        return
-    if any(rung.values()):
-        log.info("flow sweep rang held-back jobs", parked=rung["parked"], waiters=rung["waiters"])
-
-
-def _workflow_repairs(
-    store: Store, doorbell: Ringer, settings: Settings, now: datetime, entries: list[PendingEntry]
-) -> int:
-    """Batches whose callback a stray open marker holds back (shared.workflows.sweep_open)."""
-    try:
-        return workflows.sweep_open(
-            store,
-            doorbell,
-            {e.job_id for e in entries},
-            now,
-            grace_s=settings.orphan_marker_grace_seconds,
-            limit=settings.sweep_max_jobs,
-        )
-    except ReclaimError as exc:  # the next run tries again
-        log.warning("workflow repair failed", error=f"{type(exc).__name__}: {exc}")
-        return 0
+    """The features' passes in table order; a failure is counted and logged, and the next
+    pass runs all the same."""
+    for sweep_pass in passes:
+        try:
+            out.add(sweep_pass.run(ctx, now, pending))
+        except Exception as exc:  # maybe on its own thread: whatever it is, count it, log it
+            out.errors += 1
+            log.error(
+                "a sweep pass failed", name=sweep_pass.name, error=f"{type(exc).__name__}: {exc}"
+            )
 
 
 def _save_cursor(store: Store, cursor: str) -> None:

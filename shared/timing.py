@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -43,6 +44,14 @@ TIME_KEYS = frozenset(
         "unique_for_seconds",
     }
 )
+
+RECORD_FIELDS = ("run_at", "expires_at", "timeout_seconds", "unique_key", "unique_until")
+"""What the time keys become in a record (resolve), shown in a job's view when present."""
+
+
+def view(_ctx: object, record: Mapping[str, Any]) -> dict[str, Any]:
+    """A job's view: the time fields its record holds."""
+    return {k: record.get(k) for k in RECORD_FIELDS if k in record}
 
 
 @dataclass(frozen=True)
@@ -94,7 +103,7 @@ def _seconds(value: object, what: str, *, low: float, high: float, problems: lis
     return float(value)
 
 
-def parse_fields(job: dict[str, Any], where: str, problems: list[str]) -> TimeSpec:
+def parse_fields(job: Mapping[str, Any], where: str, problems: list[str]) -> TimeSpec:
     """The time fields of a submitted job; each bad one appends a reason to problems."""
     if not TIME_KEYS & job.keys():
         return TimeSpec()
@@ -120,7 +129,7 @@ def parse_fields(job: dict[str, Any], where: str, problems: list[str]) -> TimeSp
     return TimeSpec(run_at, delay, expires_at, ttl, timeout, key, unique_for)
 
 
-def _zoned(job: dict[str, Any], key: str, where: str, problems: list[str]) -> datetime | None:
+def _zoned(job: Mapping[str, Any], key: str, where: str, problems: list[str]) -> datetime | None:
     if job.get(key) is None:
         return None
     try:
@@ -131,7 +140,7 @@ def _zoned(job: dict[str, Any], key: str, where: str, problems: list[str]) -> da
 
 
 def _number(
-    job: dict[str, Any], key: str, where: str, low: float, high: float, problems: list[str]
+    job: Mapping[str, Any], key: str, where: str, low: float, high: float, problems: list[str]
 ) -> float | None:
     if job.get(key) is None:
         return None
@@ -196,7 +205,7 @@ def read_time(value: object) -> datetime | None:
         return None
 
 
-def run_at_of(job: dict[str, Any], now: datetime, *, skew_s: float = 300.0) -> datetime | None:
+def run_at_of(job: Mapping[str, Any], now: datetime, *, skew_s: float = 300.0) -> datetime | None:
     """The job's run_at when believable (at most MAX_DELAY_S + skew ahead), else None."""
     run_at = read_time(job.get("run_at"))
     if run_at is None or (run_at - _utc(now)).total_seconds() > MAX_DELAY_S + skew_s:
@@ -204,11 +213,11 @@ def run_at_of(job: dict[str, Any], now: datetime, *, skew_s: float = 300.0) -> d
     return run_at
 
 
-def expires_at_of(job: dict[str, Any]) -> datetime | None:
+def expires_at_of(job: Mapping[str, Any]) -> datetime | None:
     return read_time(job.get("expires_at"))
 
 
-def expired(job: dict[str, Any], now: datetime) -> bool:
+def expired(job: Mapping[str, Any], now: datetime) -> bool:
     """Queued, never started (no attempt used), and its expiry has passed."""
     expires = expires_at_of(job)
     return (
@@ -219,7 +228,7 @@ def expired(job: dict[str, Any], now: datetime) -> bool:
     )
 
 
-def timeout_of(job: dict[str, Any], pipeline_default: float | None) -> float | None:
+def timeout_of(job: Mapping[str, Any], pipeline_default: float | None) -> float | None:
     """The attempt timeout in seconds: the job's own, else the pipeline's, else none."""
     value = job.get("timeout_seconds")
     if (

@@ -22,15 +22,16 @@ from shared.logs import get_logger
 
 if TYPE_CHECKING:
     from shared.config import Settings
-    from shared.doorbell import Ringer
     from shared.jobs import JobRecord
+    from shared.seams import Context
     from shared.storage import Store
 
 log = get_logger(__name__)
 
 GRACE_S = 120.0
 """How long a lock naming a job without a record still holds (a submit in flight)."""
-CURSOR = "unique-sweep/cursor"
+CURSOR_PREFIX = "unique-sweep/"
+CURSOR = CURSOR_PREFIX + "cursor"
 """Where the sweep's walk over the locks resumes (a hint, overwritten)."""
 _TRIES = 4
 
@@ -78,8 +79,9 @@ def holder_status(store: Store, job_id: str, *, wait_s: float = 1.0) -> str:
         time.sleep(0.05)
 
 
-def release_on_terminal(store: Store, doorbell: Ringer | None, record: JobRecord) -> None:
+def release_on_terminal(ctx: Context, record: JobRecord) -> None:
     """After-terminal hook: a "while pending" lock held by this job goes (idempotent)."""
+    store = ctx.store
     key = record.get("unique_key")
     if not isinstance(key, str) or record.get("unique_until") is not None:
         return

@@ -26,6 +26,11 @@ PARENT_FAILURE_POLICIES = ("cancel", "run")
 DEFAULT_PARENT_FAILURE = "cancel"
 CALLBACK_BY = "workflow"
 """The ``by`` of a cancel a failed parent caused."""
+SUBMIT_KEYS = frozenset({"depends_on", "on_parent_failure"})
+"""A job's workflow keys at submit (a batch's on_complete is a batch key)."""
+VIEW_FIELDS = ("depends_on", "on_parent_failure", "parent_failure", "callback_of")
+"""A job's workflow fields in its view, only when it has them."""
+RECORD_FIELDS = (*VIEW_FIELDS, "batch_has_callback")
 
 
 def seal_name(batch_id: str) -> str:

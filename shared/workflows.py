@@ -34,12 +34,23 @@ from typing import TYPE_CHECKING, Any
 
 from shared import finish, job_queue, records, tracing
 from shared import workflow_graph as graph
-from shared.errors import AlreadyExists, Conflict, CorruptRecord, LostRace, NotFound, StorageError
+from shared.doorbell import ring_or_leave
+from shared.errors import (
+    AlreadyExists,
+    Conflict,
+    CorruptRecord,
+    LostRace,
+    NotFound,
+    ReclaimError,
+    StorageError,
+)
 from shared.jobs import JobRecord, JobStatus, JsonObject
 from shared.logs import get_logger
+from shared.pipelines.base import Reads
+from shared.seams import Settled
 
 if TYPE_CHECKING:
-    from shared.doorbell import Ringer
+    from shared.seams import Context
     from shared.storage import Store, Stored
 
 log = get_logger(__name__)
@@ -77,12 +88,12 @@ def marker_names(
     return names
 
 
-def settle_new(store: Store, doorbell: Ringer | None, job_ids: Iterable[str]) -> None:
+def settle_new(ctx: Context, job_ids: Iterable[str]) -> None:
     """After submit created waiting children: release those whose parents already ended
     (a parent that ended before the child's record existed could not release it)."""
     for job_id in job_ids:
         try:
-            settle(store, doorbell, store.read(job_id))
+            settle(ctx, ctx.store.read(job_id))
         except (StorageError, CorruptRecord) as exc:  # the sweep settles it
             log.warning("could not settle a new child", job_id=job_id, error=str(exc))
 
@@ -90,52 +101,50 @@ def settle_new(store: Store, doorbell: Ringer | None, job_ids: Iterable[str]) ->
 # ------------------------------------------------------------------ after-terminal hooks
 
 
-def batch_hook(store: Store, doorbell: Ringer | None, record: JobRecord) -> None:
+def batch_hook(ctx: Context, record: JobRecord) -> None:
     """A member of a batch with on_complete ended: the last one creates the callback."""
     batch_id = record.get("batch_id")
     if not batch_id or not record.get("batch_has_callback"):
         return  # no I/O for every other job
-    store.delete_blob(graph.open_name(batch_id, str(record["id"])))
-    if store.list_blobs(graph.open_prefix(batch_id), limit=1):
+    ctx.store.delete_blob(graph.open_name(batch_id, str(record["id"])))
+    if ctx.store.list_blobs(graph.open_prefix(batch_id), limit=1):
         return
-    create_callback(store, doorbell, batch_id)
+    create_callback(ctx, batch_id)
 
 
-def release_hook(store: Store, doorbell: Ringer | None, record: JobRecord) -> None:
+def release_hook(ctx: Context, record: JobRecord) -> None:
     """A job ended: settle each child waiting on it (one list when it has none)."""
     parent = str(record["id"])
     status = str(record.get("status"))
-    for info in store.list_blobs(graph.children_prefix(parent)):
+    for info in ctx.store.list_blobs(graph.children_prefix(parent)):
         child = graph.last_segment(info.name)
         try:
-            stored = store.read(child)
+            stored = ctx.store.read(child)
         except NotFound:  # submit in flight: it settles the child once the record exists
             continue
         except CorruptRecord as exc:
             log.error("child record unreadable; left for a person", job_id=child, reason=exc.reason)
             continue
-        _parent_ended(store, doorbell, stored, parent, status)
+        _parent_ended(ctx, stored, parent, status)
 
 
-def _parent_ended(
-    store: Store, doorbell: Ringer | None, stored: Stored, parent: str, status: str
-) -> None:
+def _parent_ended(ctx: Context, stored: Stored, parent: str, status: str) -> None:
     child = stored.record
     if child.get("status") != JobStatus.WAITING:
         return
     if status in ("failed", "cancelled") and child.get("on_parent_failure") != "run":
-        _apply(store, doorbell, stored, "cancel", {"parent": parent, "status": status})
+        _apply(ctx, stored, "cancel", {"parent": parent, "status": status})
         return
-    store.delete_blob(graph.waiting_name(str(child["id"]), parent))
-    if store.list_blobs(graph.waiting_prefix(str(child["id"])), limit=1):
+    ctx.store.delete_blob(graph.waiting_name(str(child["id"]), parent))
+    if ctx.store.list_blobs(graph.waiting_prefix(str(child["id"])), limit=1):
         return
-    settle(store, doorbell, stored)
+    settle(ctx, stored)
 
 
 # ------------------------------------------------------------------ settling a child
 
 
-def settle(store: Store, doorbell: Ringer | None, stored: Stored) -> JobRecord:
+def settle(ctx: Context, stored: Stored) -> JobRecord:
     """Drop the waiting markers of parents that ended; once none is left (or a parent
     failed under "cancel"), read the parents and release or cancel the child. Idempotent:
     the sweep and submit call it on any waiting child. Returns the record afterwards."""
@@ -144,24 +153,25 @@ def settle(store: Store, doorbell: Ringer | None, stored: Stored) -> JobRecord:
         return child
     child_id = str(child["id"])
     policy = str(child.get("on_parent_failure") or graph.DEFAULT_PARENT_FAILURE)
-    listed = [graph.last_segment(b.name) for b in store.list_blobs(graph.waiting_prefix(child_id))]
-    statuses = _statuses(store, listed)
+    listed = [
+        graph.last_segment(b.name) for b in ctx.store.list_blobs(graph.waiting_prefix(child_id))
+    ]
+    statuses = _statuses(ctx.store, listed)
     for parent, status in statuses.items():
         if status in job_queue.TERMINAL_STATUSES:
-            store.delete_blob(graph.waiting_name(child_id, parent))
+            ctx.store.delete_blob(graph.waiting_name(child_id, parent))
     verdict, _ = graph.parent_verdict(statuses, policy)
     if verdict == "wait":
         return child
-    all_parents = _statuses(store, _parents_of(child))
+    all_parents = _statuses(ctx.store, _parents_of(child))
     verdict, failed = graph.parent_verdict(all_parents, policy)
     if verdict == "wait":  # a parent was retried and runs again: its hook settles later
         return child
-    return _apply(store, doorbell, stored, verdict, failed)
+    return _apply(ctx, stored, verdict, failed)
 
 
 def _apply(
-    store: Store,
-    doorbell: Ringer | None,
+    ctx: Context,
     stored: Stored,
     verdict: str,
     failed: dict[str, str] | None,
@@ -184,16 +194,18 @@ def _apply(
         else:
             fields = job_queue.release_fields(job, now, parent_failure=failed)
         try:
-            written = store.update({**job, **fields}, stored.generation)
+            written = ctx.store.update({**job, **fields}, stored.generation)
         except LostRace:
-            stored = store.read(str(job["id"]))
+            stored = ctx.store.read(str(job["id"]))
             continue
         if verdict == "cancel":
             log.info("cancelled: a parent ended badly", job_id=job.get("id"), parent=failed)
-            finish.after_terminal(store, doorbell, written.record)
+            finish.after_terminal(ctx, written.record)
         else:
             log.info("released: every parent ended", job_id=job.get("id"))
-            _ring(doorbell, written.record)
+            ring_or_leave(
+                ctx.doorbell, str(written.record["id"]), written.record.get("traceparent")
+            )
         return written.record
     raise LostRace(f"job {stored.record.get('id')}: kept losing the release race")
 
@@ -213,26 +225,14 @@ def _statuses(store: Store, job_ids: Iterable[str]) -> dict[str, str | None]:
     return out
 
 
-def _ring(doorbell: Ringer | None, record: JobRecord) -> None:
-    """Best effort: a queued job whose doorbell was lost is re-rung by the sweep."""
-    if doorbell is None:
-        return
-    try:
-        doorbell.ring(str(record["id"]), record.get("traceparent"))
-    except Exception as exc:  # any doorbell failure is the sweep's to repair
-        log.warning(
-            "doorbell failed; the sweep rings again", job_id=record.get("id"), error=str(exc)
-        )
-
-
 # ------------------------------------------------------------------ callbacks
 
 
-def create_callback(store: Store, doorbell: Ringer | None, batch_id: str) -> str | None:
+def create_callback(ctx: Context, batch_id: str) -> str | None:
     """Create the batch's callback job (create-only, deterministic id); its id, or None
     when the batch has no seal."""
     try:
-        spec = json.loads(store.read_blob(graph.seal_name(batch_id)).data)
+        spec = json.loads(ctx.store.read_blob(graph.seal_name(batch_id)).data)
     except NotFound:
         log.error("batch has open markers but no seal; left for a person", batch_id=batch_id)
         return None
@@ -245,19 +245,18 @@ def create_callback(store: Store, doorbell: Ringer | None, batch_id: str) -> str
         traceparent=tracing.for_job(None).traceparent,
     )
     record["callback_of"] = batch_id
-    store.add_pending(job_id)
+    ctx.store.add_pending(job_id)
     try:
-        store.create(record)
+        ctx.store.create(record)
     except AlreadyExists:
         return job_id  # created by a racing finisher or an earlier run of this hook
     log.info("batch complete: callback created", batch_id=batch_id, job_id=job_id)
-    _ring(doorbell, record)
+    ring_or_leave(ctx.doorbell, job_id, record.get("traceparent"))
     return job_id
 
 
 def sweep_open(
-    store: Store,
-    doorbell: Ringer | None,
+    ctx: Context,
     pending: set[str],
     now: datetime,
     *,
@@ -272,26 +271,26 @@ def sweep_open(
     skipped without a read, so the cost is one listing plus a read per stray. Returns
     the number of markers repaired."""
     repaired = 0
-    for info in store.list_blobs(graph.OPEN_ROOT, limit=limit):
+    for info in ctx.store.list_blobs(graph.OPEN_ROOT, limit=limit):
         parsed = graph.parse_open_name(info.name)
         if parsed is None or parsed[1] in pending:
             continue
         batch_id, job_id = parsed
         try:
-            record = store.read(job_id).record
+            record = ctx.store.read(job_id).record
         except NotFound:
             created = info.created
             if created is None or (now - created).total_seconds() <= grace_s:
                 continue  # a submit may be writing it right now
-            store.delete_blob(info.name)
-            if not store.list_blobs(graph.open_prefix(batch_id), limit=1):
-                create_callback(store, doorbell, batch_id)
+            ctx.store.delete_blob(info.name)
+            if not ctx.store.list_blobs(graph.open_prefix(batch_id), limit=1):
+                create_callback(ctx, batch_id)
             repaired += 1
             continue
         except CorruptRecord:
             continue
         if job_queue.is_terminal(record) and record.get("batch_id") == batch_id:
-            batch_hook(store, doorbell, record)
+            batch_hook(ctx, record)
             repaired += 1
     return repaired
 
@@ -313,7 +312,40 @@ def reopen_for_retry(store: Store, record: JobRecord) -> None:
     store.delete_blob(graph.open_name(batch_id, str(record["id"])))
 
 
+# ------------------------------------------------------------------ the sweep
+
+
+def sweep_check(ctx: Context, stored: Stored, _now: datetime) -> Settled | None:
+    """A waiting child whose parents ended without releasing it (a crash): settle it."""
+    if stored.record.get("status") != JobStatus.WAITING:
+        return None
+    return Settled(None, settle(ctx, stored))
+
+
+def sweep_pass(ctx: Context, now: datetime, pending: frozenset[str]) -> dict[str, int]:
+    """Batches whose callback a stray open marker holds back (sweep_open); a failure is
+    only logged, and the next run tries again."""
+    s = ctx.settings
+    try:
+        repaired = sweep_open(
+            ctx, set(pending), now, grace_s=s.orphan_marker_grace_seconds, limit=s.sweep_max_jobs
+        )
+    except ReclaimError as exc:
+        log.warning("workflow repair failed", error=f"{type(exc).__name__}: {exc}")
+        return {}
+    return {"repaired": repaired}
+
+
 # ------------------------------------------------------------------ views and context
+
+
+def view(ctx: Context, record: Mapping[str, Any]) -> dict[str, Any]:
+    """A job's view: parents, children and what a parent's failure did, when it has them."""
+    out: dict[str, Any] = {k: record.get(k) for k in graph.VIEW_FIELDS if record.get(k) is not None}
+    children = children_of(ctx.store, str(record.get("id")))
+    if children:
+        out["children"] = children
+    return out
 
 
 def batch_on_complete(store: Store, batch_id: str) -> dict[str, Any] | None:
@@ -331,6 +363,18 @@ def batch_on_complete(store: Store, batch_id: str) -> dict[str, Any] | None:
     except CorruptRecord:
         status = "unreadable"
     return {"pipeline": spec.get("pipeline"), "id": job_id, "status": status}
+
+
+def reads_for(store: Store, record: Mapping[str, Any]) -> Reads:
+    """What a stage of this job may read (StageContext): its parents' results, its
+    batch's members when it is a callback, the parent failure it runs despite."""
+    batch_id = record.get("callback_of")
+    failure = record.get("parent_failure")
+    return Reads(
+        parents=lambda: parent_results(store, record),
+        batch_members=lambda: batch_members(store, str(batch_id)) if batch_id else [],
+        parent_failure=failure if isinstance(failure, Mapping) else None,
+    )
 
 
 def children_of(store: Store, job_id: str) -> list[str]:

@@ -28,7 +28,8 @@ from shared.http import (
     require_method,
 )
 from shared.logs import get_logger
-from shared.submission import decode_body, parse_submission
+from shared.queue import parse_submission
+from shared.submission import decode_body
 from shared.tracing import TRACEPARENT_HEADER
 
 log = get_logger("submit")
@@ -121,7 +122,7 @@ def _schedules(request: flask.Request, rest: str | None) -> flask.Response:
         tick = ticks.parse_tick_time(schedule, request.headers.get(ticks.SCHEDULE_TIME_HEADER))
     except shared.errors.InvalidInput as exc:
         raise Refusal(400, "invalid request", exc.reason) from None
-    done = ticks.fire(queue.store, queue.doorbell, schedule, tick, queue.clock())
+    done = ticks.fire(queue.ctx, schedule, tick, queue.clock())
     return answer(202 if done.created else 200, done.to_json())
 
 

@@ -33,12 +33,11 @@ from typing import Any
 from shared import (
     faults,
     finish,
-    gates,
     job_queue,
-    lifecycle,  # noqa: F401 - installs the features' hooks and gates
     metrics,
     records,
     timing,
+    workflows,
 )
 from shared.claim.budget import PushBudget
 from shared.claim.drain import GATE, Arrival, DrainGate, backlog_sign, drain
@@ -46,12 +45,9 @@ from shared.claim.owned import Heartbeat, OwnedRecord
 from shared.claim.shutdown import SHUTDOWN, Shutdown
 from shared.claim.slots import Slots, get_slots
 from shared.claim.timeouts import Deadline, TimedOut
-from shared.clock import Clock, utcnow
-from shared.config import Settings
-from shared.doorbell import Ringer
+from shared.doorbell import ring_or_leave
 from shared.errors import (
     CorruptRecord,
-    DoorbellError,
     IllegalTransition,
     LostRace,
     NotFound,
@@ -66,6 +62,7 @@ from shared.logs import JobLogger, get_logger
 from shared.outcome import Outcome, OutcomeKind
 from shared.pipelines import Pipeline, StageContext, get_pipeline
 from shared.recovery import recover
+from shared.seams import Context
 from shared.storage import Store, Stored
 
 log = get_logger(__name__)
@@ -95,13 +92,10 @@ def new_owner(instance: str | None = None) -> str:
 
 
 def handle_delivery(
+    ctx: Context,
     job_id: str,
-    store: Store,
-    doorbell: Ringer,
-    settings: Settings,
-    owner: str | None = None,
-    now: Clock = utcnow,
     *,
+    owner: str | None = None,
     slots: Slots | None = None,
     gate: DrainGate | None = None,
     arrival: Arrival | None = None,
@@ -110,21 +104,22 @@ def handle_delivery(
     """Handle one doorbell for job_id; never waits for a slot.
 
     `owner` is the instance id (default: this process's); each claim appends a
-    suffix. `now` is the clock (injectable for tests). `arrival` is what the push
+    suffix. `arrival` is what the push
     said of its doorbell (a backlog sign); `slots`, `gate` and `shutdown` default to
     the process's own. Raises InvalidInput for a malformed id, and lets storage
     errors propagate (the function answers 503 and Pub/Sub redelivers; the record is
     still the truth).
     """
     records.validate_job_id(job_id)
+    settings = ctx.settings
     budget = PushBudget(settings.push_deadline_seconds)
     pool = slots if slots is not None else get_slots(settings.max_concurrent)
     gate = gate if gate is not None else GATE
     shutdown = shutdown if shutdown is not None else SHUTDOWN
-    runner = _Runner(store, doorbell, settings, owner or instance_id(), now, shutdown)
+    runner = _Runner(ctx, owner or instance_id(), shutdown)
     if shutdown.requested:
         return runner.decline(job_id)
-    if arrival is not None and (sign := backlog_sign(arrival, now())) is not None:
+    if arrival is not None and (sign := backlog_sign(arrival, ctx.now())) is not None:
         log.info("doorbells are being held back: draining", job_id=job_id, sign=sign)
         gate.note_backlog()
     slot = pool.try_acquire()
@@ -134,9 +129,9 @@ def handle_delivery(
     with slot:
         outcome = runner.attempt(job_id)
         outcome.drained = drain(
-            store,
+            ctx.store,
             settings,
-            now,
+            ctx.clock,
             runner.attempt,
             gate,
             skip=job_id,
@@ -152,26 +147,18 @@ def handle_delivery(
 class _Runner:
     """One request's worth of work: a job, then maybe a few drained ones."""
 
-    def __init__(
-        self,
-        store: Store,
-        doorbell: Ringer,
-        settings: Settings,
-        instance: str,
-        clock: Clock,
-        shutdown: Shutdown,
-    ) -> None:
-        self.store = store
-        self.doorbell = doorbell
-        self.settings = settings
+    def __init__(self, ctx: Context, instance: str, shutdown: Shutdown) -> None:
+        self.ctx = ctx
+        self.store = ctx.store
+        self.settings = ctx.settings
+        self.clock = ctx.clock
         self.instance = instance
-        self.clock = clock
         self.shutdown = shutdown
 
     def decline(self, job_id: str, traceparent: str | None = None) -> Outcome:
         """Shutting down: ring the job's doorbell again so a live instance takes it, and
         ack this delivery (a failed ring asks Pub/Sub to redeliver this one instead)."""
-        rang = ring(self.doorbell, job_id, traceparent=traceparent)
+        rang = ring_or_leave(self.ctx.doorbell, job_id, traceparent) is None
         log.info("shutting down: delivery passed on", job_id=job_id, rang=rang)
         detail = "shutting down: " + ("doorbell rung again" if rang else "redeliver")
         return Outcome(job_id, OutcomeKind.HANDED_BACK, detail, redeliver=not rang)
@@ -194,9 +181,10 @@ class _Runner:
         skew = s.clock_skew_seconds
         if not job_queue.claimable(job, now, s.stale_seconds, max_attempts, skew_s=skew):
             return self._not_claimable(job_id, stored, now)
-        held = gates.check(gates.GateContext(self.store, self.doorbell, s, stored, now, self.clock))
-        if held is not None:
-            return held
+        for gate in self.ctx.gates():  # the features' gates, in table order: the first
+            held = gate(self.ctx, stored, now)  # that decides answers the delivery
+            if held is not None:
+                return held
         # the claim is stamped after the gates: a flow-control place is held by then, and
         # the rate gate checked its window against the clock as it left (shared.flow)
         return self._claim_and_run(job_id, stored, self.clock())
@@ -213,9 +201,9 @@ class _Runner:
             skew_s=s.clock_skew_seconds,
         )
         if action is not None:
-            done, _ = recover(self.store, self.doorbell, stored, s, now, clean_marker=False)
-            if done is not None:
-                return Outcome(job_id, OutcomeKind.RECOVERED, done)
+            recovered = recover(self.ctx, stored, now)
+            if recovered.action is not None:
+                return Outcome(job_id, OutcomeKind.RECOVERED, recovered.action)
         status = job.get("status")
         reason = str(status)
         if status == JobStatus.QUEUED and not job_queue.is_due(
@@ -329,6 +317,8 @@ class _Job:
         # outputs of committed stages, earlier attempts' included: the job's deliverables
         self.outputs = job_queue.checkpoint_outputs(self.job)
         self.started = time.monotonic()  # the attempt's run time (a metric) counts from here
+        trace = self.job.get("traceparent")
+        self._trace = trace if isinstance(trace, str) else None
 
     def run(self) -> Outcome:
         next_stage, state = job_queue.checkpoint_of(self.job)
@@ -342,7 +332,7 @@ class _Job:
             next_stage = len(stages)
         result: JsonObject = {}
         heartbeat = Heartbeat(self.owned, self.r.settings.heartbeat_tick_seconds, self.log)
-        limit = timing.timeout_of(dict(self.job), pipeline.timeout_seconds)  # time
+        limit = timing.timeout_of(self.job, pipeline.timeout_seconds)  # time
         deadline = Deadline(limit, lambda: self._time_out(limit or 0.0))
         with heartbeat, deadline, self.r.shutdown.running(self._hand_back_from_outside):
             for index in range(next_stage, len(stages)):
@@ -379,7 +369,7 @@ class _Job:
                 self.r.store,
                 stopped=self._stopped,
                 result=result,
-                record=self.job,  # workflows: parents' results, the callback's batch
+                reads=workflows.reads_for(self.r.store, self.job),  # parents, the batch
             )
             fn(ctx)
             _require_plain(state, result)
@@ -428,7 +418,7 @@ class _Job:
             )
         except OwnerLost:
             return self._lost("done refused")
-        self.log.info("done", **self._finished(metrics.Outcome.DONE))
+        self.log.info("done", **self._finished(metrics.Ending.DONE))
         self._after_terminal(final)
         return self._outcome(OutcomeKind.DONE)
 
@@ -445,7 +435,7 @@ class _Job:
             "failed",
             error_type=error["type"],
             error=error["message"],
-            **self._finished(metrics.Outcome.FAILED),
+            **self._finished(metrics.Ending.FAILED),
         )
         self._after_terminal(final)
         return self._outcome(OutcomeKind.FAILED, error["message"])
@@ -469,16 +459,16 @@ class _Job:
             requeued = self.owned.finish(build, "requeued")
         except OwnerLost:
             return self._lost("requeue refused")
-        finish.after_requeue(self.r.store, self.r.doorbell, requeued.record, logger=self.log)
+        finish.after_requeue(self.r.ctx, requeued.record, logger=self.log)
         self.log.warning(
             "requeued after a stage error",
             error_type=error["type"],
             error=error["message"],
             delay_s=round(delay, 3),
-            **self._finished(metrics.Outcome.REQUEUED),
+            **self._finished(metrics.Ending.REQUEUED),
         )
         if delay <= 0:
-            ring(self.r.doorbell, self.job_id, self.log, self.job.get("traceparent"))
+            ring_or_leave(self.r.ctx.doorbell, self.job_id, self._trace, logger=self.log)
         return self._outcome(OutcomeKind.REQUEUED, error["message"])
 
     def _hand_back(self, why: str) -> Outcome:
@@ -494,13 +484,13 @@ class _Job:
             handed = self.owned.finish(build, "handed back")
         except OwnerLost:
             return self._lost("hand-back refused")
-        finish.after_requeue(self.r.store, self.r.doorbell, handed.record, logger=self.log)
-        rang = ring(self.r.doorbell, self.job_id, self.log, self.job.get("traceparent"))
+        finish.after_requeue(self.r.ctx, handed.record, logger=self.log)
+        rang = ring_or_leave(self.r.ctx.doorbell, self.job_id, self._trace, logger=self.log) is None
         self.log.warning(
             "handed back: the instance is shutting down",
             why=why,
             rang=rang,
-            **self._finished(metrics.Outcome.HANDED_BACK),
+            **self._finished(metrics.Ending.HANDED_BACK),
         )
         outcome = self._outcome(OutcomeKind.HANDED_BACK, why)
         outcome.redeliver = not rang  # no doorbell rang: this push must come back instead
@@ -526,7 +516,7 @@ class _Job:
             self.owned.close()
             self.log.error("timeout write failed; the watchdog rescues the job", error=repr(exc))
 
-    def _finished(self, outcome: metrics.Outcome) -> dict[str, Any]:
+    def _finished(self, outcome: metrics.Ending) -> dict[str, Any]:
         return metrics.finished(self.job, outcome, run_s=time.monotonic() - self.started)
 
     def _lost(self, why: str) -> Outcome:
@@ -538,24 +528,9 @@ class _Job:
         """What follows the terminal write, then the pending marker (the sweep repeats
         whatever a crash here leaves undone: shared.finish)."""
         faults.kill_if("after-terminal", self.job_id)  # test-only (shared.faults)
-        finish.after_terminal(self.r.store, self.r.doorbell, final.record, logger=self.log)
+        finish.after_terminal(self.r.ctx, final.record, logger=self.log)
 
     def _outcome(self, kind: OutcomeKind, detail: str = "") -> Outcome:
         return Outcome(
             self.job_id, kind, detail, owner=self.owned.owner, attempt=self.owned.attempt
         )
-
-
-def ring(
-    doorbell: Ringer, job_id: str, jlog: JobLogger | None = None, traceparent: str | None = None
-) -> bool:
-    """Ring a job's doorbell (with its trace); False (logged) if Pub/Sub refused: the
-    sweep rings later."""
-    try:
-        doorbell.ring(job_id, traceparent)
-    except DoorbellError as exc:
-        (jlog or log).warning(
-            "doorbell failed; the sweep will ring", job_id=job_id, error=exc.reason
-        )
-        return False
-    return True

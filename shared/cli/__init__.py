@@ -120,12 +120,13 @@ def _common_options() -> argparse.ArgumentParser:
     return common
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole command line; each subcommand's handler is in `func`."""
-    from shared.cli import commands as c
-    from shared.cli import dlq as cli_dlq
-    from shared.cli import flow as cli_flow
+_Add = Callable[[str, Callable[..., int], str, str], Any]
+"""Adds one subcommand (name, handler, summary, details) and returns its parser."""
 
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line: one configure_*_parser per command; each subcommand's
+    handler is in `func`."""
     common = _common_options()
     parser = argparse.ArgumentParser(
         prog="reclaim",
@@ -146,6 +147,26 @@ def build_parser() -> argparse.ArgumentParser:
         )
         p.set_defaults(func=func)
         return p
+
+    for configure in (
+        configure_submit_parser,
+        configure_status_parser,
+        configure_watch_parser,
+        configure_list_parser,
+        configure_cancel_parser,
+        configure_retry_parser,
+        configure_pause_resume_parser,
+        configure_schedules_parser,
+        configure_sweep_parser,
+        configure_dlq_parser,
+    ):
+        configure(add)
+    return parser
+
+
+def configure_submit_parser(add: _Add) -> None:
+    """`reclaim submit`: one job, or a batch from a JSONL file (time options: docs/time.md)."""
+    from shared.cli import commands as c
 
     p = add(
         "submit",
@@ -187,6 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="one JSON object per line, each a job's payload ('-' reads stdin)",
     )
 
+
+def configure_status_parser(add: _Add) -> None:
+    """`reclaim status JOB`."""
+    from shared.cli import commands as c
+
     p = add(
         "status",
         c.cmd_status,
@@ -195,6 +221,11 @@ def build_parser() -> argparse.ArgumentParser:
         "a job whose owner went silent is requeued (or failed when out of attempts).",
     )
     p.add_argument("job", help="job id")
+
+
+def configure_watch_parser(add: _Add) -> None:
+    """`reclaim watch BATCH`."""
+    from shared.cli import commands as c
 
     p = add(
         "watch",
@@ -219,6 +250,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="give up after this many seconds (exit 4)",
     )
 
+
+def configure_list_parser(add: _Add) -> None:
+    """`reclaim list`."""
+    from shared.cli import commands as c
+
     p = add(
         "list",
         c.cmd_list,
@@ -241,6 +277,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="show at most N jobs (default: 50)",
     )
 
+
+def configure_cancel_parser(add: _Add) -> None:
+    """`reclaim cancel`: by id, or in bulk (flow control)."""
+    from shared.cli import commands as c
+    from shared.cli import flow as cli_flow
+
     p = add(
         "cancel",
         c.cmd_cancel,
@@ -254,6 +296,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--by", metavar="NAME", help="who, kept in the history (default: cli:$USER)")
     cli_flow.add_bulk_options(p, "cancel")  # flow control
 
+
+def configure_retry_parser(add: _Add) -> None:
+    """`reclaim retry`: by id, or in bulk (flow control)."""
+    from shared.cli import commands as c
+    from shared.cli import flow as cli_flow
+
     p = add(
         "retry",
         c.cmd_retry,
@@ -266,6 +314,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--by", metavar="NAME", help="who, kept in the history (default: cli:$USER)")
     cli_flow.add_bulk_options(p, "retry")  # flow control
 
+
+def configure_pause_resume_parser(add: _Add) -> None:
+    """`reclaim pause|resume PIPELINE` (flow control)."""
+    from shared.cli import flow as cli_flow
+
     for name, func, summary in (  # flow control
         ("pause", cli_flow.cmd_pause, "pause a pipeline: none of its jobs starts"),
         ("resume", cli_flow.cmd_resume, "resume a pipeline and ring its parked jobs"),
@@ -273,6 +326,11 @@ def build_parser() -> argparse.ArgumentParser:
         p = add(name, func, summary, "See docs/flow-control.md. Running jobs finish.")
         p.add_argument("pipeline", help="registered pipeline name")
         p.add_argument("--by", metavar="NAME", help="who (default: cli:$USER)")
+
+
+def configure_schedules_parser(add: _Add) -> None:
+    """`reclaim schedules`."""
+    from shared.cli import commands as c
 
     add(
         "schedules",
@@ -282,6 +340,11 @@ def build_parser() -> argparse.ArgumentParser:
         "terraform makes one Cloud Scheduler job per schedule. See docs/time.md.",
     )
 
+
+def configure_sweep_parser(add: _Add) -> None:
+    """`reclaim sweep`."""
+    from shared.cli import commands as c
+
     add(
         "sweep",
         c.cmd_sweep,
@@ -289,6 +352,11 @@ def build_parser() -> argparse.ArgumentParser:
         "The same pass Cloud Scheduler triggers: requeue (and re-ring) jobs whose owner\n"
         "went silent, fail those out of attempts, repair leftover pending markers.",
     )
+
+
+def configure_dlq_parser(add: _Add) -> None:
+    """`reclaim dlq`."""
+    from shared.cli import dlq as cli_dlq
 
     p = add(
         "dlq",
@@ -310,7 +378,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="pull at most N messages (default: 100)",
     )
-    return parser
 
 
 def _use_local_cloud() -> None:

@@ -110,7 +110,7 @@ def cmd_schedules(args: argparse.Namespace) -> int:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     """Create the job(s) through the queue, exactly as POST /jobs does."""
-    from shared.submission import parse_submission
+    from shared.queue import parse_submission
 
     ctx = Context(args)
     body = submission_body(args, _read_payloads(args))

@@ -26,7 +26,7 @@ from shared.errors import AlreadyExists, CorruptRecord, InvalidInput, LostRace, 
 from shared.logs import get_logger
 
 if TYPE_CHECKING:
-    from shared.doorbell import Ringer
+    from shared.seams import Context
     from shared.storage import Store
 
 log = get_logger(__name__)
@@ -76,8 +76,9 @@ def parse_tick_time(schedule: Schedule, header: str | None) -> datetime:
     return when
 
 
-def fire(store: Store, doorbell: Ringer, schedule: Schedule, tick: datetime, now: datetime) -> Tick:
+def fire(ctx: Context, schedule: Schedule, tick: datetime, now: datetime) -> Tick:
     """Create (or find) the job of one tick, unless a `skip` schedule's run is pending."""
+    store = ctx.store
     job_id = timing.tick_job_id(schedule.name, tick)
     last = last_run(store, schedule.name)
     previous = str(last["job_id"]) if last else None
@@ -86,7 +87,7 @@ def fire(store: Store, doorbell: Ringer, schedule: Schedule, tick: datetime, now
         return Tick(schedule.name, tick, job_id, False, skipped_for=previous)
     spec = submission.JobSpec(schedule.pipeline, schedule.payload, client_id=job_id)
     result = submission.submit(
-        store, doorbell, submission.Submission(jobs=(spec,), batch_id=None, is_batch=False), now
+        ctx, submission.Submission(jobs=(spec,), batch_id=None, is_batch=False), now
     )
     _set_last(store, schedule.name, job_id, tick)
     return Tick(schedule.name, tick, job_id, result.created)

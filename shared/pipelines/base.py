@@ -1,7 +1,8 @@
 """What a pipeline is: named, ordered stages over a StageContext.
 
 Kept free of storage and threading so a stage is a plain function that unit
-tests can call with a hand-made context.
+tests can call with a hand-made context: what a stage may read beyond its own job
+(a workflow's parents, a callback's batch) the runner hands in as `Reads`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from shared import workflows
 from shared.errors import PermanentError, Stopped
 from shared.logs import JobLogger
 
@@ -25,6 +25,27 @@ class OutputWriter(Protocol):
 
 
 Stage = Callable[["StageContext"], None]
+
+
+def _no_parents() -> dict[str, dict[str, Any]]:
+    return {}
+
+
+def _no_members() -> list[dict[str, Any]]:
+    return []
+
+
+@dataclass(frozen=True)
+class Reads:
+    """What a stage may read beyond its own job (docs/workflows.md), each read only when
+    the stage asks, so a plain stage pays nothing. The runner builds it."""
+
+    parents: Callable[[], dict[str, dict[str, Any]]] = _no_parents
+    """Each parent (depends_on) id -> its status, result and outputs."""
+    batch_members: Callable[[], list[dict[str, Any]]] = _no_members
+    """For an on_complete callback: each member's id, status and result reference."""
+    parent_failure: Mapping[str, Any] | None = None
+    """The parent that failed when this job runs anyway (on_parent_failure "run")."""
 
 
 class StageContext:
@@ -48,7 +69,7 @@ class StageContext:
         *,
         stopped: Callable[[], bool] | None = None,
         result: dict[str, Any] | None = None,
-        record: Mapping[str, Any] | None = None,
+        reads: Reads | None = None,
     ):
         self.job_id = job_id
         self.payload: dict[str, Any] = copy.deepcopy(dict(payload))
@@ -59,24 +80,22 @@ class StageContext:
         self.store = store
         self.result: dict[str, Any] = {} if result is None else result
         self._stopped = stopped or (lambda: False)
-        self._record: Mapping[str, Any] = record or {}
+        self._reads = reads or Reads()
 
     # --- workflows (docs/workflows.md): read when asked, so a plain stage pays nothing
 
     @property
     def parent_failure(self) -> Mapping[str, Any] | None:
         """The parent that failed when this job runs anyway (on_parent_failure "run")."""
-        found = self._record.get("parent_failure")
-        return found if isinstance(found, Mapping) else None
+        return self._reads.parent_failure
 
     def parents(self) -> dict[str, dict[str, Any]]:
         """Each parent (depends_on) id -> its status, result and outputs."""
-        return workflows.parent_results(self.store, self._record)
+        return self._reads.parents()
 
     def batch_members(self) -> list[dict[str, Any]]:
         """For an on_complete callback: each member's id, status and result reference."""
-        batch_id = self._record.get("callback_of")
-        return workflows.batch_members(self.store, str(batch_id)) if batch_id else []
+        return self._reads.batch_members()
 
     def check(self) -> None:
         """Raise Stopped if this owner lost the job, or the instance is shutting down (the

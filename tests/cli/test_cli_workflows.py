@@ -10,6 +10,8 @@ from typing import Any
 from shared import finish, job_queue, submission
 from shared import workflow_graph as graph
 from shared.config import Settings
+from shared.features import context
+from shared.queue import parse_submission
 from tests.cli.cli_support import Cloud
 
 
@@ -26,8 +28,10 @@ class _Quiet:
 
 
 def _post(cloud: Cloud, body: dict[str, Any]) -> list[str]:
-    parsed = submission.parse_submission(body, Settings.from_env({}))
-    result = submission.submit(cloud.store, _Quiet(), parsed, datetime.now(UTC))
+    parsed = parse_submission(body, Settings.from_env({}))
+    result = submission.submit(
+        context(cloud.store, _Quiet(), Settings.from_env({})), parsed, datetime.now(UTC)
+    )
     return [j.job_id for j in result.jobs]
 
 
@@ -37,7 +41,8 @@ def _finish(cloud: Cloud, job_id: str) -> None:
     stored = cloud.store.read(job_id)
     done = {**job, **job_queue.done_fields(job, datetime.now(UTC), {"ok": True})}
     written = cloud.store.update(done, stored.generation)
-    assert finish.after_terminal(cloud.store, _Quiet(), written.record)
+    ctx = context(cloud.store, _Quiet(), Settings.from_env({}))
+    assert finish.after_terminal(ctx, written.record)
 
 
 def test_watch_shows_the_callback_and_status_shows_parents_and_children(

@@ -26,6 +26,7 @@ from shared.claim.runner import handle_delivery
 from shared.claim.slots import Slots
 from shared.config import Settings
 from shared.errors import BatchNotFound, CorruptRecord
+from shared.features import context
 from shared.outcome import OutcomeKind
 from shared.storage_memory import MemoryStore
 from tests.fuzz.fuzz_support import fuzz
@@ -59,9 +60,8 @@ def _plain(body: Any) -> None:
 
 
 def _deliver(store: MemoryStore, bell: Bell, at: datetime) -> str:
-    outcome = handle_delivery(
-        JOB, store, bell, SETTINGS, now=lambda: at, slots=Slots(2), gate=DrainGate()
-    )
+    ctx = context(store, bell, SETTINGS, lambda: at)
+    outcome = handle_delivery(ctx, JOB, slots=Slots(2), gate=DrainGate())
     assert outcome.kind != OutcomeKind.BUSY
     _plain(outcome.to_json())
     return outcome.kind
@@ -104,22 +104,22 @@ def test_a_hostile_record_is_answered_reported_or_skipped_never_pinned(
         store.put_object(store.bucket_name, f"batches/{BATCH}/{odd}", b"")
 
     with contextlib.suppress(CorruptRecord):  # the HTTP API's 409; anything else fails
-        _plain(status.read_job(store, bell, SETTINGS, JOB, START).to_json())
+        _plain(status.read_job(context(store, bell, SETTINGS), JOB, START).to_json())
     with contextlib.suppress(BatchNotFound):  # the HTTP API's 404 (no record names it)
-        _plain(status.read_batch(store, bell, SETTINGS, BATCH, START).to_json())
+        _plain(status.read_batch(context(store, bell, SETTINGS), BATCH, START).to_json())
 
     at = START
     for _ in range(ROUNDS):
         _deliver(store, bell, at)
         at += timedelta(days=2)
-        swept = sweeper.run_once(store, bell, SETTINGS, at)
+        swept = sweeper.run_once(context(store, bell, SETTINGS), at)
         assert swept.errors == 0, swept.to_json()
         _plain(swept.to_json())
 
     try:
         record = store.read(JOB).record
     except CorruptRecord:
-        assert JOB in sweeper.run_once(store, bell, SETTINGS, at).corrupt
+        assert JOB in sweeper.run_once(context(store, bell, SETTINGS), at).corrupt
         assert store.raw(store.bucket_name, f"jobs/{JOB}.json").data == data  # untouched
         return
     assert job_queue.is_terminal(record), f"pinned: {record.get('status')} after {ROUNDS} rounds"

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from shared import job_queue, records, status, submission
+from shared import features, job_queue, records, status, submission
 from shared.config import ENV_VARS
 from shared.jobs import JobStatus
 from tests.fuzz.fuzz_support import ROOT, fuzz
@@ -84,18 +84,13 @@ def test_the_id_pattern_accepts_exactly_what_the_code_accepts(value: str) -> Non
 
 
 def test_the_fields_are_the_codes() -> None:
-    assert set(schema("JobRequest")["properties"]) == submission.JOB_KEYS
+    feature_keys = {k for f in features.FEATURES for k in f.submit_keys}
+    assert set(schema("JobRequest")["properties"]) == submission.JOB_KEYS | feature_keys
     assert set(schema("BatchRequest")["properties"]) == submission.BATCH_KEYS
     assert schema("Status")["enum"] == list(JobStatus)
     view = {"id", *status._VIEW_FIELDS, "max_attempts", "outputs", "status_url", "watchdog"}
-    # the time, flow-control and workflow fields: only when the job has them
-    optional = {
-        "watchdog",
-        "children",
-        *status._TIME_FIELDS,
-        *status.FLOW_VIEW_FIELDS,
-        *status._WORKFLOW_FIELDS,
-    }
+    # the features' fields (time, flow control, workflows): only when the job has them
+    optional = {"watchdog", *(v for f in features.FEATURES for v in f.view_fields)}
     assert set(schema("Job")["properties"]) == view | optional
     assert set(schema("Job")["required"]) == view - optional
     error = job_queue.error_info(

@@ -18,6 +18,8 @@ import requests
 from shared import status, submission
 from shared.config import Settings
 from shared.errors import BatchNotFound, Conflict
+from shared.features import context
+from shared.queue import parse_submission
 from shared.storage import Stored
 from shared.storage_memory import MemoryStore
 from tests.fuzz.fuzz_support import Functions, functions
@@ -42,9 +44,13 @@ class MeetBeforeCreate(MemoryStore):
 def _submit(store: MemoryStore, batch: str) -> int:
     """The HTTP status POST /jobs would answer (shared.http maps Conflict to 409)."""
     body = {"pipeline": "demo", "id": "same-id", "batch_id": batch}
-    parsed = submission.parse_submission(body, SETTINGS)
+    parsed = parse_submission(body, SETTINGS)
     try:
-        return 202 if submission.submit(store, Bell(), parsed, NOW).created else 200
+        return (
+            202
+            if submission.submit(context(store, Bell(), Settings.from_env({})), parsed, NOW).created
+            else 200
+        )
     except Conflict:
         return 409
 
@@ -52,7 +58,7 @@ def _submit(store: MemoryStore, batch: str) -> int:
 def _batch_members(store: MemoryStore, batch: str) -> list[str] | None:
     """The ids GET /batches/<batch> lists; None for its 404."""
     try:
-        view = status.read_batch(store, Bell(), SETTINGS, batch, NOW)
+        view = status.read_batch(context(store, Bell(), SETTINGS), batch, NOW)
     except BatchNotFound:
         return None
     return [str(m["id"]) for m in view.members]

@@ -11,6 +11,7 @@ import functions_framework
 import pytest
 
 from shared.config import ENV_VARS
+from shared.features import context
 from tests.terraform.tfhcl import (
     ROOT,
     all_text,
@@ -404,8 +405,9 @@ def _calls_per_job_of_a_maximum_batch() -> float:
     from datetime import UTC, datetime
 
     from shared.config import Settings
+    from shared.queue import parse_submission
     from shared.storage_memory import MemoryStore
-    from shared.submission import parse_submission, submit
+    from shared.submission import submit
 
     class Bell:
         def ring(self, job_id: str, traceparent: str | None = None) -> None: ...
@@ -415,7 +417,11 @@ def _calls_per_job_of_a_maximum_batch() -> float:
     n = int(optional_defaults("queue")["max_batch_jobs"])
     body = {"jobs": [{"pipeline": "demo", "id": f"job-{i:04d}"} for i in range(n)]}
     store = MemoryStore()
-    result = submit(store, Bell(), parse_submission(body, Settings.from_env({})), datetime.now(UTC))
+    result = submit(
+        context(store, Bell(), Settings.from_env({})),
+        parse_submission(body, Settings.from_env({})),
+        datetime.now(UTC),
+    )
     assert result.to_json()["created"] == n
     return sum(store.calls.values()) / n
 

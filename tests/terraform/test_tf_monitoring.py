@@ -53,7 +53,7 @@ def test_each_metric_filters_its_event_and_extracts_its_fields() -> None:
 
 def test_the_field_names_the_code_logs_are_what_the_metrics_extract() -> None:
     gauge = metrics.Gauge("p").fields()
-    done = metrics.finished({"pipeline": "p"}, metrics.Outcome.DONE, run_s=1.0)
+    done = metrics.finished({"pipeline": "p"}, metrics.Ending.DONE, run_s=1.0)
     error = metrics.request_error("claim", 503)
     logged = {**gauge, **done, **error, "wait_s": 0.0}
     for m in metrics.LOG_METRICS:

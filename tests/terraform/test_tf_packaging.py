@@ -176,11 +176,12 @@ import main  # the function's start imports RECLAIM_PIPELINE_MODULES
 assert callable(getattr(main, target)), target
 assert "pipelines.csv_summary" in sys.modules, "not imported at start"
 
+from shared.queue import parse_submission
 from shared.config import Settings
 from shared.logs import JobLogger
 from shared.pipelines import StageContext, get_pipeline
 from shared.storage_memory import MemoryStore
-from shared.submission import InvalidSubmission, parse_submission
+from shared.submission import InvalidSubmission
 
 settings = Settings.from_env()
 pipeline = get_pipeline("csv-summary")

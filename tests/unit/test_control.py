@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from shared import control, job_queue, records
+from shared.config import Settings
 from shared.errors import CorruptRecord, IllegalTransition, JobNotFound, LostRace
+from shared.features import context
 from shared.jobs import JobRecord, JobStatus
 from shared.storage import Stored
 from shared.storage_memory import MemoryStore
@@ -65,15 +67,13 @@ class Recording(MemoryStore):
 
 
 def cancel(store: MemoryStore, job_id: str, **kw: Any) -> JobRecord:
-    return control.cancel(
-        store, job_id, by=kw.pop("by", "cli"), reason=kw.pop("reason", None), clock=clock
-    )
+    ctx = context(store, Bell(), Settings.from_env({}, max_attempts=3), clock)
+    return control.cancel(ctx, job_id, by=kw.pop("by", "cli"), reason=kw.pop("reason", None))
 
 
 def retry(store: MemoryStore, job_id: str, bell: Bell | None = None) -> control.Retried:
-    return control.retry(
-        store, bell or Bell(), job_id, by="cli:ann", default_max_attempts=3, clock=clock
-    )
+    ctx = context(store, bell or Bell(), Settings.from_env({}, max_attempts=3), clock)
+    return control.retry(ctx, job_id, by="cli:ann")
 
 
 # ------------------------------------------------------------------ cancel

@@ -20,9 +20,8 @@ from shared.errors import InvalidInput, InvalidSubmission
 from shared.jobs import JobStatus
 from shared.outcome import OutcomeKind
 from shared.pipelines import Pipeline, StageContext, register
-from shared.queue import Queue
+from shared.queue import Queue, parse_submission
 from shared.storage_memory import MemoryStore
-from shared.submission import parse_submission
 from tests.unit.unit_support import Bell, Clock
 
 START = datetime(2026, 7, 26, 10, 0, 0, 100_000, tzinfo=UTC)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from shared import job_queue, metrics, records, sweeper
+from shared.features import context
 from shared.jobs import JobRecord
 from shared.storage_memory import MemoryStore
 from tests.unit.unit_support import Bell, settings
@@ -54,7 +55,7 @@ def test_claimed_carries_the_wait_of_a_first_attempt_only() -> None:
     job = record("a", age_s=12)
     assert metrics.claimed(job, NOW, 1)["wait_s"] == 12
     assert "wait_s" not in metrics.claimed(job, NOW, 2)
-    done = metrics.finished(job, metrics.Outcome.DONE, run_s=1.23456)
+    done = metrics.finished(job, metrics.Ending.DONE, run_s=1.23456)
     assert done == {"metric": "finished", "pipeline": "demo", "outcome": "done", "run_s": 1.235}
 
 
@@ -66,7 +67,7 @@ def test_the_sweep_logs_one_gauge_line_per_pipeline_and_one_run_line(
         store.add_pending(job_id)
         store.create(record(job_id, age_s=age))
     capsys.readouterr()
-    sweeper.run_once(store, Bell(), settings(stale_seconds=600), NOW)
+    sweeper.run_once(context(store, Bell(), settings(stale_seconds=600)), NOW)
     entries = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     gauges = {e["pipeline"]: e for e in entries if e.get("metric") == "queue"}
     assert gauges["demo"]["queued"] == 2 and gauges["demo"]["oldest_due_age_s"] == 90

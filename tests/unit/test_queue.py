@@ -13,9 +13,8 @@ from shared.config import Settings
 from shared.errors import BatchNotFound, IllegalTransition, JobNotFound
 from shared.jobs import JobStatus
 from shared.outcome import OutcomeKind
-from shared.queue import Queue
+from shared.queue import Queue, parse_submission
 from shared.storage_memory import MemoryStore
-from shared.submission import parse_submission
 from tests.unit.unit_support import Bell, Clock
 
 START = datetime(2026, 7, 26, 10, 0, tzinfo=UTC)

@@ -15,6 +15,7 @@ from shared import job_queue, records
 from shared.claim import runner
 from shared.claim.slots import Slots
 from shared.errors import Unavailable
+from shared.features import context
 from shared.outcome import Outcome, OutcomeKind
 from shared.pipelines import PermanentError, StageContext, Stopped
 from shared.storage_memory import MemoryStore
@@ -406,7 +407,7 @@ def test_heartbeat_keeps_a_long_stage_fresh() -> None:
     thread.start()
     rescued = 0
     while thread.is_alive():
-        rescued += sweeper.run_once(store, Bell(), s).rescued
+        rescued += sweeper.run_once(context(store, Bell(), s)).rescued
         time.sleep(0.05)
     thread.join()
     assert rescued == 0 and out[0].kind == OutcomeKind.DONE

@@ -15,6 +15,7 @@ from shared import job_queue
 from shared.claim import runner
 from shared.claim.drain import BACKLOG_READS, DrainGate, _too_young, drain, overdue
 from shared.errors import PermanentError, Unavailable
+from shared.features import context
 from shared.outcome import Outcome, OutcomeKind
 from shared.pipelines import StageContext
 from shared.storage import PendingEntry
@@ -410,7 +411,7 @@ def test_check_stops_a_stage_whose_job_was_taken_over() -> None:
 def test_a_delivery_without_injected_slots_uses_the_processes_own() -> None:
     store = MemoryStore()
     job_id = submit(store, pipeline([("s", lambda c: None)]))
-    outcome = runner.handle_delivery(job_id, store, Bell(), settings(), owner="test")
+    outcome = runner.handle_delivery(context(store, Bell(), settings()), job_id, owner="test")
     assert outcome.kind == OutcomeKind.DONE
 
 

@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 
 from shared import job_queue
+from shared.config import Settings
 from shared.cron import schedules, ticks
 from shared.errors import InvalidInput
+from shared.features import context
 from shared.storage_memory import MemoryStore
 from tests.unit.unit_support import Bell
 
@@ -74,12 +76,12 @@ def test_a_tick_delivered_twice_is_one_job_and_skip_does_not_overlap() -> None:
     store, bell = MemoryStore(), Bell()
     (nightly,) = schedules.parse({"schedules": [GOOD]})
     first = datetime(2026, 1, 11, 2, tzinfo=UTC)
-    a = ticks.fire(store, bell, nightly, first, first)
-    again = ticks.fire(store, bell, nightly, first, first)
+    a = ticks.fire(context(store, bell, Settings.from_env({})), nightly, first, first)
+    again = ticks.fire(context(store, bell, Settings.from_env({})), nightly, first, first)
     assert a.created and not again.created and a.job_id == again.job_id
     assert len(store.list_pending()) == 1 and bell.rung == [a.job_id]
     second = nightly.next_after(first)
-    skipped = ticks.fire(store, bell, nightly, second, second)
+    skipped = ticks.fire(context(store, bell, Settings.from_env({})), nightly, second, second)
     assert skipped.skipped_for == a.job_id and not skipped.created
     stored = store.read(a.job_id)
     done = {**stored.record, **job_queue.claim_fields(stored.record, "o", second)}
@@ -87,7 +89,7 @@ def test_a_tick_delivered_twice_is_one_job_and_skip_does_not_overlap() -> None:
     done = {**stored.record, **job_queue.done_fields(stored.record, second, {})}
     store.update(done, stored.generation)
     third = nightly.next_after(second)
-    ran = ticks.fire(store, bell, nightly, third, third)
+    ran = ticks.fire(context(store, bell, Settings.from_env({})), nightly, third, third)
     assert ran.created and ticks.last_run(store, "nightly")["job_id"] == ran.job_id  # type: ignore[index]
 
 

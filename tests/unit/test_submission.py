@@ -10,6 +10,8 @@ import pytest
 
 from shared import records
 from shared.config import Settings
+from shared.features import context
+from shared.queue import parse_submission
 from shared.storage_memory import MemoryStore
 from shared.submission import (
     MAX_PAYLOAD_BYTES,
@@ -17,7 +19,6 @@ from shared.submission import (
     InvalidSubmission,
     create_upload_job,
     decode_body,
-    parse_submission,
     submit,
 )
 from tests.unit.unit_support import Bell
@@ -47,7 +48,9 @@ class OrderedStore(MemoryStore):
 
 
 def run(store: MemoryStore, bell: Bell, body: Any) -> Any:
-    return submit(store, bell, parse_submission(body, SETTINGS), NOW)
+    return submit(
+        context(store, bell, Settings.from_env({})), parse_submission(body, SETTINGS), NOW
+    )
 
 
 # ------------------------------------------------------------------ validation
@@ -296,8 +299,7 @@ def test_single_job_in_a_named_batch() -> None:
 
 def upload(store: MemoryStore, bell: Bell, generation: int = 7) -> Any:
     return create_upload_job(
-        store,
-        bell,
+        context(store, bell, SETTINGS),
         bucket="up",
         name="in/a.csv",
         generation=generation,
@@ -390,5 +392,5 @@ def test_any_body_is_a_submission_or_a_400(body: Any) -> None:
         assert exc.reason
         return
     store = MemoryStore()
-    result = submit(store, Bell(), parsed, NOW)
+    result = submit(context(store, Bell(), Settings.from_env({})), parsed, NOW)
     assert result.created and len(store.names("jobs/")) == len(parsed.jobs)

@@ -11,6 +11,7 @@ import pytest
 from shared import records, storage, sweeper
 from shared.config import Settings
 from shared.errors import Unavailable
+from shared.features import context
 from shared.storage import PendingEntry
 from shared.storage_memory import MemoryStore
 from tests.unit.unit_support import Bell
@@ -38,7 +39,7 @@ def test_every_count_adds_up_over_several_jobs() -> None:
         put(store, f"done-{i}", old, status="done")  # leftover marker: repaired
         store.add_pending(f"orphan-{i}")  # marker without a record, dated by the store
     later = datetime.now(UTC) + timedelta(seconds=3 * S.stale_seconds)
-    result = sweeper.run_once(store, bell, S, later)
+    result = sweeper.run_once(context(store, bell, S), later)
     counts = result.to_json()
     assert (counts["requeued"], counts["rescued"], counts["failed"]) == (2, 2, 2)
     assert (counts["rung"], counts["repaired"], counts["errors"]) == (4, 4, 0)
@@ -50,13 +51,13 @@ def test_each_error_is_counted() -> None:
     put(store, "a", T0)
     put(store, "b", T0)
     store.inject_failure("read", Unavailable("outage"), times=2)
-    assert sweeper.run_once(store, Bell(), S, T0).errors == 2
+    assert sweeper.run_once(context(store, Bell(), S), T0).errors == 2
 
 
 def test_elapsed_is_the_runs_own_duration_rounded_to_milliseconds() -> None:
     store = MemoryStore()
     ticks = iter([100.0, 101.23456])  # start and end: no entry to examine
-    result = sweeper.run_once(store, Bell(), S, T0, monotonic=lambda: next(ticks))
+    result = sweeper.run_once(context(store, Bell(), S), T0, monotonic=lambda: next(ticks))
     assert result.elapsed == pytest.approx(1.23456)
     assert result.to_json()["elapsed"] == 1.235
 
@@ -64,7 +65,7 @@ def test_elapsed_is_the_runs_own_duration_rounded_to_milliseconds() -> None:
 def test_a_run_without_a_given_time_uses_the_clock() -> None:
     store = MemoryStore()
     put(store, "fresh", datetime.now(UTC))
-    result = sweeper.run_once(store, Bell(), S)
+    result = sweeper.run_once(context(store, Bell(), S))
     assert (result.examined, result.errors, result.requeued) == (1, 0, 0)
 
 
@@ -74,7 +75,7 @@ def test_the_time_budget_stops_a_run_at_its_limit() -> None:
         put(store, f"j{i}", T0)
     budget = Settings.from_env({}, stale_seconds=60.0, sweep_max_seconds=1.0)
     ticks = iter([0.0, 0.5, 1.0, 1.5, 9.0])  # start, then one per entry, then the end
-    result = sweeper.run_once(store, Bell(), budget, T0, monotonic=lambda: next(ticks))
+    result = sweeper.run_once(context(store, Bell(), budget), T0, monotonic=lambda: next(ticks))
     assert (result.examined, result.truncated) == (2, True)  # exactly at the budget: goes on
 
 

@@ -12,6 +12,7 @@ import pytest
 from shared import job_queue, records, sweeper
 from shared.config import Settings
 from shared.errors import Unavailable
+from shared.features import context
 from shared.recovery import recover
 from shared.storage_memory import MemoryStore
 from shared.sweeper import pending_window
@@ -42,7 +43,7 @@ def claim(store: MemoryStore, job_id: str, at: datetime = LONG_AGO, owner: str =
 
 def sweep(store: MemoryStore, bell: Bell | None = None, **kw: Any) -> sweeper.SweepResult:
     s = settings(**kw.pop("s", {}))
-    return sweeper.run_once(store, bell or Bell(), s, kw.pop("now", NOW), **kw)
+    return sweeper.run_once(context(store, bell or Bell(), s), kw.pop("now", NOW), **kw)
 
 
 def pending(store: MemoryStore) -> list[str]:
@@ -185,7 +186,8 @@ def test_recover_losing_the_race_returns_the_fresh_record() -> None:
     seen = store.read(job_id)
     assert sweep(store).rescued == 1  # another sweep acted first
     bell = Bell()
-    action, fresh = recover(store, bell, seen, settings(), NOW)
+    done = recover(context(store, bell, settings()), seen, NOW)
+    action, fresh = done.action, done.stored
     assert action is None and fresh.record["status"] == "queued"
     assert fresh.generation == store.read(job_id).generation and bell.rung == []
     assert store.read(job_id).record["rescues"] == 1
@@ -195,9 +197,9 @@ def test_recover_leaves_a_terminal_marker_unless_asked() -> None:
     store = MemoryStore()
     job_id = submit(store, status="failed")
     deletes = store.calls["delete"]
-    action, _ = recover(store, Bell(), store.read(job_id), settings(), NOW)
+    action = recover(context(store, Bell(), settings()), store.read(job_id), NOW).action
     assert action is None and store.calls["delete"] == deletes and pending(store) == [job_id]
-    recover(store, Bell(), store.read(job_id), settings(), NOW, clean_marker=True)
+    recover(context(store, Bell(), settings()), store.read(job_id), NOW, clean_marker=True)
     assert pending(store) == []
 
 
@@ -249,7 +251,7 @@ def test_a_backlog_larger_than_one_run_is_walked_as_a_ring() -> None:
         store.add_pending(job_id)
     s = Settings.from_env({}, sweep_max_jobs=10)
     for _ in range(5):  # 50 examinations: all 48 in order, then the ring wraps
-        result = sweeper.run_once(store, Bell(), s, datetime.now(UTC))
+        result = sweeper.run_once(context(store, Bell(), s), datetime.now(UTC))
         assert result.examined == 10 and result.truncated
     assert store.read_ids == ids + ids[:2]
 

@@ -10,19 +10,24 @@ from typing import Any
 
 import pytest
 
-from shared import lifecycle, sweeper, timing, uniqueness
+from shared import features, sweeper, timing, uniqueness
+from shared.config import Settings
 from shared.errors import InvalidSubmission
+from shared.features import context
 from shared.outcome import OutcomeKind
 from shared.pipelines import StageContext
+from shared.queue import parse_submission
 from shared.storage_memory import MemoryStore
-from shared.submission import parse_submission, submit
+from shared.submission import submit
 from tests.unit.unit_support import Bell, Clock, events, handle, pipeline, settings
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 
 
 def post(store: MemoryStore, bell: Bell, body: dict[str, Any], now: datetime = NOW) -> Any:
-    return submit(store, bell, parse_submission(body, settings()), now).jobs[0]
+    return submit(
+        context(store, bell, Settings.from_env({})), parse_submission(body, settings()), now
+    ).jobs[0]
 
 
 def scheduled(store: MemoryStore) -> list[str]:
@@ -34,10 +39,10 @@ def test_a_delayed_job_waits_outside_pending_and_the_sweep_releases_it_when_due(
     job = post(store, bell, {"pipeline": "demo", "delay_seconds": 7200})
     assert store.list_pending() == [] and bell.rung == []
     assert scheduled(store) == [timing.scheduled_name(job.job_id, NOW + timedelta(hours=2))]
-    early = sweeper.run_once(store, bell, settings(), NOW + timedelta(minutes=119))
+    early = sweeper.run_once(context(store, bell, settings()), NOW + timedelta(minutes=119))
     assert early.released == 0 and bell.rung == []
     assert handle(job.job_id, store, settings(), Clock(NOW)).kind == OutcomeKind.SKIPPED
-    due = sweeper.run_once(store, bell, settings(), NOW + timedelta(hours=2, seconds=1))
+    due = sweeper.run_once(context(store, bell, settings()), NOW + timedelta(hours=2, seconds=1))
     assert due.released == 1 and bell.rung == [job.job_id]
     assert [e.job_id for e in store.list_pending()] == [job.job_id] and scheduled(store) == []
     later = Clock(NOW + timedelta(hours=2, seconds=2))
@@ -71,7 +76,7 @@ def test_an_expired_job_is_ended_at_claim_without_an_attempt() -> None:
 def test_the_sweep_ends_an_expired_job() -> None:
     store, bell = MemoryStore(), Bell()
     job = post(store, bell, {"pipeline": "demo", "ttl_seconds": 60})
-    result = sweeper.run_once(store, bell, settings(), NOW + timedelta(seconds=61))
+    result = sweeper.run_once(context(store, bell, settings()), NOW + timedelta(seconds=61))
     assert result.expired == 1 and store.read(job.job_id).record["status"] == "cancelled"
 
 
@@ -122,19 +127,20 @@ def test_a_leaked_key_is_taken_over_after_the_grace_and_repaired_by_the_sweep() 
     assert post(store, Bell(), {"pipeline": "demo", "unique_key": "k"}, late).created
     leaked = timing.lock_data("never-written", "other", None, NOW)
     store.put_blob(timing.unique_lock_name("other"), uniqueness._encode(leaked), generation=0)
-    assert sweeper.run_once(store, Bell(), settings(), late).unique_released == 1
+    assert sweeper.run_once(context(store, Bell(), settings()), late).unique_released == 1
     assert [b.name for b in store.list_blobs(timing.UNIQUE_PREFIX)] == [
         timing.unique_lock_name("k")
     ]
 
 
 def test_the_release_hook_is_registered_and_idempotent() -> None:
-    assert uniqueness.release_on_terminal in lifecycle.HOOKS
+    assert uniqueness.release_on_terminal in features.TIME.terminal_hooks
     store = MemoryStore()
     job = post(store, Bell(), {"pipeline": "demo", "unique_key": "k"})
     record = store.read(job.job_id).record
-    uniqueness.release_on_terminal(store, None, record)
-    uniqueness.release_on_terminal(store, None, record)
+    ctx = context(store, Bell(), settings())
+    uniqueness.release_on_terminal(ctx, record)
+    uniqueness.release_on_terminal(ctx, record)
     assert store.list_blobs(timing.UNIQUE_PREFIX) == []
 
 
@@ -170,7 +176,7 @@ def test_a_marker_in_an_earlier_hour_than_its_run_at_is_moved_not_kept_forever()
     job = post(store, bell, {"pipeline": "demo", "delay_seconds": 3 * 3600})
     stale = timing.scheduled_name(job.job_id, NOW)  # as a crashed first submit left it
     store.put_blob(stale, b"", generation=0)
-    result = sweeper.run_once(store, bell, settings(), NOW + timedelta(minutes=1))
+    result = sweeper.run_once(context(store, bell, settings()), NOW + timedelta(minutes=1))
     assert result.repaired == 1 and bell.rung == []
     assert scheduled(store) == [timing.scheduled_name(job.job_id, NOW + timedelta(hours=3))]
 

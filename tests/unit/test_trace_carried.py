@@ -10,9 +10,9 @@ import pytest
 
 from shared import job_queue, logs, records, sweeper, tracing
 from shared.doorbell import message_for
-from shared.queue import Queue
+from shared.features import context
+from shared.queue import Queue, parse_submission
 from shared.storage_memory import MemoryStore
-from shared.submission import parse_submission
 from tests.unit.unit_support import Bell, Clock, handle, pipeline, settings
 
 REQUEST = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -87,7 +87,7 @@ def test_a_rescue_and_a_retry_ring_in_the_jobs_trace(capsys: pytest.CaptureFixtu
     store.update({**record, **job_queue.claim_fields(record, "gone", clock())}, stored.generation)
     clock.advance(s.stale_seconds + 1)
     capsys.readouterr()
-    sweeper.run_once(store, bell, s, clock())
+    sweeper.run_once(context(store, bell, s), clock())
     rescued = [e for e in lines(capsys) if e.get("job_id") == "r1"]
     assert rescued and {e.get("logging.googleapis.com/trace") for e in rescued} == {TRACE}
     assert bell.traces["r1"] == trace

@@ -12,9 +12,12 @@ import pytest
 
 from shared import control, finish, submission, sweeper, workflows
 from shared import workflow_graph as graph
+from shared.config import Settings
 from shared.errors import Conflict, InvalidSubmission
+from shared.features import context
 from shared.jobs import JobStatus
 from shared.pipelines import StageContext
+from shared.queue import parse_submission
 from shared.storage_memory import MemoryStore
 from tests.unit.unit_support import Bell, Clock, handle, pipeline, settings
 
@@ -22,8 +25,8 @@ NOW = datetime(2026, 7, 1, tzinfo=UTC)
 
 
 def post(store: MemoryStore, bell: Bell, body: dict[str, Any]) -> submission.SubmitResult:
-    parsed = submission.parse_submission(body, settings())
-    return submission.submit(store, bell, parsed, NOW)
+    parsed = parse_submission(body, settings())
+    return submission.submit(context(store, bell, Settings.from_env({})), parsed, NOW)
 
 
 def status(store: MemoryStore, job_id: str) -> str:
@@ -35,7 +38,7 @@ def end(store: MemoryStore, job_id: str, to: str = "done") -> None:
     stored = store.read(job_id)
     record = {**stored.record, "status": JobStatus(to), "result": {"from": job_id}}
     written = store.update(record, stored.generation)
-    assert finish.after_terminal(store, None, written.record)
+    assert finish.after_terminal(context(store, Bell(), settings()), written.record)
 
 
 def callbacks(store: MemoryStore) -> list[str]:
@@ -81,7 +84,7 @@ def test_a_cycle_is_refused_naming_its_jobs() -> None:
         ]
     }
     with pytest.raises(InvalidSubmission, match="cycle through a, b, c"):
-        submission.parse_submission(body, settings())
+        parse_submission(body, settings())
 
 
 def test_an_unknown_parent_is_refused_and_nothing_is_written() -> None:
@@ -107,7 +110,7 @@ def test_an_unknown_parent_is_refused_and_nothing_is_written() -> None:
 )
 def test_bad_dependency_fields_are_refused(job: dict[str, Any]) -> None:
     with pytest.raises(InvalidSubmission):
-        submission.parse_submission(job, settings())
+        parse_submission(job, settings())
 
 
 @pytest.mark.parametrize(
@@ -117,7 +120,7 @@ def test_bad_dependency_fields_are_refused(job: dict[str, Any]) -> None:
 def test_bad_on_complete_is_refused(on_complete: Any) -> None:
     body = {"jobs": [{"pipeline": "demo"}], "on_complete": on_complete}
     with pytest.raises(InvalidSubmission):
-        submission.parse_submission(body, settings())
+        parse_submission(body, settings())
 
 
 def test_another_on_complete_for_the_same_batch_is_a_conflict() -> None:
@@ -206,9 +209,9 @@ def test_a_crash_before_the_hook_is_repaired_by_the_sweep() -> None:
     stored = store.read(ids[1])  # the last member's terminal write, then the process dies
     store.update({**stored.record, "status": JobStatus.DONE}, stored.generation)
     assert callbacks(store) == []
-    sweeper.run_once(store, Bell(), settings(), NOW)
+    sweeper.run_once(context(store, Bell(), settings()), NOW)
     assert len(callbacks(store)) == 1
-    sweeper.run_once(store, Bell(), settings(), NOW)  # repeats are harmless
+    sweeper.run_once(context(store, Bell(), settings()), NOW)  # repeats are harmless
     assert len(callbacks(store)) == 1
 
 
@@ -218,7 +221,7 @@ def test_retry_after_the_callback_fired_does_not_fire_it_again() -> None:
     end(store, ids[0], "failed")
     end(store, ids[1])
     (cb,) = callbacks(store)
-    control.retry(store, Bell(), ids[0], by="op", default_max_attempts=3, clock=Clock())
+    control.retry(context(store, Bell(), settings(max_attempts=3), Clock()), ids[0], by="op")
     assert store.list_blobs(graph.open_prefix("b1")) == []  # the batch stays complete
     end(store, ids[0])
     assert callbacks(store) == [cb]
@@ -228,7 +231,7 @@ def test_retry_before_the_batch_completed_reopens_it() -> None:
     store = MemoryStore()
     ids = batch_with_callback(store, 2)
     end(store, ids[0], "failed")
-    control.retry(store, Bell(), ids[0], by="op", default_max_attempts=3, clock=Clock())
+    control.retry(context(store, Bell(), settings(max_attempts=3), Clock()), ids[0], by="op")
     end(store, ids[1])
     assert callbacks(store) == []  # the retried member runs again: not complete yet
     end(store, ids[0])
@@ -280,7 +283,7 @@ def test_a_diamond_is_released_in_order_and_rung_at_once() -> None:
     bell.rung.clear()
     stored = store.read("A")
     written = store.update({**stored.record, "status": JobStatus.DONE}, stored.generation)
-    finish.after_terminal(store, bell, written.record)
+    finish.after_terminal(context(store, bell, settings()), written.record)
     assert sorted(bell.rung) == ["B", "C"]
     assert [status(store, j) for j in "BCD"] == ["queued", "queued", "waiting"]
     end(store, "B")
@@ -298,7 +301,7 @@ def test_a_waiting_job_is_never_claimed_nor_failed_by_the_watchdog() -> None:
     clock.advance(10_000)
     outcome = handle("D", store, settings(), clock)
     assert outcome.kind.value == "skipped"
-    sweeper.run_once(store, Bell(), settings(), clock())
+    sweeper.run_once(context(store, Bell(), settings()), clock())
     record = store.read("D").record
     assert record["status"] == "waiting" and record["attempts"] == 0
     assert "D" in [e.job_id for e in store.list_pending()]
@@ -353,7 +356,7 @@ def test_the_sweep_releases_a_child_a_crash_left_waiting() -> None:
     store.update({**stored.record, "status": JobStatus.DONE}, stored.generation)
     store.remove_pending("P")  # even with its marker gone, the child's own marker is seen
     bell = Bell()
-    sweeper.run_once(store, bell, settings(), NOW)
+    sweeper.run_once(context(store, bell, settings()), NOW)
     assert status(store, "K") == "queued" and "K" in bell.rung
 
 
@@ -384,7 +387,7 @@ def test_stages_read_their_parents_results() -> None:
 def test_a_waiting_job_can_be_cancelled_by_a_person() -> None:
     store = MemoryStore()
     diamond(store, Bell())
-    control.cancel(store, "D", by="op", reason=None, clock=Clock())
+    control.cancel(context(store, Bell(), settings(), Clock()), "D", by="op", reason=None)
     assert status(store, "D") == "cancelled"
     end(store, "A")
     end(store, "B")
@@ -398,8 +401,8 @@ def test_status_and_the_cli_show_parents_and_children() -> None:
 
     store = MemoryStore()
     diamond(store, Bell())
-    a = status.read_job(store, Bell(), settings(), "A", NOW).to_json()
-    d = status.read_job(store, Bell(), settings(), "D", NOW).to_json()
+    a = status.read_job(context(store, Bell(), settings()), "A", NOW).to_json()
+    d = status.read_job(context(store, Bell(), settings()), "D", NOW).to_json()
     assert a["children"] == ["B", "C"] and "depends_on" not in a
     assert d["depends_on"] == ["B", "C"] and d["on_parent_failure"] == "cancel"
     assert "children" not in d
@@ -413,14 +416,17 @@ def test_the_batch_view_carries_on_complete() -> None:
 
     store = MemoryStore()
     ids = batch_with_callback(store, 2)
-    view = status.read_batch(store, Bell(), settings(), "b1", NOW).to_json()
+    view = status.read_batch(context(store, Bell(), settings()), "b1", NOW).to_json()
     assert view["on_complete"] == {"pipeline": "demo", "id": None, "status": None}
     end(store, ids[0])
     end(store, ids[1])
-    view = status.read_batch(store, Bell(), settings(), "b1", NOW).to_json()
+    view = status.read_batch(context(store, Bell(), settings()), "b1", NOW).to_json()
     assert view["on_complete"]["id"] == graph.callback_id("b1")
     post(store, Bell(), {"batch_id": "b2", "jobs": [{"pipeline": "demo"}]})
-    assert "on_complete" not in status.read_batch(store, Bell(), settings(), "b2", NOW).to_json()
+    assert (
+        "on_complete"
+        not in status.read_batch(context(store, Bell(), settings()), "b2", NOW).to_json()
+    )
 
 
 def test_a_replay_must_ask_for_the_same_parents_and_callback() -> None:
@@ -454,7 +460,7 @@ def test_the_sweep_repairs_a_batch_a_stray_open_marker_holds_back() -> None:
     cb = graph.callback_id("b1")
     assert callbacks(store) == [cb]
     store.put_blob(graph.open_name("b1", ids[0]), b"", generation=0)  # the stray
-    result = sweeper.run_once(store, Bell(), settings(), NOW)
+    result = sweeper.run_once(context(store, Bell(), settings()), NOW)
     assert result.repaired == 1
     assert store.list_blobs(graph.open_prefix("b1")) == []
     assert callbacks(store) == [cb]  # still exactly one
@@ -468,7 +474,7 @@ def test_a_stray_open_marker_of_an_unfinished_batch_fires_the_callback_once_repa
     store.update({**stored.record, "status": JobStatus.DONE}, stored.generation)
     store.remove_pending(ids[1])
     assert callbacks(store) == []
-    sweeper.run_once(store, Bell(), settings(), NOW)
+    sweeper.run_once(context(store, Bell(), settings()), NOW)
     assert callbacks(store) == [graph.callback_id("b1")]
 
 
@@ -480,10 +486,10 @@ def test_the_sweep_fires_a_callback_a_crashed_submit_held_back() -> None:
     store.put_blob(graph.open_name("b1", "never-written"), b"", generation=0)
     end(store, ids[0])
     assert callbacks(store) == []
-    sweeper.run_once(store, Bell(), settings(), datetime.now(UTC))  # too young: kept
+    sweeper.run_once(context(store, Bell(), settings()), datetime.now(UTC))  # too young: kept
     assert callbacks(store) == []
     later = datetime.now(UTC) + timedelta(seconds=settings().orphan_marker_grace_seconds + 1)
-    sweeper.run_once(store, Bell(), settings(), later)
+    sweeper.run_once(context(store, Bell(), settings()), later)
     assert callbacks(store) == [graph.callback_id("b1")]
 
 
@@ -491,5 +497,5 @@ def test_the_sweep_reads_no_pending_member_for_the_callback_repair() -> None:
     store = MemoryStore()
     batch_with_callback(store, 30)
     store.calls.clear()
-    sweeper.run_once(store, Bell(), settings(), NOW)
+    sweeper.run_once(context(store, Bell(), settings()), NOW)
     assert store.calls["read"] == 30  # the sweep's own reads of the pending records only

@@ -17,6 +17,7 @@ from shared.claim.shutdown import Shutdown
 from shared.claim.slots import Slots
 from shared.config import Settings
 from shared.errors import DoorbellError
+from shared.features import context
 from shared.outcome import Outcome
 from shared.pipelines import Pipeline, StageContext, register
 from shared.storage_memory import MemoryStore
@@ -107,12 +108,9 @@ def handle(
     **kw: Any,
 ) -> Outcome:
     return handle_delivery(
+        context(store, bell or Bell(), s, clock or Clock()),
         job_id,
-        store,
-        bell or Bell(),
-        s,
         owner="test",
-        now=clock or Clock(),
         slots=kw.pop("slots", Slots(4)),
         gate=kw.pop("gate", DrainGate()),
         shutdown=kw.pop("shutdown", Shutdown()),

@@ -1,0 +1,73 @@
+"""The feature table: every optional feature of the queue, one row each, in the order they
+run at each seam (a gate, a hook, a sweep pass). Only the front door (shared.queue) reads it
+and hands it down inside its Context; no operation and no feature imports this module
+(tests/unit/test_seams.py checks). Adding a feature is a module and a row here:
+docs/adding-a-feature.md walks the row of flow control.
+"""
+
+from __future__ import annotations
+
+from shared import delayed, expiry, flow, timing, uniqueness, workflows
+from shared import flow_policy as fp
+from shared import workflow_graph as graph
+from shared.clock import Clock, utcnow
+from shared.config import Settings
+from shared.doorbell import Ringer
+from shared.seams import Context, Feature, SweepPass
+from shared.storage import Store
+
+TIME = Feature(
+    name="time",  # docs/time.md
+    submit_keys=timing.TIME_KEYS,
+    record_fields=timing.RECORD_FIELDS,
+    view_fields=timing.RECORD_FIELDS,
+    view=timing.view,
+    index_prefixes=(timing.SCHEDULED_PREFIX, timing.UNIQUE_PREFIX, uniqueness.CURSOR_PREFIX),
+    gates=(expiry.gate,),  # an expired job ends instead of running
+    terminal_hooks=(uniqueness.release_on_terminal,),  # a "while pending" key is released
+    sweep_checks=(expiry.sweep_check,),  # an expired job with no doorbell left still ends
+    sweep_passes=(SweepPass("time", delayed.sweep_pass, beside=True),),  # delayed, unique keys
+)
+
+FLOW_CONTROL = Feature(
+    name="flow control",  # docs/flow-control.md
+    submit_keys=fp.FLOW_KEYS,
+    parse=fp.parse_fields,
+    record_fields=tuple(sorted(fp.FLOW_KEYS)),
+    view_fields=tuple(sorted(fp.FLOW_KEYS)),
+    view=fp.view,
+    index_prefixes=fp.PREFIXES,
+    gates=(
+        flow.pause_gate,  # a paused pipeline parks the job
+        flow.limit_gate,  # at its key's limit, the job waits
+        flow.rate_gate,  # over its rate, deferred (last: it reserves a token)
+    ),
+    terminal_hooks=(
+        flow.record_ended,  # the ended/ index that bulk retry and cancel read
+        flow.release_hook,  # free the concurrency place, ring the oldest waiters
+    ),
+    requeue_hooks=(flow.release_hook,),  # a requeued, handed-back or rescued job's place
+    sweep_passes=(SweepPass("flow", flow.sweep_pass),),  # parked and waiting jobs
+)
+
+WORKFLOWS = Feature(
+    name="workflows",  # docs/workflows.md
+    submit_keys=graph.SUBMIT_KEYS,
+    record_fields=graph.RECORD_FIELDS,
+    view_fields=(*graph.VIEW_FIELDS, "children"),
+    view=workflows.view,
+    index_prefixes=(graph.PREFIX,),
+    terminal_hooks=(
+        workflows.batch_hook,  # the last member of a batch with on_complete: the callback
+        workflows.release_hook,  # release (or cancel) the children waiting on this job
+    ),
+    sweep_checks=(workflows.sweep_check,),  # a waiting child whose parents ended (a crash)
+    sweep_passes=(SweepPass("workflows", workflows.sweep_pass),),  # batches held open
+)
+
+FEATURES: tuple[Feature, ...] = (TIME, FLOW_CONTROL, WORKFLOWS)
+
+
+def context(store: Store, doorbell: Ringer, settings: Settings, clock: Clock = utcnow) -> Context:
+    """The context with every feature of the table (the front door's, and the tests')."""
+    return Context(store, doorbell, settings, clock, FEATURES)

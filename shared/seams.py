@@ -1,0 +1,132 @@
+"""The seams a feature plugs into, and the one context every operation is handed.
+
+A feature (time, flow control, workflows) is one value, a `Feature`, naming what it adds
+at each seam. The table of them lives in shared.features and only the front door
+(shared.queue) reads it: it builds one `Context` (store, doorbell, settings, clock and the
+table) and hands it down, so an operation loops over `ctx.features` and a feature reaches
+the queue through the context it was given, never by import. This module imports no
+feature and no operation, so both may import it.
+
+The shape follows River's hooks given as a value in the client's config, and dramatiq's
+named middleware hooks with their defaults in one list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from shared.clock import Clock, utcnow
+
+if TYPE_CHECKING:
+    from shared.config import Settings
+    from shared.doorbell import Ringer
+    from shared.jobs import JobRecord
+    from shared.outcome import Outcome
+    from shared.storage import Store, Stored
+
+
+Gate = Callable[["Context", "Stored", datetime], "Outcome | None"]
+"""Between "claimable" and the claim, in the claim function only: None lets the claim go
+on; an Outcome answers the delivery instead (the gate has parked, deferred or ended the
+job). A gate may hold a due job back without burning an attempt."""
+
+Hook = Callable[["Context", "JobRecord"], None]
+"""After a write: a terminal one (idempotent and cheap, see shared.finish) or one that
+sent a running job back to the queue (requeue, hand-back, rescue)."""
+
+Parse = Callable[[Mapping[str, Any], str, list[str]], dict[str, Any]]
+"""At submit, pure: check the feature's keys of one job (`where` prefixes each problem
+appended to the list) and return the record fields they become."""
+
+View = Callable[["Context", "JobRecord"], dict[str, Any]]
+"""A job's view (GET /jobs/<id>, `reclaim status`): the feature's fields the record has."""
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What a sweep check did with one pending record: the SweepResult count it adds to
+    (or None), and the record if the job still owes work afterwards."""
+
+    count: str | None
+    pending: JobRecord | None = None
+
+
+SweepCheck = Callable[["Context", "Stored", datetime], Settled | None]
+"""The sweep, per pending record, before the watchdog: None leaves the record to the
+watchdog; a Settled means the feature took it (an expired job ended, a waiting child
+settled)."""
+
+
+@dataclass(frozen=True)
+class SweepPass:
+    """One of a feature's maintenance passes in the sweep (River keeps one maintenance
+    service per file, started from one list). `run` answers counts named like
+    SweepResult's fields (ints add up, booleans or); its failure is counted, never stops
+    the sweep. `beside` passes run on their own thread during the pending pass (their
+    listings overlap it) and see no pending ids; the others run after it and see the ids
+    it examined."""
+
+    name: str
+    run: Callable[[Context, datetime, frozenset[str]], Mapping[str, int | bool]]
+    beside: bool = False
+
+
+@dataclass(frozen=True)
+class Feature:
+    """Everything one feature adds, seam by seam (docs/adding-a-feature.md walks a row)."""
+
+    name: str
+    submit_keys: frozenset[str] = frozenset()
+    """Keys of a job in POST /jobs the feature owns (any other key is a 400)."""
+    parse: Parse | None = None
+    """Validates `submit_keys` and gives the record fields (None: submission does it)."""
+    record_fields: tuple[str, ...] = ()
+    """Fields the feature writes into a job's record."""
+    view_fields: tuple[str, ...] = ()
+    """The fields its `view` may add to a job's view (the API schema lists them)."""
+    view: View | None = None
+    index_prefixes: tuple[str, ...] = ()
+    """Top-level prefixes of the small index objects it keeps beside the records."""
+    gates: tuple[Gate, ...] = ()
+    terminal_hooks: tuple[Hook, ...] = ()
+    requeue_hooks: tuple[Hook, ...] = ()
+    sweep_checks: tuple[SweepCheck, ...] = ()
+    sweep_passes: tuple[SweepPass, ...] = ()
+
+
+@dataclass(frozen=True)
+class Context:
+    """What an operation or a feature may use: handed down from the front door."""
+
+    store: Store
+    doorbell: Ringer
+    settings: Settings
+    clock: Clock = utcnow
+    features: tuple[Feature, ...] = ()
+
+    def now(self) -> datetime:
+        """The current time by the injected clock."""
+        return self.clock()
+
+    def gates(self) -> Iterator[Gate]:
+        """Every feature's gates, in table order."""
+        return (g for f in self.features for g in f.gates)
+
+    def terminal_hooks(self) -> Iterator[Hook]:
+        """Every feature's hooks after a terminal write, in table order."""
+        return (h for f in self.features for h in f.terminal_hooks)
+
+    def requeue_hooks(self) -> Iterator[Hook]:
+        """Every feature's hooks after a requeue, hand-back or rescue, in table order."""
+        return (h for f in self.features for h in f.requeue_hooks)
+
+    def sweep_checks(self) -> Iterator[SweepCheck]:
+        """Every feature's per-record sweep checks, in table order."""
+        return (c for f in self.features for c in f.sweep_checks)
+
+    def sweep_passes(self) -> Iterator[SweepPass]:
+        """Every feature's sweep passes, in table order."""
+        return (p for f in self.features for p in f.sweep_passes)

@@ -1,0 +1,172 @@
+"""The seams hold: the feature table (shared.features) is the only place shared/ learns of
+the features, and only the front door reads it; nothing works by import side effect; the
+pipeline authors' API stays low; no import circle; no function over 120 lines."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from shared import expiry, features, flow, uniqueness, workflows
+from shared.config import Settings
+from shared.finish import after_terminal
+from shared.queue import Queue
+from shared.seams import Context
+from shared.storage_memory import MemoryStore
+from tests.unit.test_docs import ROOT
+from tests.unit.unit_support import Bell
+
+SHARED = ROOT / "shared"
+FRONT_DOOR = "shared.queue"
+FEATURE_MODULES = {
+    "shared.delayed",
+    "shared.expiry",
+    "shared.flow",
+    "shared.flow_policy",
+    "shared.timing",
+    "shared.uniqueness",
+    "shared.workflow_graph",
+    "shared.workflows",
+}
+OPERATIONS = {
+    "shared.bulk",
+    "shared.control",
+    "shared.listing",
+    "shared.queue",
+    "shared.recovery",
+    "shared.status",
+    "shared.submission",
+    "shared.sweeper",
+    "shared.claim.runner",
+}
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path, *, runtime_only: bool = False) -> set[str]:
+    """The shared.* modules a file imports (`from shared import x` counts as shared.x);
+    runtime_only leaves out `if TYPE_CHECKING:` blocks and imports inside functions."""
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+    nodes = ast.iter_child_nodes(tree) if runtime_only else ast.walk(tree)
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("shared")}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("shared"):
+            base = str(node.module)
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                is_module = (ROOT / Path(*candidate.split("."))).with_suffix(".py").exists() or (
+                    ROOT / Path(*candidate.split(".")) / "__init__.py"
+                ).exists()
+                found.add(candidate if is_module else base)
+    return found
+
+
+def _sources() -> list[Path]:
+    return sorted(p for p in SHARED.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_only_the_front_door_reads_the_feature_table() -> None:
+    readers = {_module(p) for p in _sources() if "shared.features" in _imports(p)}
+    assert readers == {FRONT_DOOR}
+
+
+def test_no_feature_module_imports_an_operation() -> None:
+    for path in _sources():
+        if _module(path) in FEATURE_MODULES:
+            assert not _imports(path) & OPERATIONS, path
+
+
+def test_the_pipeline_api_imports_no_storage_and_no_workflow_module() -> None:
+    imported = _imports(SHARED / "pipelines" / "base.py")
+    assert not imported & {"shared.storage", "shared.workflows", "shared.workflow_graph"}, imported
+
+
+def test_no_import_circle_in_shared() -> None:
+    graph = {_module(p): _imports(p, runtime_only=True) for p in _sources()}
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> None:
+        if node in path:
+            raise AssertionError("import circle: " + " -> ".join([*path[path.index(node) :], node]))
+        if node in done:
+            return
+        for nxt in sorted(graph.get(node, ())):
+            visit(nxt, [*path, node])
+        done.add(node)
+
+    for module in sorted(graph):
+        visit(module, [])
+
+
+def test_no_function_in_shared_is_over_120_lines() -> None:
+    long = [
+        f"{p.relative_to(ROOT)}:{n.lineno} {n.name} ({n.end_lineno - n.lineno + 1})"
+        for p in _sources()
+        for n in ast.walk(ast.parse(p.read_text()))
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+        and n.end_lineno is not None
+        and n.end_lineno - n.lineno + 1 > 120
+    ]
+    assert long == []
+
+
+def test_importing_a_module_installs_nothing() -> None:
+    """Nothing works by import side effect: a fresh interpreter that imports every module
+    of shared/ finds no module-level hook, gate or table anywhere but in the table."""
+    check = (
+        "import importlib, pathlib, sys; root = pathlib.Path('shared'); "
+        "[importlib.import_module('.'.join(p.with_suffix('').parts).removesuffix('.__init__'))"
+        " for p in sorted(root.rglob('*.py'))"
+        " if '__pycache__' not in p.parts and p.name != '__main__.py']; "
+        "from shared import finish; "
+        "assert not hasattr(finish, 'HOOKS') and not hasattr(finish, 'REQUEUE_HOOKS'); "
+        "assert 'shared.lifecycle' not in sys.modules and 'shared.gates' not in sys.modules"
+    )
+    done = subprocess.run([sys.executable, "-c", check], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_table_runs_each_seam_in_the_order_the_features_are_listed() -> None:
+    ctx = features.context(MemoryStore(), Bell(), Settings.from_env({}))
+    assert list(ctx.gates()) == [expiry.gate, flow.pause_gate, flow.limit_gate, flow.rate_gate]
+    assert list(ctx.terminal_hooks()) == [
+        uniqueness.release_on_terminal,
+        flow.record_ended,
+        flow.release_hook,
+        workflows.batch_hook,
+        workflows.release_hook,
+    ]
+    assert list(ctx.requeue_hooks()) == [flow.release_hook]
+    assert list(ctx.sweep_checks()) == [expiry.sweep_check, workflows.sweep_check]
+    assert [p.name for p in ctx.sweep_passes()] == ["time", "flow", "workflows"]
+
+
+def test_the_front_door_hands_down_the_table_it_was_given() -> None:
+    store = MemoryStore()
+    plain = Queue(store, Bell(), Settings.from_env({}), table=())
+    assert plain.ctx.features == () and Queue(store, Bell(), plain.settings).ctx.features == (
+        features.FEATURES
+    )
+
+
+def test_a_context_without_features_ends_a_job_with_no_hook() -> None:
+    store = MemoryStore()
+    store.add_pending("j1")
+    ctx = Context(store, Bell(), Settings.from_env({}))
+    assert after_terminal(ctx, {"id": "j1", "status": "done"})  # type: ignore[typeddict-item]
+    assert store.names("pending/") == []
+
+
+def test_each_index_prefix_is_registered_with_the_store_and_owned_by_one_feature() -> None:
+    from shared import storage
+
+    owned = [p for f in features.FEATURES for p in f.index_prefixes]
+    assert len(owned) == len(set(owned))
+    assert set(owned) <= set(storage.INDEX_PREFIXES)
