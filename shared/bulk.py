@@ -1,10 +1,11 @@
 """Bulk retry and cancel: select jobs from the cheapest index, then act, paced.
 
 Cost is O(matching jobs), never a walk of jobs/: the candidates come from job ids given,
-a batch's markers (batches/<b>/), the pending index (queued, running) or the ended index
-(ended/<status>/<YYYYMMDD>/<id>: failed and cancelled jobs by day, written by a finish
-hook before the pending marker goes, so a crash leaves it to the sweep's repeat of the
-hooks). An index is only a hint: each candidate's record is read and the filters are
+a batch's markers (batches/<b>/), the pending index (queued, running) or the features'
+own indexes (Feature.indexed): flow control's ended index (ended/<status>/<YYYYMMDD>/<id>:
+failed and cancelled jobs by day, written by a finish hook before the pending marker
+goes, so a crash leaves it to the sweep's repeat of the hooks) and time's delayed jobs.
+An index is only a hint: each candidate's record is read and the filters are
 checked on it, so an entry that went stale (a retried job) selects nothing. Acting is a
 policy transition with a CAS (shared.control); a job that changed meanwhile is skipped.
 Re-running the same command continues where an interrupted one stopped: the jobs it
@@ -18,12 +19,16 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from shared import flow_policy as fp
-from shared import job_queue, timing
+from shared import job_queue
 from shared.errors import CorruptRecord, IllegalTransition, InvalidInput, LostRace, NotFound
 from shared.jobs import JobRecord, JobStatus
-from shared.storage import Store
+
+if TYPE_CHECKING:
+    from shared.seams import Context
+    from shared.storage import Store
 
 ACTS_ON: dict[str, tuple[JobStatus, ...]] = {
     "retry": (JobStatus.FAILED, JobStatus.CANCELLED),
@@ -90,37 +95,28 @@ def check(selector: Selector, action: str) -> None:
         raise InvalidInput("name job ids, or --batch, --status, --pipeline or --since", "jobs")
 
 
-def select(store: Store, selector: Selector, action: str, now: datetime) -> list[JobRecord]:
+def select(ctx: Context, selector: Selector, action: str, now: datetime) -> list[JobRecord]:
     """The records the action would move, oldest first."""
     check(selector, action)
-    ids = sorted(set(candidates(store, selector, action, now)))
-    records = [r for r in _read_all(store, ids) if r is not None]
+    ids = sorted(set(candidates(ctx, selector, action, now)))
+    records = [r for r in _read_all(ctx.store, ids) if r is not None]
     chosen = [r for r in records if matches(r, selector, action)]
     return sorted(chosen, key=lambda r: (str(r.get("updated_at")), str(r.get("id"))))
 
 
-def candidates(store: Store, selector: Selector, action: str, now: datetime) -> Iterable[str]:
+def candidates(ctx: Context, selector: Selector, action: str, now: datetime) -> Iterable[str]:
     """Job ids from the narrowest index the selector allows."""
     if selector.job_ids:
         return selector.job_ids
     if selector.batch is not None:
-        return store.list_batch(selector.batch)
+        return ctx.store.list_batch(selector.batch)
     statuses = (selector.status,) if selector.status is not None else ACTS_ON[action]
     ids: list[str] = []
-    if any(s in fp.ENDED_STATUSES for s in statuses):
-        since = selector.since or now - DEFAULT_SINCE
-        days = _days(since, now)
-        for status in statuses:
-            if status not in fp.ENDED_STATUSES:
-                continue
-            for day in days:
-                prefix = fp.ended_day_prefix(status, day)
-                ids += [b.name[len(prefix) :] for b in store.list_blobs(prefix)]
+    since = selector.since or now - DEFAULT_SINCE
+    for indexed in ctx.indexed():  # failed and cancelled by day, delayed jobs
+        ids += indexed(ctx, statuses, since, now)
     if any(s in job_queue.CANCELLABLE_STATUSES for s in statuses):
-        ids += [entry.job_id for entry in store.list_pending()]
-    if any(s in (JobStatus.QUEUED, JobStatus.WAITING) for s in statuses):
-        # delayed jobs wait in the hour index, not in pending/ (shared.delayed)
-        ids += [b.name.rsplit("/", 1)[-1] for b in store.list_blobs(timing.SCHEDULED_PREFIX)]
+        ids += [entry.job_id for entry in ctx.store.list_pending()]
     return ids
 
 
@@ -167,15 +163,6 @@ def act(
         if n < len(records):
             sleep(1.0 / per_s)
     return result
-
-
-def _days(since: datetime, now: datetime) -> list[datetime]:
-    first = since.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    out = []
-    while first <= now:
-        out.append(first)
-        first += timedelta(days=1)
-    return out
 
 
 def _read_all(store: Store, ids: list[str]) -> list[JobRecord | None]:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from shared import finish, job_queue, timing, uniqueness
 from shared.doorbell import ring_or_leave
 from shared.errors import CorruptRecord, IllegalTransition, LostRace, NotFound
+from shared.jobs import JobStatus
 from shared.logs import get_logger
 
 if TYPE_CHECKING:
@@ -52,6 +53,15 @@ class Released:
     expired: int = 0
     repaired: int = 0
     truncated: bool = False
+
+
+def delayed_ids(
+    ctx: Context, statuses: tuple[JobStatus, ...], _since: datetime, _now: datetime
+) -> list[str]:
+    """Bulk selection: delayed jobs wait in the hour index, not in pending/."""
+    if not any(s in (JobStatus.QUEUED, JobStatus.WAITING) for s in statuses):
+        return []
+    return [b.name.rsplit("/", 1)[-1] for b in ctx.store.list_blobs(timing.SCHEDULED_PREFIX)]
 
 
 def sweep_pass(ctx: Context, now: datetime, _pending: frozenset[str]) -> dict[str, int | bool]:

@@ -27,6 +27,7 @@ TIME = Feature(
     terminal_hooks=(uniqueness.release_on_terminal,),  # a "while pending" key is released
     sweep_checks=(expiry.sweep_check,),  # an expired job with no doorbell left still ends
     sweep_passes=(SweepPass("time", delayed.sweep_pass, beside=True),),  # delayed, unique keys
+    indexed=delayed.delayed_ids,  # bulk cancel: delayed jobs are not in pending/
 )
 
 FLOW_CONTROL = Feature(
@@ -48,6 +49,7 @@ FLOW_CONTROL = Feature(
     ),
     requeue_hooks=(flow.release_hook,),  # a requeued, handed-back or rescued job's place
     sweep_passes=(SweepPass("flow", flow.sweep_pass),),  # parked and waiting jobs
+    indexed=flow.ended_ids,  # bulk retry: failed and cancelled jobs by day
 )
 
 WORKFLOWS = Feature(

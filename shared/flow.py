@@ -30,7 +30,7 @@ import time
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from shared import flow_policy as fp
@@ -44,7 +44,7 @@ from shared.errors import (
     ReclaimError,
     UnknownPipeline,
 )
-from shared.jobs import JobRecord
+from shared.jobs import JobRecord, JobStatus
 from shared.logs import get_logger
 from shared.outcome import Outcome, OutcomeKind
 from shared.pipelines import get_pipeline, pipeline_names
@@ -395,6 +395,30 @@ def record_ended(ctx: Context, record: JobRecord) -> None:
     name = fp.ended_name(record)
     if name is not None:
         _create(ctx.store, name)
+
+
+def ended_ids(
+    ctx: Context, statuses: tuple[JobStatus, ...], since: datetime, now: datetime
+) -> list[str]:
+    """Bulk selection: failed and cancelled jobs of these statuses that ended since
+    `since`, from the ended index (one listing per status and day)."""
+    ids: list[str] = []
+    for status in statuses:
+        if status not in fp.ENDED_STATUSES:
+            continue
+        for day in _days(since, now):
+            prefix = fp.ended_day_prefix(status, day)
+            ids += [b.name[len(prefix) :] for b in ctx.store.list_blobs(prefix)]
+    return ids
+
+
+def _days(since: datetime, now: datetime) -> list[datetime]:
+    first = since.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    out = []
+    while first <= now:
+        out.append(first)
+        first += timedelta(days=1)
+    return out
 
 
 def release_hook(ctx: Context, record: JobRecord) -> None:

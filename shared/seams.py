@@ -23,7 +23,7 @@ from shared.clock import Clock, utcnow
 if TYPE_CHECKING:
     from shared.config import Settings
     from shared.doorbell import Ringer
-    from shared.jobs import JobRecord
+    from shared.jobs import JobRecord, JobStatus
     from shared.outcome import Outcome
     from shared.storage import Store, Stored
 
@@ -43,6 +43,11 @@ appended to the list) and return the record fields they become."""
 
 View = Callable[["Context", "JobRecord"], dict[str, Any]]
 """A job's view (GET /jobs/<id>, `reclaim status`): the feature's fields the record has."""
+
+
+Indexed = Callable[["Context", "tuple[JobStatus, ...]", datetime, datetime], "list[str]"]
+"""Bulk selection (bulk retry and cancel): the ids of jobs in these statuses that the
+feature indexes outside pending/, since a time, up to now (a hint: the record decides)."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,7 @@ class Feature:
     requeue_hooks: tuple[Hook, ...] = ()
     sweep_checks: tuple[SweepCheck, ...] = ()
     sweep_passes: tuple[SweepPass, ...] = ()
+    indexed: Indexed | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +132,10 @@ class Context:
     def sweep_checks(self) -> Iterator[SweepCheck]:
         """Every feature's per-record sweep checks, in table order."""
         return (c for f in self.features for c in f.sweep_checks)
+
+    def indexed(self) -> Iterator[Indexed]:
+        """Every feature's index of jobs by status outside pending/, in table order."""
+        return (f.indexed for f in self.features if f.indexed is not None)
 
     def sweep_passes(self) -> Iterator[SweepPass]:
         """Every feature's sweep passes, in table order."""

@@ -58,7 +58,7 @@ def cmd_bulk(args: argparse.Namespace, action: str) -> int:
             pipeline=args.pipeline,
             since=bulk.parse_since(args.since, now) if args.since else None,
         )
-        chosen = bulk.select(queue.store, selector, action, now)
+        chosen = bulk.select(queue.ctx, selector, action, now)
     except InvalidInput as exc:
         raise CliError(exc.reason) from None
     ids = [str(r.get("id")) for r in chosen]

@@ -79,7 +79,7 @@ def test_a_bulk_cancel_by_pipeline_finds_delayed_jobs_and_waiting_children() -> 
         ]
     }
     queue.submit(parse_submission(body, settings))
-    picked = bulk.select(store, bulk.Selector(pipeline="demo"), "cancel", START)
+    picked = bulk.select(queue.ctx, bulk.Selector(pipeline="demo"), "cancel", START)
     assert sorted(r["id"] for r in picked) == ["child", "later", "now"]
     for record in picked:
         queue.cancel(str(record["id"]), by="ops")

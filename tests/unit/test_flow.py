@@ -303,20 +303,35 @@ def test_bulk_selects_from_the_indexes_and_checks_each_record() -> None:
     deliver(queue, "ok1")
     deliver(queue, "f2")
     now = START + timedelta(minutes=1)
-    by_batch = bulk.select(store, bulk.Selector(batch="b1"), "retry", now)
+    by_batch = bulk.select(queue.ctx, bulk.Selector(batch="b1"), "retry", now)
     assert [r["id"] for r in by_batch] == ["f1"]
-    by_status = bulk.select(store, bulk.Selector(status=JobStatus.FAILED), "retry", now)
+    by_status = bulk.select(
+        queue.ctx,
+        bulk.Selector(status=JobStatus.FAILED),
+        "retry",
+        now,
+    )
     assert sorted(r["id"] for r in by_status) == ["f1", "f2"]
-    cancel = bulk.select(store, bulk.Selector(batch="b1"), "cancel", now)
+    cancel = bulk.select(queue.ctx, bulk.Selector(batch="b1"), "cancel", now)
     assert [r["id"] for r in cancel] == ["q1"]
     later = bulk.Selector(status=JobStatus.FAILED, since=START + timedelta(seconds=1))
-    assert bulk.select(store, later, "retry", now) == []  # ended before --since
+    assert bulk.select(queue.ctx, later, "retry", now) == []  # ended before --since
     lists_before = store.calls["list"]
-    bulk.select(store, bulk.Selector(status=JobStatus.FAILED), "retry", now)
+    bulk.select(
+        queue.ctx,
+        bulk.Selector(status=JobStatus.FAILED),
+        "retry",
+        now,
+    )
     assert store.calls["list"] - lists_before == 8  # one listing per day of the last 7 (+today)
     result = bulk.act(by_status, lambda i: queue.retry(i, by="t"), per_s=1e9, sleep=lambda s: None)
     assert sorted(result.acted) == ["f1", "f2"]
-    again = bulk.select(store, bulk.Selector(status=JobStatus.FAILED), "retry", now)
+    again = bulk.select(
+        queue.ctx,
+        bulk.Selector(status=JobStatus.FAILED),
+        "retry",
+        now,
+    )
     assert again == []  # the index entries went stale: the records decide
 
 
