@@ -51,7 +51,7 @@ BACKLOG_WAIT_S = 5.0
 for a slot: in Pub/Sub (a push window narrowed by refusals, a retry backoff) or in
 Cloud Run's pending queue (up to 10 s before the 429). Half that queue's limit: above
 any start-up the local cloud sees, so a cold start alone rarely counts."""
-BACKLOG_LISTING = 50  # markers one backlog drain lists (one page)
+BACKLOG_LISTING = 50  # markers one drain lists (one page)
 BACKLOG_READS = 4  # records one backlog pass may read to find a due job
 _SHUFFLE = random.Random()
 
@@ -162,87 +162,80 @@ class _Drain:
     def drain(self, gate: DrainGate, *, skip: str | None = None) -> list[Outcome]:
         """Due jobs from the pending index, run in this slot (see the module doc).
 
-        Outside a backlog: up to drain_max_jobs overdue ones, one listing for all,
-        rate-limited per process. In a backlog: one job per fresh listing (a listing
-        is stale once a job has run) for as long as one is found and may_take().
-        drain_max_jobs 0 turns the drain off.
+        One job per fresh listing (a listing is stale once a job has run), for as long
+        as one is found and may_take(), up to drain_max_jobs outside a backlog. Every
+        listing reads the markers marked due (mark_due), oldest due first; it also reads
+        markers overdue by age when the process is backlogged or its safety-net
+        interval allows. drain_max_jobs 0 turns the drain off.
         """
         s = self.settings
         outcomes: list[Outcome] = []
         if s.drain_max_jobs <= 0:
             return outcomes
+        entered = False  # this drain passed the safety net's rate limit once: it keeps it
         while self.may_take():
-            if gate.backlogged(s.backlog_window_seconds):
-                found, whole_index = self._drain_pass(True, 1, skip)
-                outcomes += found
-                if found:
-                    continue
-                if whole_index:
-                    gate.clear_backlog()  # the whole index holds nothing due: stop looking
+            backlogged = gate.backlogged(s.backlog_window_seconds)
+            if not backlogged and len(outcomes) >= s.drain_max_jobs:
                 break
-            if outcomes or not gate.try_enter(s.drain_interval_seconds):
-                break
-            found, _ = self._drain_pass(False, s.drain_max_jobs, skip)
+            entered = entered or (not backlogged and gate.try_enter(s.drain_interval_seconds))
+            aged = backlogged or entered
+            found, whole_index = self._drain_pass(backlogged, aged, skip)
             outcomes += found
+            if found:
+                continue
+            if backlogged and whole_index:
+                gate.clear_backlog()  # the whole index holds nothing due: stop looking
             break
         return outcomes
 
-    def _drain_one(self, job_id: str, backlogged: bool) -> Outcome | None:
-        """Run job_id if it is overdue; None if it is not (or is the sweep's business)."""
+    def _drain_one(self, job_id: str, backlogged: bool, marked: bool) -> Outcome | None:
+        """Run job_id if it is overdue; None if it is not (or is the sweep's business).
+        A job marked due is taken as in a backlog: its doorbell may be stuck."""
         try:
             stored = self.store.read(job_id)
         except (NotFound, CorruptRecord, InvalidInput):
             return None  # the sweep repairs and reports these (a foreign name too)
-        if not overdue(stored.record, self.clock(), self.settings, backlogged=backlogged):
+        now = self.clock()
+        if not overdue(stored.record, now, self.settings, backlogged=backlogged or marked):
             return None
         log.info(
             "draining a due job",
             job_id=job_id,
             backlog=backlogged,
+            marked_due=marked,
             traceparent=stored.record.get("traceparent"),
         )
         return self.take(job_id, stored)
 
     def _drain_pass(
-        self, backlogged: bool, want: int, skip: str | None
+        self, backlogged: bool, aged: bool, skip: str | None
     ) -> tuple[list[Outcome], bool]:
-        """One listing; up to `want` overdue jobs from it, with bounded reads. Also
-        says whether the listing was the whole pending index."""
+        """One listing; the first due job from it, with bounded reads. Also says whether
+        the listing was the whole pending index."""
         s = self.settings
         try:
-            limit = BACKLOG_LISTING if backlogged else s.drain_max_jobs * 5
-            entries = self.store.list_pending(limit=limit)
+            entries = self.store.list_pending(limit=BACKLOG_LISTING)
         except StorageError as exc:  # the drain is a bonus; the sweep covers the rest
             log.warning("drain could not list pending jobs", error=str(exc))
             return [], False
-        whole_index = len(entries) < limit
-        reads = len(entries)
-        if backlogged:
-            # every freed slot lists the same first page: reading it in its own random
-            # order keeps slots from racing for the same job, and reads stay bounded;
-            # a small index is read whole, so "nothing due" is known, not guessed
-            _SHUFFLE.shuffle(entries)
-            reads = len(entries) if whole_index else BACKLOG_READS
-        outcomes: list[Outcome] = []
+        whole_index = len(entries) < BACKLOG_LISTING
         now = self.clock()
-        for entry in entries:
-            if len(outcomes) >= want or reads <= 0 or not self.may_take():
+        order = candidates(entries, now, s, backlogged=backlogged, aged=aged, skip=skip)
+        for job_id, marked in order:
+            if not self.may_take():
                 break
-            if entry.job_id == skip or (not backlogged and _too_young(entry, now, s)):
-                continue
-            reads -= 1
             try:
-                outcome = self._drain_one(entry.job_id, backlogged)
+                outcome = self._drain_one(job_id, backlogged, marked)
             except Exception:  # the request's own job is already settled and its outcome
                 # must reach Pub/Sub; whatever stopped this bonus job, the record decides
                 # and the sweep recovers it
-                log.exception("drain stopped on an error", job_id=entry.job_id)
+                log.exception("drain stopped on an error", job_id=job_id)
                 break
             # a job a gate held back (flow control: paused, waiting, deferred) is not taken:
             # counting it would keep a backlogged drain listing the same held jobs
             if outcome is not None and outcome.kind not in (OutcomeKind.RACED, OutcomeKind.SKIPPED):
-                outcomes.append(outcome)
-        return outcomes, whole_index
+                return [outcome], whole_index
+        return [], whole_index
 
 
 def drain(
@@ -260,6 +253,59 @@ def drain(
     the push's time budget (none: unlimited); nothing new starts once `shutdown` began."""
     run = _Drain(store, settings, clock, take, budget or unlimited(), shutdown)
     return run.drain(gate or GATE, skip=skip)
+
+
+def candidates(
+    entries: list[PendingEntry],
+    now: datetime,
+    settings: Settings,
+    *,
+    backlogged: bool,
+    aged: bool,
+    skip: str | None = None,
+) -> list[tuple[str, bool]]:
+    """Which markers of one listing a freed slot reads, in order: (job id, marked due).
+
+    First the markers marked due by now (a hand-back, a rescue, a re-ring: their
+    doorbell may be pending, backing off or lost), oldest due first, all of them: a
+    freed slot takes the oldest due job. Then, when `aged` (a backlog, or the
+    process's safety-net interval), a few others: in a backlog any marker, read in
+    this slot's own random order (freed slots list the same page; a small index is
+    read whole, so "nothing due" is known, not guessed); otherwise markers old enough
+    to be overdue (_too_young), oldest first.
+    """
+    marked = sorted(
+        (e for e in entries if e.due is not None and e.due <= now and e.job_id != skip),
+        key=lambda e: (e.due, e.created or e.due),
+    )
+    out = [(e.job_id, True) for e in marked]
+    if not aged:
+        return out
+    seen = {e.job_id for e in marked}
+    rest = [e for e in entries if e.job_id not in seen and e.job_id != skip]
+    if backlogged:
+        _SHUFFLE.shuffle(rest)
+        reads = len(rest) if len(entries) < BACKLOG_LISTING else BACKLOG_READS
+    else:
+        rest = sorted(
+            (e for e in rest if not _too_young(e, now, settings)),
+            key=lambda e: e.created or now,
+        )
+        reads = settings.drain_max_jobs * 5
+    return out + [(e.job_id, False) for e in rest[:reads]]
+
+
+def mark_due(store: Store, job_id: str, due: datetime) -> bool:
+    """Mark a job sent back to the queue due (a hand-back, a rescue, a re-ring) on its
+    pending marker, so the next freed slot anywhere takes it from the listing whatever
+    became of its doorbell. False (logged) if the write failed: the doorbell, the
+    drain's safety net and the sweep still cover the job."""
+    try:
+        store.mark_due(job_id, due)
+    except StorageError as exc:
+        log.warning("could not mark the job due on its marker", job_id=job_id, error=str(exc))
+        return False
+    return True
 
 
 def _too_young(entry: PendingEntry, now: datetime, settings: Settings) -> bool:

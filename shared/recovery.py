@@ -19,6 +19,7 @@ from shared import (
 )
 from shared.config import Settings
 from shared.doorbell import Ringer
+from shared.drain import mark_due
 from shared.errors import AttemptsExhausted, DoorbellError, LostRace, NotFound
 from shared.jobs import JobRecord, JobStatus, WatchdogAction
 from shared.logs import get_logger
@@ -105,6 +106,7 @@ def _requeue(store: Store, doorbell: Ringer, stored: Stored, now: datetime) -> R
         return Recovery(None, store.read(job_id))
     if rescued:  # what the silent owner held goes back (a concurrency place: shared.flow)
         finish.after_requeue(store, doorbell, written.record)
+    mark_due(store, job_id, now)  # a freed slot takes it whatever becomes of the doorbell
     trace = job.get("traceparent")
     log.log(
         logging.WARNING if rescued else logging.INFO,

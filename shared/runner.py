@@ -44,7 +44,7 @@ from shared.budget import PushBudget
 from shared.clock import Clock, utcnow
 from shared.config import Settings
 from shared.doorbell import Ringer
-from shared.drain import GATE, Arrival, DrainGate, backlog_sign, drain
+from shared.drain import GATE, Arrival, DrainGate, backlog_sign, drain, mark_due
 from shared.errors import (
     CorruptRecord,
     DoorbellError,
@@ -495,6 +495,10 @@ class _Job:
         except OwnerLost:
             return self._lost("hand-back refused")
         finish.after_requeue(self.r.store, self.r.doorbell, handed.record, logger=self.log)
+        # the doorbell is a hint that may pend, back off or be lost (every slot busy:
+        # Cloud Run's 429, then Pub/Sub's backoff); the mark lets the next freed slot of
+        # any instance take the job from the pending listing (shared.drain)
+        mark_due(self.r.store, self.job_id, now)
         rang = ring(self.r.doorbell, self.job_id, self.log, self.job.get("traceparent"))
         self.log.warning(
             "handed back: the instance is shutting down",

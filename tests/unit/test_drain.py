@@ -11,12 +11,21 @@ import pytest
 
 from shared import job_queue, records
 from shared.budget import PushBudget
-from shared.drain import BACKLOG_WAIT_S, Arrival, DrainGate, backlog_sign, drain, overdue
+from shared.drain import (
+    BACKLOG_WAIT_S,
+    Arrival,
+    DrainGate,
+    backlog_sign,
+    candidates,
+    drain,
+    overdue,
+)
 from shared.errors import Unavailable
 from shared.jobs import JobStatus
 from shared.outcome import Outcome, OutcomeKind
 from shared.shutdown import Shutdown
 from shared.slots import Slots
+from shared.storage import PendingEntry
 from shared.storage_memory import MemoryStore
 from tests.unit.unit_support import Clock, handle, settings, submit
 
@@ -284,3 +293,57 @@ def test_a_drain_error_does_not_fail_the_request() -> None:
     trigger = submit(store, now=clock())
     outcome = handle(trigger, store, settings(drain_max_jobs=3), clock)
     assert outcome.kind == OutcomeKind.DONE and outcome.drained == []
+
+
+# --- a job marked due (a hand-back, a rescue): the freed slot's own business
+
+
+def test_a_freed_slot_takes_a_job_marked_due_however_young_and_whatever_the_gate() -> None:
+    """A handed-back job's doorbell may pend, back off or be lost: the marker says it is
+    due, so the next freed slot takes it though the safety net listed a moment ago and
+    the marker is too young to be overdue by age."""
+    read: list[str] = []
+
+    class Reads(MemoryStore):
+        def read(self, job_id: str) -> Any:
+            read.append(job_id)
+            return super().read(job_id)
+
+    store = Reads()
+    clock = Clock()
+    handed = submit(store, now=clock())
+    young = submit(store, now=clock())
+    s = settings(drain_max_jobs=3)
+    gate = DrainGate()
+    assert gate.try_enter(s.drain_interval_seconds)  # another slot's safety net just listed
+    store.mark_due(handed, clock())
+    trigger = submit(store, now=clock())
+    outcome = handle(trigger, store, s, clock, gate=gate)
+    assert [(d.job_id, d.kind) for d in outcome.drained] == [(handed, OutcomeKind.DONE)]
+    assert read == [trigger, handed]  # no record but the marked one was read for the drain
+    assert store.read(young).record["status"] == "queued"  # not marked: its doorbell comes
+
+
+def test_marked_candidates_come_first_oldest_due_first_and_not_yet_due_ones_never() -> None:
+    s = settings(drain_max_jobs=1)
+    now = NOW
+    old = now - timedelta(seconds=s.overdue_after_seconds + 1)
+    entries = [
+        PendingEntry("aged", old),
+        PendingEntry("later", old, now - timedelta(seconds=1)),
+        PendingEntry("young", now),
+        PendingEntry("earlier", now, now - timedelta(seconds=3)),
+        PendingEntry("future", old, now + timedelta(seconds=5)),  # a retry's backoff
+    ]
+    assert candidates(entries, now, s, backlogged=False, aged=False) == [
+        ("earlier", True),
+        ("later", True),
+    ]
+    assert candidates(entries, now, s, backlogged=False, aged=True, skip="later") == [
+        ("earlier", True),
+        ("aged", False),
+        ("future", False),  # overdue by age is the record's to say (it is read)
+    ]
+    backlog = candidates(entries, now, s, backlogged=True, aged=True)
+    assert backlog[:2] == [("earlier", True), ("later", True)]
+    assert sorted(backlog[2:]) == [("aged", False), ("future", False), ("young", False)]
