@@ -1,25 +1,36 @@
 """The drain: when a slot frees, the claim instance takes due jobs from the pending
-index itself, so work whose doorbell is lost or held back does not wait while a
-slot idles.
+index itself, so work whose doorbell is pending, backing off or lost does not wait
+while a slot idles.
 
-Outside a backlog it is a safety net, rate-limited per process (one listing per
-drain interval, markers too young to be overdue skipped without a read; Settings
-documents both timings).
+Jobs marked due. A job sent back to the queue due (a hand-back on SIGTERM, the
+watchdog's requeue) gets its pending marker marked (mark_due: custom metadata, one
+patch), because its doorbell cannot be counted on: with every slot busy, Cloud Run
+holds the push up to 10 s in its pending queue and then refuses it with 429
+(https://cloud.google.com/run/docs/about-instance-autoscaling); Pub/Sub then backs
+the message off, 10 to 600 s with terraform's retry policy
+(https://cloud.google.com/pubsub/docs/handling-failures), "on a best effort basis"
+(https://cloud.google.com/python/docs/reference/pubsub/1.5.0/google.cloud.pubsub_v1.types.RetryPolicy),
+and narrows the push window on failures (https://cloud.google.com/pubsub/docs/push),
+so even a re-ring may sit in Pub/Sub; a connection a dying instance drops is such a
+failure too. Every
+freed slot lists the pending index (one list call; the listing carries the marks)
+and takes the oldest job marked due, reading only marked markers, then lists again
+after each job it ran. So a freed slot takes a handed-back job within a listing and
+a read, wherever its doorbell is.
 
-In a backlog, doorbells wait: Cloud Run holds pushes in its pending queue at
-max instances and then refuses them with 429
-(https://cloud.google.com/run/docs/about-instance-autoscaling), after which
-Pub/Sub backs off per message, 10 to 600 s with terraform's retry policy
-(https://cloud.google.com/pubsub/docs/handling-failures). The instance never
-sees those refusals: the platform answers them. What it does see is the pushes
-that do arrive, and each one says how long its doorbell waited: its publishTime,
-and deliveryAttempt, which Pub/Sub sets because the subscription has a
-dead-letter policy (https://cloud.google.com/pubsub/docs/dead-letter-topics).
-A push whose doorbell waited longer than BACKLOG_WAIT_S, or was delivered before,
-marks the process backlogged (backlog_sign); while it is, every freed slot keeps
-taking due queued jobs, one per fresh listing, reading its own shuffled order of
-the page, until the index holds nothing due, the push's time budget
-(shared.budget) has no room for another job, or the instance is shutting down.
+Overdue by age (the safety net for doorbells lost without a mark, e.g. a submit's):
+rate-limited per process (one listing per drain interval reads markers old enough;
+those too young to be overdue are skipped without a read; Settings documents both).
+
+In a backlog, doorbells wait: what the instance sees of it is the pushes that do
+arrive, and each one says how long its doorbell waited: its publishTime, and
+deliveryAttempt, which Pub/Sub sets because the subscription has a dead-letter
+policy (https://cloud.google.com/pubsub/docs/dead-letter-topics). A push whose
+doorbell waited longer than BACKLOG_WAIT_S, or was delivered before, marks the
+process backlogged (backlog_sign); while it is, every freed slot keeps taking due
+queued jobs, one per fresh listing, reading its own shuffled order of the page,
+until the index holds nothing due, the push's time budget (shared.budget) has no
+room for another job, or the instance is shutting down.
 """
 
 from __future__ import annotations
