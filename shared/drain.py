@@ -64,6 +64,7 @@ Cloud Run's pending queue (up to 10 s before the 429). Half that queue's limit: 
 any start-up the local cloud sees, so a cold start alone rarely counts."""
 BACKLOG_LISTING = 50  # markers one drain lists (one page)
 BACKLOG_READS = 4  # records one backlog pass may read to find a due job
+TAKEN_REMEMBERED = 1000  # marks a process remembers it found taken (shared.drain.DrainGate)
 _SHUFFLE = random.Random()
 
 
@@ -100,6 +101,20 @@ class DrainGate:
         self._lock = threading.Lock()
         self._last: float | None = None
         self._backlog: float | None = None
+        self._taken: dict[str, datetime] = {}
+
+    def note_taken(self, job_id: str, due: datetime) -> None:
+        """A job marked due at `due` was found taken (running or finished): this
+        process's listings skip that mark without a read (a new mark is a new due)."""
+        with self._lock:
+            self._taken.pop(job_id, None)
+            self._taken[job_id] = due
+            while len(self._taken) > TAKEN_REMEMBERED:
+                del self._taken[next(iter(self._taken))]
+
+    def taken(self, job_id: str, due: datetime) -> bool:
+        with self._lock:
+            return self._taken.get(job_id) == due
 
     def note_backlog(self, now_s: float | None = None) -> None:
         """A push showed that doorbells are being held back (backlog_sign)."""
@@ -190,7 +205,7 @@ class _Drain:
                 break
             entered = entered or (not backlogged and gate.try_enter(s.drain_interval_seconds))
             aged = backlogged or entered
-            found, whole_index = self._drain_pass(backlogged, aged, skip)
+            found, whole_index = self._drain_pass(gate, backlogged, aged, skip)
             outcomes += found
             if found:
                 continue
@@ -199,15 +214,21 @@ class _Drain:
             break
         return outcomes
 
-    def _drain_one(self, job_id: str, backlogged: bool, marked: bool) -> Outcome | None:
-        """Run job_id if it is overdue; None if it is not (or is the sweep's business).
-        A job marked due is taken as in a backlog: its doorbell may be stuck."""
+    def _drain_one(
+        self, gate: DrainGate, entry: PendingEntry, backlogged: bool, marked: bool
+    ) -> Outcome | None:
+        """Run the entry's job if it is overdue; None if it is not (or is the sweep's
+        business). A job marked due is taken as in a backlog: its doorbell may be stuck;
+        one found taken already is remembered (DrainGate.note_taken)."""
+        job_id = entry.job_id
         try:
             stored = self.store.read(job_id)
         except (NotFound, CorruptRecord, InvalidInput):
             return None  # the sweep repairs and reports these (a foreign name too)
         now = self.clock()
         if not overdue(stored.record, now, self.settings, backlogged=backlogged or marked):
+            if marked and entry.due is not None and stored.record.get("status") != JobStatus.QUEUED:
+                gate.note_taken(job_id, entry.due)
             return None
         log.info(
             "draining a due job",
@@ -219,7 +240,7 @@ class _Drain:
         return self.take(job_id, stored)
 
     def _drain_pass(
-        self, backlogged: bool, aged: bool, skip: str | None
+        self, gate: DrainGate, backlogged: bool, aged: bool, skip: str | None
     ) -> tuple[list[Outcome], bool]:
         """One listing; the first due job from it, with bounded reads. Also says whether
         the listing was the whole pending index."""
@@ -231,12 +252,14 @@ class _Drain:
             return [], False
         whole_index = len(entries) < BACKLOG_LISTING
         now = self.clock()
-        order = candidates(entries, now, s, backlogged=backlogged, aged=aged, skip=skip)
+        fresh = [e for e in entries if e.due is None or not gate.taken(e.job_id, e.due)]
+        order = candidates(fresh, now, s, backlogged=backlogged, aged=aged, skip=skip)
+        by_id = {e.job_id: e for e in fresh}
         for job_id, marked in order:
             if not self.may_take():
                 break
             try:
-                outcome = self._drain_one(job_id, backlogged, marked)
+                outcome = self._drain_one(gate, by_id[job_id], backlogged, marked)
             except Exception:  # the request's own job is already settled and its outcome
                 # must reach Pub/Sub; whatever stopped this bonus job, the record decides
                 # and the sweep recovers it

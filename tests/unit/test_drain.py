@@ -347,3 +347,57 @@ def test_marked_candidates_come_first_oldest_due_first_and_not_yet_due_ones_neve
     backlog = candidates(entries, now, s, backlogged=True, aged=True)
     assert backlog[:2] == [("earlier", True), ("later", True)]
     assert sorted(backlog[2:]) == [("aged", False), ("future", False), ("young", False)]
+
+
+def test_the_watchdog_s_requeue_marks_the_marker_due_and_a_freed_slot_takes_it() -> None:
+    """A rescued job (its owner went silent) is sent back due like a handed-back one:
+    its marker says so, and the next freed slot takes it whatever its doorbell does."""
+    from shared import job_queue as jq
+    from shared.recovery import recover_one
+    from tests.unit.unit_support import Bell
+
+    store = MemoryStore()
+    clock = Clock()
+    silent = submit(store, now=clock())
+    stored = store.read(silent)
+    claimed = {**stored.record, **jq.claim_fields(stored.record, "gone", clock())}
+    store.update(claimed, stored.generation)
+    clock.advance(60)  # twice the stale time: the owner went silent
+    s = settings(drain_max_jobs=3)
+    done = recover_one(store, Bell(), store.read(silent), s, clock())
+    assert done.rescued and store.read(silent).record["status"] == "queued"
+    assert {e.job_id: e.due for e in store.list_pending()} == {silent: clock()}
+    gate = DrainGate()
+    assert gate.try_enter(s.drain_interval_seconds)  # the safety net is shut
+    outcome = handle(submit(store, now=clock()), store, s, clock, gate=gate)
+    assert [(d.job_id, d.kind) for d in outcome.drained] == [(silent, OutcomeKind.DONE)]
+
+
+def test_a_marked_job_found_taken_is_not_read_again_by_this_process_until_marked_anew() -> None:
+    read: list[str] = []
+
+    class Reads(MemoryStore):
+        def read(self, job_id: str) -> Any:
+            read.append(job_id)
+            return super().read(job_id)
+
+    store = Reads()
+    clock = Clock()
+    taken = submit(store, now=clock())
+    store.mark_due(taken, clock())
+    stored = store.read(taken)
+    claimed = {**stored.record, **job_queue.claim_fields(stored.record, "elsewhere", clock())}
+    store.update(claimed, stored.generation)  # another slot took it first: running, fresh
+    s = settings(drain_max_jobs=3)
+    gate = DrainGate()
+    assert gate.try_enter(s.drain_interval_seconds)  # only the marked path reads
+    for _ in range(2):
+        trigger = submit(store, now=clock())
+        read.clear()
+        assert handle(trigger, store, s, clock, gate=gate).drained == []
+        assert read.count(taken) == (1 if _ == 0 else 0)
+    store.mark_due(taken, clock() + timedelta(seconds=1))  # handed back again: a new mark
+    clock.advance(2)
+    read.clear()
+    handle(submit(store, now=clock()), store, s, clock, gate=gate)
+    assert read.count(taken) == 1
