@@ -8,10 +8,11 @@ gracefully, as a rollout or host maintenance does (SIGTERM, the grace, SIGKILL):
 its jobs are handed back and resumed by live instances within seconds. Later it
 kills another busy instance hard (SIGKILL alone, a host failure): its jobs wait
 for the staleness rescue. Idle instances scale in as the batch drains. Live
-progress until every job is terminal, then a summary: jobs done, both rescues and
-their times, GCS calls (counted by local.faultproxy in front of
-fake-gcs-server), Pub/Sub figures (the emulator's /stats) and the platform's
-(cold starts, peak instances, scale-ins, 429s, billable instance-seconds). Exit
+progress until every job is terminal, then a summary: jobs done, both rescues, their
+times and what bounded the hand-back's (a busy slot freeing, or a free one), GCS
+calls (counted by local.faultproxy in front of fake-gcs-server), Pub/Sub figures
+(the emulator's /stats) and the platform's (cold starts, peak instances,
+scale-ins, 429s, billable instance-seconds). Exit
 status 1 if any job is not terminal, 2 if the local cloud could not start.
 
 The record-watching helpers live in local/observe.py (shared with the
@@ -189,7 +190,9 @@ def _bound_line(rescue: Rescue, records: Mapping[str, Mapping[str, Any]]) -> str
             + " after it freed (the freed slot takes the oldest job marked due)"
         )
     if free:
-        parts.append(f"{len(free)} found a free slot " + _span("", free) + " after the hand-back")
+        parts.append(
+            f"{len(free)} found a free or new slot " + _span("", free) + " after the hand-back"
+        )
     return " " * 17 + "bounded by slots: " + ("; ".join(parts) or "-")
 
 
