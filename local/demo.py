@@ -8,10 +8,11 @@ gracefully, as a rollout or host maintenance does (SIGTERM, the grace, SIGKILL):
 its jobs are handed back and resumed by live instances within seconds. Later it
 kills another busy instance hard (SIGKILL alone, a host failure): its jobs wait
 for the staleness rescue. Idle instances scale in as the batch drains. Live
-progress until every job is terminal, then a summary: jobs done, both rescues and
-their times, GCS calls (counted by local.faultproxy in front of
-fake-gcs-server), Pub/Sub figures (the emulator's /stats) and the platform's
-(cold starts, peak instances, scale-ins, 429s, billable instance-seconds). Exit
+progress until every job is terminal, then a summary: jobs done, both rescues, their
+times and what bounded the hand-back's (a busy slot freeing, or a free one), GCS
+calls (counted by local.faultproxy in front of fake-gcs-server), Pub/Sub figures
+(the emulator's /stats) and the platform's (cold starts, peak instances,
+scale-ins, 429s, billable instance-seconds). Exit
 status 1 if any job is not terminal, 2 if the local cloud could not start.
 
 The record-watching helpers live in local/observe.py (shared with the
@@ -41,6 +42,7 @@ from local.observe import (
     emulator_stats,
     handed_back_at,
     instance_pids,
+    parse_at,
     reclaimed_at,
     rescued_at,
     running_on,
@@ -132,7 +134,71 @@ def _span(prefix: str, values: Iterable[float], empty: str = "") -> str:
     return f"{prefix}{got[0]:.{digits}f}-{got[-1]:.{digits}f} s"
 
 
-def _rescue_lines(rescue: Rescue, config: DemoConfig) -> list[str]:
+_FREES_A_SLOT = ("done", "failed", "handed back", "requeued")
+
+
+def _instance_of(owner: object) -> str | None:
+    """An owner id's instance (the part before the claim's `.n` suffix)."""
+    return owner.rsplit(".", 1)[0] if isinstance(owner, str) and "." in owner else None
+
+
+def resume_bounds(
+    rescue: Rescue, records: Mapping[str, Mapping[str, Any]]
+) -> tuple[list[float], list[float]]:
+    """What bounded each resumption, from the records' history: (for jobs that waited for
+    a busy slot to free, seconds from the last slot freeing on the instance that took
+    them to their claim; for jobs that found a free or fresh slot, seconds from their
+    hand-back or requeue to their claim)."""
+    slot_freed: list[float] = []
+    free: list[float] = []
+    ends = [
+        (_instance_of(e.get("owner")), at)
+        for r in records.values()
+        for e in r.get("history") or []
+        if e.get("event") in _FREES_A_SLOT and (at := parse_at(e.get("at"))) is not None
+    ]
+    for job_id, (_owner, attempt) in rescue.jobs.items():
+        rec = records.get(job_id, {})
+        back = handed_back_at(rec, attempt) if rescue.graceful else rescued_at(rec, attempt)
+        claim = next(
+            (
+                e
+                for e in rec.get("history") or []
+                if e.get("event") == "claimed" and int(e.get("attempt") or 0) > attempt
+            ),
+            None,
+        )
+        claimed = parse_at(claim.get("at")) if claim else None
+        if back is None or claim is None or claimed is None:
+            continue
+        taker = _instance_of(claim.get("owner"))
+        freed = [at for inst, at in ends if inst == taker and back <= at <= claimed]
+        if freed:
+            slot_freed.append((claimed - max(freed)).total_seconds())
+        else:
+            free.append((claimed - back).total_seconds())
+    return slot_freed, free
+
+
+def _bound_line(rescue: Rescue, records: Mapping[str, Mapping[str, Any]]) -> str:
+    waited, free = resume_bounds(rescue, records)
+    parts = []
+    if waited:
+        parts.append(
+            f"{len(waited)} waited for a busy slot and were claimed "
+            + _span("", waited)
+            + " after it freed (the freed slot takes the oldest job marked due)"
+        )
+    if free:
+        parts.append(
+            f"{len(free)} found a free or new slot " + _span("", free) + " after the hand-back"
+        )
+    return " " * 17 + "bounded by slots: " + ("; ".join(parts) or "-")
+
+
+def _rescue_lines(
+    rescue: Rescue, config: DemoConfig, records: Mapping[str, Mapping[str, Any]] | None = None
+) -> list[str]:
     head = f"{'hand-back' if rescue.graceful else 'staleness rescue':<17}"
     pad = " " * 17
     if not rescue.jobs:
@@ -151,6 +217,8 @@ def _rescue_lines(rescue: Rescue, config: DemoConfig) -> list[str]:
             "SIGTERM (Cloud Run allows 10 s), and resumed",
             pad + f"{resumed}, in turn with the queued jobs; no attempt spent, no stale time",
         ]
+        if records is not None:
+            lines.append(_bound_line(rescue, records))
     else:
         bound = config.stale_seconds + config.sweep_interval_seconds
         requeued = _span("", rescue.requeued.values(), "")
@@ -187,7 +255,7 @@ def summary_lines(
         "(the records' `handbacks` and `rescues`)",
     ]
     for rescue in rescues:
-        lines += _rescue_lines(rescue, config)
+        lines += _rescue_lines(rescue, config, records)
     gcs_total = sum(gcs.values())
     kinds = ", ".join(f"{k} {v}" for k, v in gcs.items() if v)
     lines += [

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from shared import finish, job_queue, metrics
+from shared.claim.drain import mark_due
 from shared.doorbell import ring_or_leave
 from shared.errors import AttemptsExhausted, LostRace, NotFound
 from shared.jobs import JobRecord, JobStatus, WatchdogAction
@@ -83,6 +84,7 @@ def _requeue(ctx: Context, stored: Stored, now: datetime) -> Recovery:
         return Recovery(None, ctx.store.read(job_id))
     if rescued:  # what the silent owner held goes back (a concurrency place: shared.flow)
         finish.after_requeue(ctx, written.record)
+    mark_due(ctx.store, job_id, now)  # a freed slot takes it whatever becomes of the doorbell
     trace = job.get("traceparent")
     log.log(
         logging.WARNING if rescued else logging.INFO,

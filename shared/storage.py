@@ -6,7 +6,8 @@ own transparent retry can be recognised as "my write landed" by re-reading.
 
 Layout of the records bucket:
   jobs/<id>.json             the record (validated JSON, ``schema`` field)
-  pending/<id>               empty marker: the job still owes work
+  pending/<id>               empty marker: the job still owes work (metadata "due":
+                             when it was last sent back due; see mark_due)
   batches/<batch>/<id>       empty marker: batch membership
   outputs/<id>/<attempt>/<name>  stage outputs, create-only, keyed by attempt
   <index prefix>/...         small index objects of the features (INDEX_PREFIXES), through
@@ -57,6 +58,8 @@ _T = TypeVar("_T")
 
 JOBS_PREFIX = "jobs/"
 PENDING_PREFIX = "pending/"
+DUE_METADATA = "due"
+"""A pending marker's custom metadata key: when its job was last sent back due."""
 BATCHES_PREFIX = "batches/"
 OUTPUTS_PREFIX = "outputs/"
 SWEEP_CURSOR = "sweep/cursor"  # where the next sweep resumes when the backlog exceeds one run
@@ -124,10 +127,13 @@ class BlobInfo:
 
 @dataclass(frozen=True)
 class PendingEntry:
-    """One marker of the pending index."""
+    """One marker of the pending index. `due`: when the job was last sent back to the
+    queue due (a hand-back, a rescue, a re-ring: mark_due), so that a freed claim slot
+    finds it in the listing without reading every record."""
 
     job_id: str
     created: datetime | None
+    due: datetime | None = None
 
 
 class Store(Protocol):
@@ -140,6 +146,7 @@ class Store(Protocol):
     def update(self, record: JobRecord, generation: int) -> Stored: ...
     def add_pending(self, job_id: str) -> None: ...
     def remove_pending(self, job_id: str) -> None: ...
+    def mark_due(self, job_id: str, due: datetime) -> None: ...
     def list_pending(
         self, limit: int | None = None, start_at: str | None = None
     ) -> list[PendingEntry]: ...
@@ -168,6 +175,16 @@ class Store(Protocol):
 
 
 # --- object names and record coding, shared by both stores ---------------------------
+
+
+def due_of(metadata: Mapping[str, str] | None) -> datetime | None:
+    """A marker's due time from its custom metadata (None if absent or unreadable)."""
+    raw = (metadata or {}).get(DUE_METADATA)
+    try:
+        due = datetime.fromisoformat(raw) if raw else None
+    except ValueError:
+        return None
+    return due if due is None or due.tzinfo else due.replace(tzinfo=UTC)
 
 
 def job_object(job_id: str) -> str:
@@ -491,14 +508,29 @@ class GcsStore(CallCounter):
                 "delete", name, lambda: blob.delete(retry=self._retry, timeout=self._timeout)
             )
 
+    def mark_due(self, job_id: str, due: datetime) -> None:
+        """Say on the job's marker (custom metadata, one patch) when it is due again; a
+        marker already gone (the job finished) is left so."""
+        name = pending_object(job_id)
+        blob = self._bucket.blob(name)
+        blob.metadata = {DUE_METADATA: due.isoformat()}
+        with contextlib.suppress(NotFound):
+            self._call("write", name, lambda: blob.patch(retry=self._retry, timeout=self._timeout))
+
     def list_pending(
         self, limit: int | None = None, start_at: str | None = None
     ) -> list[PendingEntry]:
         """Markers in name order, from the first id >= start_at when given."""
         blobs = self._list(PENDING_PREFIX, limit, start_at)
-        ids = names_to_ids([b.name for b in blobs], PENDING_PREFIX)
-        created = {b.name: b.time_created for b in blobs}
-        return [PendingEntry(i, created.get(PENDING_PREFIX + i)) for i in ids]
+        by_name = {b.name: b for b in blobs}
+        return [
+            PendingEntry(
+                i,
+                by_name[PENDING_PREFIX + i].time_created,
+                due_of(by_name[PENDING_PREFIX + i].metadata),
+            )
+            for i in names_to_ids(list(by_name), PENDING_PREFIX)
+        ]
 
     def add_to_batch(self, batch_id: str, job_id: str) -> None:
         self._create_marker(batch_object(batch_id, job_id))
@@ -557,7 +589,7 @@ class GcsStore(CallCounter):
             start_offset=start_offset,
             end_offset=end_offset,
             max_results=check_limit(limit),
-            fields="items(name,timeCreated,generation),nextPageToken",
+            fields="items(name,timeCreated,generation,metadata),nextPageToken",
             retry=self._retry,
             timeout=self._timeout,
         )

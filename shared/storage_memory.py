@@ -69,6 +69,7 @@ class MemoryStore(CallCounter):
         super().__init__()
         self.bucket_name = bucket_name
         self._objects: dict[tuple[str, str], MemoryObject] = {}
+        self._due: dict[str, datetime] = {}  # pending marker name -> its "due" metadata
         self._generation = 0
         self._lock = threading.RLock()
         self._faults: list[_Fault] = []
@@ -173,7 +174,16 @@ class MemoryStore(CallCounter):
         self._count("delete")
         with self._lock:
             self._objects.pop((self.bucket_name, name), None)
+            self._due.pop(name, None)
         self._fire("delete", after=True)
+
+    def mark_due(self, job_id: str, due: datetime) -> None:
+        name = pending_object(job_id)
+        self._count("write")
+        with self._lock:
+            if (self.bucket_name, name) in self._objects:
+                self._due[name] = due
+        self._fire("write", after=True)
 
     def list_pending(
         self, limit: int | None = None, start_at: str | None = None
@@ -181,7 +191,11 @@ class MemoryStore(CallCounter):
         listed = self._list(PENDING_PREFIX, limit, start_at)
         created = dict(listed)
         ids = names_to_ids([n for n, _ in listed], PENDING_PREFIX)
-        return [PendingEntry(i, created[PENDING_PREFIX + i]) for i in ids]
+        with self._lock:
+            due = dict(self._due)
+        return [
+            PendingEntry(i, created[PENDING_PREFIX + i], due.get(PENDING_PREFIX + i)) for i in ids
+        ]
 
     def add_to_batch(self, batch_id: str, job_id: str) -> None:
         self._create_marker(batch_object(batch_id, job_id))

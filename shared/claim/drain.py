@@ -1,25 +1,36 @@
 """The drain: when a slot frees, the claim instance takes due jobs from the pending
-index itself, so work whose doorbell is lost or held back does not wait while a
-slot idles.
+index itself, so work whose doorbell is pending, backing off or lost does not wait
+while a slot idles.
 
-Outside a backlog it is a safety net, rate-limited per process (one listing per
-drain interval, markers too young to be overdue skipped without a read; Settings
-documents both timings).
+Jobs marked due. A job sent back to the queue due (a hand-back on SIGTERM, the
+watchdog's requeue) gets its pending marker marked (mark_due: custom metadata, one
+patch), because its doorbell cannot be counted on: with every slot busy, Cloud Run
+holds the push up to 10 s in its pending queue and then refuses it with 429
+(https://cloud.google.com/run/docs/about-instance-autoscaling); Pub/Sub then backs
+the message off, 10 to 600 s with terraform's retry policy
+(https://cloud.google.com/pubsub/docs/handling-failures), "on a best effort basis"
+(https://cloud.google.com/python/docs/reference/pubsub/1.5.0/google.cloud.pubsub_v1.types.RetryPolicy),
+and narrows the push window on failures (https://cloud.google.com/pubsub/docs/push),
+so even a re-ring may sit in Pub/Sub; a connection a dying instance drops is such a
+failure too. Every
+freed slot lists the pending index (one list call; the listing carries the marks)
+and takes the oldest job marked due, reading only marked markers, then lists again
+after each job it ran. So a freed slot takes a handed-back job within a listing and
+a read, wherever its doorbell is.
 
-In a backlog, doorbells wait: Cloud Run holds pushes in its pending queue at
-max instances and then refuses them with 429
-(https://cloud.google.com/run/docs/about-instance-autoscaling), after which
-Pub/Sub backs off per message, 10 to 600 s with terraform's retry policy
-(https://cloud.google.com/pubsub/docs/handling-failures). The instance never
-sees those refusals: the platform answers them. What it does see is the pushes
-that do arrive, and each one says how long its doorbell waited: its publishTime,
-and deliveryAttempt, which Pub/Sub sets because the subscription has a
-dead-letter policy (https://cloud.google.com/pubsub/docs/dead-letter-topics).
-A push whose doorbell waited longer than BACKLOG_WAIT_S, or was delivered before,
-marks the process backlogged (backlog_sign); while it is, every freed slot keeps
-taking due queued jobs, one per fresh listing, reading its own shuffled order of
-the page, until the index holds nothing due, the push's time budget
-(shared.claim.budget) has no room for another job, or the instance is shutting down.
+Overdue by age (the safety net for doorbells lost without a mark, e.g. a submit's):
+rate-limited per process (one listing per drain interval reads markers old enough;
+those too young to be overdue are skipped without a read; Settings documents both).
+
+In a backlog, doorbells wait: what the instance sees of it is the pushes that do
+arrive, and each one says how long its doorbell waited: its publishTime, and
+deliveryAttempt, which Pub/Sub sets because the subscription has a dead-letter
+policy (https://cloud.google.com/pubsub/docs/dead-letter-topics). A push whose
+doorbell waited longer than BACKLOG_WAIT_S, or was delivered before, marks the
+process backlogged (backlog_sign); while it is, every freed slot keeps taking due
+queued jobs, one per fresh listing, reading its own shuffled order of the page,
+until the index holds nothing due, the push's time budget (shared.claim.budget) has no
+room for another job, or the instance is shutting down.
 """
 
 from __future__ import annotations
@@ -51,8 +62,9 @@ BACKLOG_WAIT_S = 5.0
 for a slot: in Pub/Sub (a push window narrowed by refusals, a retry backoff) or in
 Cloud Run's pending queue (up to 10 s before the 429). Half that queue's limit: above
 any start-up the local cloud sees, so a cold start alone rarely counts."""
-BACKLOG_LISTING = 50  # markers one backlog drain lists (one page)
+BACKLOG_LISTING = 50  # markers one drain lists (one page)
 BACKLOG_READS = 4  # records one backlog pass may read to find a due job
+TAKEN_REMEMBERED = 1000  # marks a process remembers it found taken (shared.claim.drain.DrainGate)
 _SHUFFLE = random.Random()
 
 
@@ -89,6 +101,20 @@ class DrainGate:
         self._lock = threading.Lock()
         self._last: float | None = None
         self._backlog: float | None = None
+        self._taken: dict[str, datetime] = {}
+
+    def note_taken(self, job_id: str, due: datetime) -> None:
+        """A job marked due at `due` was found taken (running or finished): this
+        process's listings skip that mark without a read (a new mark is a new due)."""
+        with self._lock:
+            self._taken.pop(job_id, None)
+            self._taken[job_id] = due
+            while len(self._taken) > TAKEN_REMEMBERED:
+                del self._taken[next(iter(self._taken))]
+
+    def taken(self, job_id: str, due: datetime) -> bool:
+        with self._lock:
+            return self._taken.get(job_id) == due
 
     def note_backlog(self, now_s: float | None = None) -> None:
         """A push showed that doorbells are being held back (backlog_sign)."""
@@ -162,87 +188,88 @@ class _Drain:
     def drain(self, gate: DrainGate, *, skip: str | None = None) -> list[Outcome]:
         """Due jobs from the pending index, run in this slot (see the module doc).
 
-        Outside a backlog: up to drain_max_jobs overdue ones, one listing for all,
-        rate-limited per process. In a backlog: one job per fresh listing (a listing
-        is stale once a job has run) for as long as one is found and may_take().
-        drain_max_jobs 0 turns the drain off.
+        One job per fresh listing (a listing is stale once a job has run), for as long
+        as one is found and may_take(), up to drain_max_jobs outside a backlog. Every
+        listing reads the markers marked due (mark_due), oldest due first; it also reads
+        markers overdue by age when the process is backlogged or its safety-net
+        interval allows. drain_max_jobs 0 turns the drain off.
         """
         s = self.settings
         outcomes: list[Outcome] = []
         if s.drain_max_jobs <= 0:
             return outcomes
+        entered = False  # this drain passed the safety net's rate limit once: it keeps it
         while self.may_take():
-            if gate.backlogged(s.backlog_window_seconds):
-                found, whole_index = self._drain_pass(True, 1, skip)
-                outcomes += found
-                if found:
-                    continue
-                if whole_index:
-                    gate.clear_backlog()  # the whole index holds nothing due: stop looking
+            backlogged = gate.backlogged(s.backlog_window_seconds)
+            if not backlogged and len(outcomes) >= s.drain_max_jobs:
                 break
-            if outcomes or not gate.try_enter(s.drain_interval_seconds):
-                break
-            found, _ = self._drain_pass(False, s.drain_max_jobs, skip)
+            entered = entered or (not backlogged and gate.try_enter(s.drain_interval_seconds))
+            aged = backlogged or entered
+            found, whole_index = self._drain_pass(gate, backlogged, aged, skip)
             outcomes += found
+            if found:
+                continue
+            if backlogged and whole_index:
+                gate.clear_backlog()  # the whole index holds nothing due: stop looking
             break
         return outcomes
 
-    def _drain_one(self, job_id: str, backlogged: bool) -> Outcome | None:
-        """Run job_id if it is overdue; None if it is not (or is the sweep's business)."""
+    def _drain_one(
+        self, gate: DrainGate, entry: PendingEntry, backlogged: bool, marked: bool
+    ) -> Outcome | None:
+        """Run the entry's job if it is overdue; None if it is not (or is the sweep's
+        business). A job marked due is taken as in a backlog: its doorbell may be stuck;
+        one found taken already is remembered (DrainGate.note_taken)."""
+        job_id = entry.job_id
         try:
             stored = self.store.read(job_id)
         except (NotFound, CorruptRecord, InvalidInput):
             return None  # the sweep repairs and reports these (a foreign name too)
-        if not overdue(stored.record, self.clock(), self.settings, backlogged=backlogged):
+        now = self.clock()
+        if not overdue(stored.record, now, self.settings, backlogged=backlogged or marked):
+            if marked and entry.due is not None and stored.record.get("status") != JobStatus.QUEUED:
+                gate.note_taken(job_id, entry.due)
             return None
         log.info(
             "draining a due job",
             job_id=job_id,
             backlog=backlogged,
+            marked_due=marked,
             traceparent=stored.record.get("traceparent"),
         )
         return self.take(job_id, stored)
 
     def _drain_pass(
-        self, backlogged: bool, want: int, skip: str | None
+        self, gate: DrainGate, backlogged: bool, aged: bool, skip: str | None
     ) -> tuple[list[Outcome], bool]:
-        """One listing; up to `want` overdue jobs from it, with bounded reads. Also
-        says whether the listing was the whole pending index."""
+        """One listing; the first due job from it, with bounded reads. Also says whether
+        the listing was the whole pending index."""
         s = self.settings
         try:
-            limit = BACKLOG_LISTING if backlogged else s.drain_max_jobs * 5
-            entries = self.store.list_pending(limit=limit)
+            entries = self.store.list_pending(limit=BACKLOG_LISTING)
         except StorageError as exc:  # the drain is a bonus; the sweep covers the rest
             log.warning("drain could not list pending jobs", error=str(exc))
             return [], False
-        whole_index = len(entries) < limit
-        reads = len(entries)
-        if backlogged:
-            # every freed slot lists the same first page: reading it in its own random
-            # order keeps slots from racing for the same job, and reads stay bounded;
-            # a small index is read whole, so "nothing due" is known, not guessed
-            _SHUFFLE.shuffle(entries)
-            reads = len(entries) if whole_index else BACKLOG_READS
-        outcomes: list[Outcome] = []
+        whole_index = len(entries) < BACKLOG_LISTING
         now = self.clock()
-        for entry in entries:
-            if len(outcomes) >= want or reads <= 0 or not self.may_take():
+        fresh = [e for e in entries if e.due is None or not gate.taken(e.job_id, e.due)]
+        order = candidates(fresh, now, s, backlogged=backlogged, aged=aged, skip=skip)
+        by_id = {e.job_id: e for e in fresh}
+        for job_id, marked in order:
+            if not self.may_take():
                 break
-            if entry.job_id == skip or (not backlogged and _too_young(entry, now, s)):
-                continue
-            reads -= 1
             try:
-                outcome = self._drain_one(entry.job_id, backlogged)
+                outcome = self._drain_one(gate, by_id[job_id], backlogged, marked)
             except Exception:  # the request's own job is already settled and its outcome
                 # must reach Pub/Sub; whatever stopped this bonus job, the record decides
                 # and the sweep recovers it
-                log.exception("drain stopped on an error", job_id=entry.job_id)
+                log.exception("drain stopped on an error", job_id=job_id)
                 break
             # a job a gate held back (flow control: paused, waiting, deferred) is not taken:
             # counting it would keep a backlogged drain listing the same held jobs
             if outcome is not None and outcome.kind not in (OutcomeKind.RACED, OutcomeKind.SKIPPED):
-                outcomes.append(outcome)
-        return outcomes, whole_index
+                return [outcome], whole_index
+        return [], whole_index
 
 
 def drain(
@@ -260,6 +287,59 @@ def drain(
     the push's time budget (none: unlimited); nothing new starts once `shutdown` began."""
     run = _Drain(store, settings, clock, take, budget or unlimited(), shutdown)
     return run.drain(gate or GATE, skip=skip)
+
+
+def candidates(
+    entries: list[PendingEntry],
+    now: datetime,
+    settings: Settings,
+    *,
+    backlogged: bool,
+    aged: bool,
+    skip: str | None = None,
+) -> list[tuple[str, bool]]:
+    """Which markers of one listing a freed slot reads, in order: (job id, marked due).
+
+    First the markers marked due by now (a hand-back, a rescue, a re-ring: their
+    doorbell may be pending, backing off or lost), oldest due first, all of them: a
+    freed slot takes the oldest due job. Then, when `aged` (a backlog, or the
+    process's safety-net interval), a few others: in a backlog any marker, read in
+    this slot's own random order (freed slots list the same page; a small index is
+    read whole, so "nothing due" is known, not guessed); otherwise markers old enough
+    to be overdue (_too_young), oldest first.
+    """
+    marked = sorted(
+        (e for e in entries if e.due is not None and e.due <= now and e.job_id != skip),
+        key=lambda e: (e.due, e.created or e.due),
+    )
+    out = [(e.job_id, True) for e in marked]
+    if not aged:
+        return out
+    seen = {e.job_id for e in marked}
+    rest = [e for e in entries if e.job_id not in seen and e.job_id != skip]
+    if backlogged:
+        _SHUFFLE.shuffle(rest)
+        reads = len(rest) if len(entries) < BACKLOG_LISTING else BACKLOG_READS
+    else:
+        rest = sorted(
+            (e for e in rest if not _too_young(e, now, settings)),
+            key=lambda e: e.created or now,
+        )
+        reads = settings.drain_max_jobs * 5
+    return out + [(e.job_id, False) for e in rest[:reads]]
+
+
+def mark_due(store: Store, job_id: str, due: datetime) -> bool:
+    """Mark a job sent back to the queue due (a hand-back, a rescue, a re-ring) on its
+    pending marker, so the next freed slot anywhere takes it from the listing whatever
+    became of its doorbell. False (logged) if the write failed: the doorbell, the
+    drain's safety net and the sweep still cover the job."""
+    try:
+        store.mark_due(job_id, due)
+    except StorageError as exc:
+        log.warning("could not mark the job due on its marker", job_id=job_id, error=str(exc))
+        return False
+    return True
 
 
 def _too_young(entry: PendingEntry, now: datetime, settings: Settings) -> bool:

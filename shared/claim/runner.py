@@ -40,7 +40,7 @@ from shared import (
     workflows,
 )
 from shared.claim.budget import PushBudget
-from shared.claim.drain import GATE, Arrival, DrainGate, backlog_sign, drain
+from shared.claim.drain import GATE, Arrival, DrainGate, backlog_sign, drain, mark_due
 from shared.claim.owned import Heartbeat, OwnedRecord
 from shared.claim.shutdown import SHUTDOWN, Shutdown
 from shared.claim.slots import Slots, get_slots
@@ -485,6 +485,10 @@ class _Job:
         except OwnerLost:
             return self._lost("hand-back refused")
         finish.after_requeue(self.r.ctx, handed.record, logger=self.log)
+        # the doorbell is a hint that may pend, back off or be lost (every slot busy:
+        # Cloud Run's 429, then Pub/Sub's backoff); the mark lets the next freed slot of
+        # any instance take the job from the pending listing (shared.claim.drain)
+        mark_due(self.r.ctx.store, self.job_id, now)
         rang = ring_or_leave(self.r.ctx.doorbell, self.job_id, self._trace, logger=self.log) is None
         self.log.warning(
             "handed back: the instance is shutting down",

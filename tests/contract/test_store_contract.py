@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -177,6 +177,26 @@ def test_pending_markers_are_idempotent_and_listed_with_creation_time(store):
     store.remove_pending("job-b")
     store.remove_pending("never-there")
     assert [e.job_id for e in store.list_pending()] == ["job-a"]
+
+
+def test_a_marker_marked_due_is_listed_with_its_due_time_until_removed(store):
+    """mark_due is what lets a freed claim slot find a handed-back job in the listing,
+    without a read, whatever became of its doorbell (shared.claim.drain)."""
+    due = datetime(2026, 12, 2, 0, 30, 15, 250000, tzinfo=UTC)
+    store.add_pending("job-a")
+    store.add_pending("job-b")
+    store.calls.clear()
+    store.mark_due("job-b", due)
+    store.mark_due("gone", due)  # no marker (the job finished): nothing to mark, no error
+    assert store.calls == {"write": 2}
+    listed = {e.job_id: e.due for e in store.list_pending()}
+    assert listed == {"job-a": None, "job-b": due}
+    store.mark_due("job-b", due + timedelta(seconds=5))  # marked again: the later time
+    assert {e.job_id: e.due for e in store.list_pending()}["job-b"] == due + timedelta(seconds=5)
+    store.remove_pending("job-b")
+    store.add_pending("job-b")  # a new marker of the same name starts unmarked
+    assert {e.job_id: e.due for e in store.list_pending()} == {"job-a": None, "job-b": None}
+    assert [e.job_id for e in store.list_pending()] == ["job-a", "job-b"]
 
 
 def test_list_pending_honours_limit_and_never_lists_jobs(store):

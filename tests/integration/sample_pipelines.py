@@ -1,5 +1,7 @@
 """A deployment's own pipelines, registered by import (RECLAIM_PIPELINE_MODULES):
-`shout`, and `nap`, whose middle stage sleeps without ever calling check()."""
+`shout`, `nap`, whose middle stage sleeps without ever calling check(), `collect`
+(workflows) and `until_handed_back`, which holds its slot until another job is handed
+back."""
 
 import time
 
@@ -40,3 +42,21 @@ def _collect(ctx: StageContext) -> None:
 
 
 register(Pipeline("collect", stages=[("collect", _collect)]), replace=True)
+
+
+def _until_handed_back(ctx: StageContext) -> None:
+    """Hold this job's slot until the job named in the payload has been handed back (a
+    test's way to keep every slot busy through a hand-back, by state, not by time)."""
+    other = str(ctx.payload["job"])
+    deadline = time.monotonic() + float(ctx.payload.get("limit_s", 60.0))
+    while time.monotonic() < deadline:
+        history = ctx.store.read(other).record.get("history") or []
+        if any(e.get("event") == "handed back" for e in history):
+            ctx.result["released_by"] = other
+            return
+        ctx.check()
+        time.sleep(0.05)
+    raise TimeoutError(f"{other} was not handed back")
+
+
+register(Pipeline("until_handed_back", stages=[("hold", _until_handed_back)]), replace=True)

@@ -11,12 +11,21 @@ import pytest
 
 from shared import job_queue, records
 from shared.claim.budget import PushBudget
-from shared.claim.drain import BACKLOG_WAIT_S, Arrival, DrainGate, backlog_sign, drain, overdue
+from shared.claim.drain import (
+    BACKLOG_WAIT_S,
+    Arrival,
+    DrainGate,
+    backlog_sign,
+    candidates,
+    drain,
+    overdue,
+)
 from shared.claim.shutdown import Shutdown
 from shared.claim.slots import Slots
 from shared.errors import Unavailable
 from shared.jobs import JobStatus
 from shared.outcome import Outcome, OutcomeKind
+from shared.storage import PendingEntry
 from shared.storage_memory import MemoryStore
 from tests.unit.unit_support import Clock, handle, settings, submit
 
@@ -284,3 +293,112 @@ def test_a_drain_error_does_not_fail_the_request() -> None:
     trigger = submit(store, now=clock())
     outcome = handle(trigger, store, settings(drain_max_jobs=3), clock)
     assert outcome.kind == OutcomeKind.DONE and outcome.drained == []
+
+
+# --- a job marked due (a hand-back, a rescue): the freed slot's own business
+
+
+def test_a_freed_slot_takes_a_job_marked_due_however_young_and_whatever_the_gate() -> None:
+    """A handed-back job's doorbell may pend, back off or be lost: the marker says it is
+    due, so the next freed slot takes it though the safety net listed a moment ago and
+    the marker is too young to be overdue by age."""
+    read: list[str] = []
+
+    class Reads(MemoryStore):
+        def read(self, job_id: str) -> Any:
+            read.append(job_id)
+            return super().read(job_id)
+
+    store = Reads()
+    clock = Clock()
+    handed = submit(store, now=clock())
+    young = submit(store, now=clock())
+    s = settings(drain_max_jobs=3)
+    gate = DrainGate()
+    assert gate.try_enter(s.drain_interval_seconds)  # another slot's safety net just listed
+    store.mark_due(handed, clock())
+    trigger = submit(store, now=clock())
+    outcome = handle(trigger, store, s, clock, gate=gate)
+    assert [(d.job_id, d.kind) for d in outcome.drained] == [(handed, OutcomeKind.DONE)]
+    assert read == [trigger, handed]  # no record but the marked one was read for the drain
+    assert store.read(young).record["status"] == "queued"  # not marked: its doorbell comes
+
+
+def test_marked_candidates_come_first_oldest_due_first_and_not_yet_due_ones_never() -> None:
+    s = settings(drain_max_jobs=1)
+    now = NOW
+    old = now - timedelta(seconds=s.overdue_after_seconds + 1)
+    entries = [
+        PendingEntry("aged", old),
+        PendingEntry("later", old, now - timedelta(seconds=1)),
+        PendingEntry("young", now),
+        PendingEntry("earlier", now, now - timedelta(seconds=3)),
+        PendingEntry("future", old, now + timedelta(seconds=5)),  # a retry's backoff
+    ]
+    assert candidates(entries, now, s, backlogged=False, aged=False) == [
+        ("earlier", True),
+        ("later", True),
+    ]
+    assert candidates(entries, now, s, backlogged=False, aged=True, skip="later") == [
+        ("earlier", True),
+        ("aged", False),
+        ("future", False),  # overdue by age is the record's to say (it is read)
+    ]
+    backlog = candidates(entries, now, s, backlogged=True, aged=True)
+    assert backlog[:2] == [("earlier", True), ("later", True)]
+    assert sorted(backlog[2:]) == [("aged", False), ("future", False), ("young", False)]
+
+
+def test_the_watchdog_s_requeue_marks_the_marker_due_and_a_freed_slot_takes_it() -> None:
+    """A rescued job (its owner went silent) is sent back due like a handed-back one:
+    its marker says so, and the next freed slot takes it whatever its doorbell does."""
+    from shared import job_queue as jq
+    from shared.features import context
+    from shared.recovery import recover
+    from tests.unit.unit_support import Bell
+
+    store = MemoryStore()
+    clock = Clock()
+    silent = submit(store, now=clock())
+    stored = store.read(silent)
+    claimed = {**stored.record, **jq.claim_fields(stored.record, "gone", clock())}
+    store.update(claimed, stored.generation)
+    clock.advance(60)  # twice the stale time: the owner went silent
+    s = settings(drain_max_jobs=3)
+    done = recover(context(store, Bell(), s), store.read(silent), clock())
+    assert done.rescued and store.read(silent).record["status"] == "queued"
+    assert {e.job_id: e.due for e in store.list_pending()} == {silent: clock()}
+    gate = DrainGate()
+    assert gate.try_enter(s.drain_interval_seconds)  # the safety net is shut
+    outcome = handle(submit(store, now=clock()), store, s, clock, gate=gate)
+    assert [(d.job_id, d.kind) for d in outcome.drained] == [(silent, OutcomeKind.DONE)]
+
+
+def test_a_marked_job_found_taken_is_not_read_again_by_this_process_until_marked_anew() -> None:
+    read: list[str] = []
+
+    class Reads(MemoryStore):
+        def read(self, job_id: str) -> Any:
+            read.append(job_id)
+            return super().read(job_id)
+
+    store = Reads()
+    clock = Clock()
+    taken = submit(store, now=clock())
+    store.mark_due(taken, clock())
+    stored = store.read(taken)
+    claimed = {**stored.record, **job_queue.claim_fields(stored.record, "elsewhere", clock())}
+    store.update(claimed, stored.generation)  # another slot took it first: running, fresh
+    s = settings(drain_max_jobs=3)
+    gate = DrainGate()
+    assert gate.try_enter(s.drain_interval_seconds)  # only the marked path reads
+    for _ in range(2):
+        trigger = submit(store, now=clock())
+        read.clear()
+        assert handle(trigger, store, s, clock, gate=gate).drained == []
+        assert read.count(taken) == (1 if _ == 0 else 0)
+    store.mark_due(taken, clock() + timedelta(seconds=1))  # handed back again: a new mark
+    clock.advance(2)
+    read.clear()
+    handle(submit(store, now=clock()), store, s, clock, gate=gate)
+    assert read.count(taken) == 1
