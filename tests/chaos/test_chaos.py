@@ -1,16 +1,19 @@
-"""The chaos test: 120 jobs over up to 3 claim instances while everything goes wrong.
+"""The chaos test: 120 jobs or more over up to 3 claim instances while all goes wrong.
 
 Claim runs on the local Cloud Run platform (scaled from zero, at most 3 instances
 x concurrency 4, idle ones scaled in). At random (seeded; the seed is printed and
-in every failure message; set RECLAIM_CHAOS_SEED to replay one): the platform
-reclaims busy instances, twice gracefully (SIGTERM, the grace, SIGKILL: a rollout
-or host maintenance; their jobs are handed back) and twice hard (SIGKILL: a host
-failure; their jobs wait for the staleness rescue), and the autoscaler starts
-replacements as demand calls for them; one instance is SIGSTOPped and unrouted
-past stale_s and SIGCONTed only after its jobs were re-claimed (the zombie); the
-Pub/Sub emulator duplicates deliveries and drops doorbell publishes; the fault
-proxy in front of fake-gcs-server answers 503/429 to a fraction of requests and
-loses the answer of a few it forwarded.
+in every failure message; set RECLAIM_CHAOS_SEED to replay one), and each fault only
+once the state it needs exists (never after a wall-clock delay, which a slow machine
+outruns; more jobs are submitted while faults are due and the work runs low): the
+platform reclaims instances holding a job past its first checkpoint, twice gracefully
+(SIGTERM, the grace, SIGKILL: a rollout or host maintenance; their jobs are handed
+back) and twice hard (SIGKILL: a host failure; their jobs wait for the staleness
+rescue), and the autoscaler starts replacements as demand calls for them; one
+instance holding two running jobs is SIGSTOPped and unrouted past stale_s and
+SIGCONTed only after its jobs were re-claimed (the zombie); the Pub/Sub emulator
+duplicates deliveries and drops doorbell publishes; the fault proxy in front of
+fake-gcs-server answers 503/429 to a fraction of requests and loses the answer of a
+few it forwarded.
 
 Then, reading the bucket through the queue's front door: every job terminal, no
 unreadable record, attempts <= the job's budget (which grows by one per hand-back
@@ -34,6 +37,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -48,11 +52,13 @@ from local.observe import (
     emulator_stats,
     handed_back_at,
     instance_pids,
+    parse_at,
     reclaimed_at,
     running_on,
     topic_count,
 )
 from local.procs import free_port
+from shared.job_queue import TERMINAL_STATUSES
 
 N_JOBS = 120
 BATCH = 30
@@ -63,6 +69,13 @@ STALE_S = 6.0
 SWEEP_S = 2.0
 MAX_ATTEMPTS = 6
 RECLAIMS = ("graceful", "hard", "graceful", "hard")  # shuffled by the seed
+EXTENSIONS = 6
+"""At most this many extra batches of BATCH jobs, submitted while a planned fault still
+waits for the work it needs (a fast machine can finish the first N_JOBS before it)."""
+ENDINGS = ("done", "requeued", "failed")
+"""History events by which an owner ends its own attempt."""
+LOW_WATER = INSTANCES * MAX_CONCURRENT // 2
+"""Extend the work once fewer jobs than this are unfinished with faults still due."""
 DEADLINE_S = 150.0
 CHILD_EVERY = 10  # every tenth job depends on the job before it (same batch: BATCH % 10 == 0)
 CALLBACK = {"pipeline": "demo", "payload": {"stages": 2, "sleep_s": 1.5}}
@@ -85,8 +98,14 @@ class Chaos:
     zombie_jobs: dict[str, tuple[str, int]] = field(default_factory=dict)
     batches: list[str] = field(default_factory=list)
     paused_at: float | None = None
+    paused_wall: datetime | None = None
+    """When the zombie was stopped, on the clock the functions stamp history with."""
     resumed_at: float | None = None
-    next_kill: float = 5.0
+    extensions: int = 0
+
+    def faults_due(self) -> int:
+        """Planned faults that have not struck yet (reclaims, and the zombie's pause)."""
+        return len(RECLAIMS) - len(self.kills) + (self.zombie is None)
 
     def say(self, what: str) -> str:
         return f"[chaos seed {self.seed}] {what}"
@@ -95,10 +114,10 @@ class Chaos:
 # ----------------------------------------------------------------- the workload
 
 
-def _jobs(rng: random.Random) -> list[dict[str, Any]]:
+def _jobs(rng: random.Random, count: int = N_JOBS) -> list[dict[str, Any]]:
     """Mostly healthy jobs with outputs, some that fail once, a few that fail for good."""
-    jobs = []
-    for _ in range(N_JOBS):
+    jobs: list[dict[str, Any]] = []
+    for _ in range(count):
         sleeps = [round(rng.uniform(0.2, 0.9), 2) for _ in range(3)]
         payload: dict[str, Any] = {"stages": 3, "sleep_s": sleeps, "output": True}
         roll = rng.random()
@@ -140,9 +159,19 @@ def _submit(url: str, jobs: list[dict[str, Any]], chaos: Chaos) -> list[str]:
 
 
 def _storm(
-    cloud: LocalCloud, watch: Watch, ids: list[str], rng: random.Random, chaos: Chaos
+    cloud: LocalCloud,
+    watch: Watch,
+    jobs: list[dict[str, Any]],
+    ids: list[str],
+    rng: random.Random,
+    chaos: Chaos,
 ) -> dict[str, dict[str, Any]]:
-    """Kill, pause and resume instances until every job is terminal (or the deadline)."""
+    """Kill, pause and resume instances until every job is terminal (or the deadline).
+
+    Every fault waits for the state it needs, never for a time: a reclaim for a serving
+    instance holding a job past its first checkpoint, the pause for one holding two
+    running jobs. While faults are still due and the work runs low, more is submitted
+    (`jobs` and `ids` grow), so a machine of any speed meets every planned fault."""
     t0 = time.monotonic()
     records: dict[str, dict[str, Any]] = {}
     while time.monotonic() - t0 < DEADLINE_S:
@@ -151,25 +180,46 @@ def _storm(
         _maybe_pause(cloud, watch, records, chaos, now)
         _maybe_resume(cloud, records, chaos, now)
         _maybe_kill(cloud, records, rng, chaos, now)
-        done = len(chaos.kills) >= len(RECLAIMS)
-        if all_terminal(records) and chaos.resumed_at is not None and done:
+        if _maybe_extend(cloud, records, jobs, ids, rng, chaos):
+            continue
+        if all_terminal(records) and chaos.resumed_at is not None and not chaos.faults_due():
             return records
         time.sleep(0.3)
     return records
 
 
+def _maybe_extend(
+    cloud: LocalCloud,
+    records: dict[str, Any],
+    jobs: list[dict[str, Any]],
+    ids: list[str],
+    rng: random.Random,
+    chaos: Chaos,
+) -> bool:
+    """Submit another batch if faults are due and little work is left for them."""
+    unfinished = sum(r.get("status") not in TERMINAL_STATUSES for r in records.values())
+    if not chaos.faults_due() or unfinished >= LOW_WATER or chaos.extensions >= EXTENSIONS:
+        return False
+    more = _jobs(rng, BATCH)
+    ids += _submit(cloud.endpoints["jobs"], more, chaos)
+    jobs += more
+    chaos.extensions += 1
+    print(chaos.say(f"{chaos.faults_due()} faults still due, {unfinished} jobs left: +{BATCH}"))
+    return True
+
+
 def _maybe_pause(
     cloud: LocalCloud, watch: Watch, records: dict[str, Any], chaos: Chaos, now: float
 ) -> None:
-    if chaos.zombie is not None or now < 2.0:
+    if chaos.zombie is not None:
         return
     busy = {i: running_on(records, pids) for i, pids in instance_pids(cloud).items()}
     index = max(busy, key=lambda i: len(busy[i]), default=None)
     if index is None or len(busy[index]) < 2:
         return
     claim = cloud.service("claim")
-    claim.pause(index, unroute=True)
-    time.sleep(0.5)  # a write already on the wire still lands; then the state is frozen
+    claim.pause(index, unroute=True)  # returns once every process of it is stopped
+    paused_wall = datetime.now(UTC)
     after = watch.snapshot(busy[index])
     held = {
         j: (owner, attempt)
@@ -180,6 +230,7 @@ def _maybe_pause(
         claim.resume(index)
         return
     chaos.zombie, chaos.zombie_jobs, chaos.paused_at = index, held, now
+    chaos.paused_wall = paused_wall
     print(chaos.say(f"t={now:.1f}s SIGSTOP claim-{index} holding {sorted(held)}"))
 
 
@@ -192,32 +243,67 @@ def _maybe_resume(cloud: LocalCloud, records: dict[str, Any], chaos: Chaos, now:
         for j, (_owner, attempt) in chaos.zombie_jobs.items()
     )
     if now - chaos.paused_at > STALE_S and taken:
+        _forget_ended_before_pause(records, chaos)
         cloud.service("claim").resume(chaos.zombie)
+        if not chaos.zombie_jobs:  # it had ended them all itself: not a zombie, once more
+            print(chaos.say(f"t={now:.1f}s SIGCONT claim-{chaos.zombie}: it held nothing"))
+            chaos.zombie, chaos.paused_at, chaos.paused_wall = None, None, None
+            return
         chaos.resumed_at = now
         print(chaos.say(f"t={now:.1f}s SIGCONT claim-{chaos.zombie}: its jobs were re-claimed"))
     elif now - chaos.paused_at > 60:
         raise AssertionError(chaos.say("the zombie's jobs were not re-claimed within 60 s"))
 
 
+def _forget_ended_before_pause(records: dict[str, Any], chaos: Chaos) -> None:
+    """Forget zombie jobs whose attempt the zombie itself ended with a write stamped
+    before its SIGSTOP: that write was on the wire when the process stopped and landed
+    after the snapshot that chose the jobs. A write stamped later cannot land before
+    the SIGCONT, and by then each job was re-claimed (a new generation): any commit of
+    the zombie after this stays a zombie commit and fails the test."""
+    assert chaos.paused_wall is not None
+    for job_id, (_owner, attempt) in list(chaos.zombie_jobs.items()):
+        for entry in records[job_id].get("history") or []:
+            if not isinstance(entry, dict) or entry.get("attempt") != attempt:
+                continue
+            at = parse_at(entry.get("at"))
+            if entry.get("event") in ENDINGS and at is not None and at <= chaos.paused_wall:
+                print(chaos.say(f"{job_id}: attempt {attempt} ended just before the SIGSTOP"))
+                del chaos.zombie_jobs[job_id]
+                break
+
+
+def _checkpointed(record: dict[str, Any]) -> bool:
+    """The job's current attempt has written a checkpoint (it is past its first stage)."""
+    attempt = record.get("attempts")
+    return any(
+        isinstance(e, dict) and e.get("event") == "checkpoint" and e.get("attempt") == attempt
+        for e in record.get("history") or []
+    )
+
+
 def _maybe_kill(
     cloud: LocalCloud, records: dict[str, Any], rng: random.Random, chaos: Chaos, now: float
 ) -> None:
-    if len(chaos.kills) >= len(RECLAIMS) or now < chaos.next_kill:
+    """The next planned reclaim, once a serving instance holds a job past its first
+    checkpoint, and once the previous victim has left (a replacement carries the work)."""
+    if len(chaos.kills) >= len(RECLAIMS):
         return
-    serving = {i["id"] for i in cloud.service("claim").instances() if i["state"] == "serving"}
+    views = cloud.service("claim").instances()
+    if chaos.kills and any(v["id"] == chaos.kills[-1][0] for v in views):
+        return
+    serving = {v["id"] for v in views if v["state"] == "serving" and not v["paused"]}
     live = {i: p for i, p in instance_pids(cloud).items() if i in serving and i != chaos.zombie}
-    if not live:
-        return
     busy = {i: running_on(records, pids) for i, pids in live.items()}
-    index = rng.choice(sorted(i for i in busy if busy[i]) or sorted(live))
+    ready = sorted(i for i, held in busy.items() if any(_checkpointed(records[j]) for j in held))
+    if not ready:
+        return
+    index = rng.choice(ready)
     mode = chaos.plan[len(chaos.kills)]
     cloud.service("claim").reclaim(index, graceful=mode == "graceful")
     if mode == "graceful":
         chaos.handed.update(busy[index])
     chaos.kills.append((index, mode))
-    # every reclaim lands while the ~25 s of work lasts: spaced 4-9 s, the fourth could
-    # come after the last job ended and find no serving instance ("no storm")
-    chaos.next_kill = now + rng.uniform(3.0, 6.0)
     signal = "SIGTERM (a graceful" if mode == "graceful" else "SIGKILL (a hard"
     print(chaos.say(f"t={now:.1f}s {signal} platform reclaim) claim-{index} {sorted(busy[index])}"))
 
@@ -443,7 +529,7 @@ def test_every_job_survives_the_storm(
     assert ids == [j["id"] for j in jobs]
     ep = cloud.endpoints
     watch = Watch(cloud)
-    records = _storm(cloud, watch, ids, rng, chaos)
+    records = _storm(cloud, watch, jobs, ids, rng, chaos)
     counts = counts_by_status(records)
     print(chaos.say(f"final counts {dict(counts)}; proxy faults {proxy.faults()}"))
     print(chaos.say(_platform_summary(cloud)))

@@ -15,14 +15,16 @@ from local.cloud import LocalCloud
 from local.procs import group_pids
 
 
-def fast_cloud(max_instances: int, concurrency: int) -> LocalCloud:
+def fast_cloud(
+    max_instances: int, concurrency: int, shutdown_grace_seconds: float = 2.0
+) -> LocalCloud:
     """Seconds-scale staleness, sweep and shutdown grace, no backoff, frequent checkpoints."""
     return LocalCloud.for_tests(
         max_instances=max_instances,
         concurrency=concurrency,
         stale_seconds=3.0,
         sweep_interval_seconds=1.0,
-        shutdown_grace_seconds=2.0,
+        shutdown_grace_seconds=shutdown_grace_seconds,
         function_env={
             "RECLAIM_MIN_WRITE_INTERVAL_SECONDS": "0.2",
             "RECLAIM_BACKOFF_BASE_SECONDS": "0",

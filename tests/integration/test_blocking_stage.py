@@ -35,7 +35,7 @@ from tests.integration.function_support import make_queue, start_function
 # time, and a rescue would be the heartbeat's fault.
 STALE_S = 8.0
 STAGES = 2
-BLOCK_S = 3 * STALE_S  # each stage blocks for three stale periods
+BLOCK_S = 2 * STALE_S  # each stage blocks for two stale periods
 FAULT_FRACTION = 0.2
 FAULT_SEED = 127
 MAX_FAULT_RUN = 2

@@ -362,36 +362,3 @@ def _wait_for_record(fn: Upload, job_id: str, deadline_s: float = 30.0) -> dict[
             return job_record(fn, job_id)
         time.sleep(0.2)
     raise AssertionError(f"no record for {job_id} after {deadline_s}s")
-
-
-@pytest.mark.slow
-def test_upload_is_digested_end_to_end() -> None:
-    """upload -> notification -> push -> submit_upload -> doorbell -> claim -> done."""
-    from local.cloud import LocalCloud
-
-    with LocalCloud.for_tests(max_instances=1, sweep_interval_seconds=0) as cloud:
-        ends = cloud.endpoints
-        client = _client(ends["storage_emulator_host"])
-        uploads = client.bucket(ends["uploads_bucket"])
-        blob = uploads.blob("incoming/catalog.txt")
-        blob.upload_from_string(b"one\ntwo\nthree\n", content_type="text/plain")
-        generation = uploads.get_blob(blob.name).generation
-        job_id = records.upload_job_id(uploads.name, blob.name, generation)
-        status_url = f"{ends['submit']}/jobs/{job_id}"
-        end = time.monotonic() + 60
-        body: dict[str, Any] = {}
-        while time.monotonic() < end:
-            resp = requests.get(status_url, timeout=10)
-            body = resp.json()
-            if resp.status_code == 200 and body["status"] in ("done", "failed"):
-                break
-            time.sleep(0.3)
-        assert body.get("status") == "done", body
-        assert body["pipeline"] == "upload-digest" and body["attempts"] == 1
-        assert body["result"]["size"] == 14
-        report_name = body["result"]["report"]
-        assert report_name in body["outputs"]
-        report = json.loads(
-            client.bucket(ends["records_bucket"]).blob(report_name).download_as_bytes()
-        )
-        assert report["lines"] == 3 and report["name"] == blob.name

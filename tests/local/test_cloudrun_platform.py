@@ -151,8 +151,11 @@ def test_scale_out_before_every_slot_is_taken(make: Make) -> None:
 
 
 def test_requests_pend_then_get_the_platforms_429(make: Make, tmp_path: Path) -> None:
-    p = make(concurrency=1, max_instances=1, pending_timeout_s=1.0)
+    # warm first: a cold start longer than the 1 s pending timeout (a loaded machine)
+    # would refuse the busy request itself
+    p = make(concurrency=1, max_instances=1, min_instances=1, pending_timeout_s=1.0)
     url = p.url("svc")
+    _until("the warm instance serving", lambda: _stats(p)["instances"]["serving"] == 1)
     with ThreadPoolExecutor(2) as pool:
         busy = pool.submit(_get, f"{url}/busy?hold=4")
         _until("the instance busy", lambda: _stats(p)["in_flight"] == 1)
@@ -246,8 +249,11 @@ def test_the_admin_api_refuses_bad_input(make: Make) -> None:
 def test_a_request_cut_at_its_deadline_is_504_while_the_instance_goes_on(
     make: Make, tmp_path: Path
 ) -> None:
-    p = make(concurrency=1, max_instances=1, timeout_s=1.0, pending_timeout_s=30)
+    # warm first: the deadline counts from arrival, so a cold start longer than 1 s (a
+    # loaded machine) would cut the request before any instance held it
+    p = make(concurrency=1, max_instances=1, min_instances=1, timeout_s=1.0, pending_timeout_s=30)
     url = p.url("svc")
+    _until("the warm instance serving", lambda: _stats(p)["instances"]["serving"] == 1)
     status, body = _get(f"{url}/slow?hold=3")
     assert (status, body.strip()) == (504, TIMEOUT_TEXT)
     s = _stats(p)
