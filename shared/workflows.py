@@ -242,7 +242,7 @@ def create_callback(store: Store, doorbell: Ringer | None, batch_id: str) -> str
         str(spec["pipeline"]),
         dict(spec.get("payload") or {}),
         datetime.now(UTC),
-        traceparent=tracing.for_job(None).traceparent,
+        traceparent=tracing.for_job().traceparent,
     )
     record["callback_of"] = batch_id
     store.add_pending(job_id)
