@@ -279,7 +279,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
         field="log_level",
         default="INFO",
         parse=_log_level,
-        doc="Lowest severity written to the log (DEBUG, INFO, WARNING, ERROR).",
+        doc="Lowest severity written to the log (DEBUG, INFO, WARNING, ERROR); metric "
+        "lines are written at any level (the log-based metrics count them).",
     ),
     EnvVar(
         name="RECLAIM_SCHEDULES_FILE",
