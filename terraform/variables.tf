@@ -4,10 +4,10 @@
 variable "alerts" {
   description = "Alert thresholds (terraform/monitoring.tf): how long a due job may wait, the failure ratio over 10 min, how many minutes the sweep may be silent, claim 5xx per 5 min, Cloud Run 5xx and 429 per 5 min."
   type = object({
-    oldest_due_job_seconds = optional(number, 600)
-    failure_ratio          = optional(number, 0.2)
-    sweep_silent_minutes   = optional(number, 30)
-    claim_errors_per_5min  = optional(number, 5)
+    oldest_due_job_seconds   = optional(number, 600)
+    failure_ratio            = optional(number, 0.2)
+    sweep_silent_minutes     = optional(number, 30)
+    claim_errors_per_5min    = optional(number, 5)
     platform_errors_per_5min = optional(number, 5)
   })
   default = {}

@@ -200,3 +200,23 @@ def test_service_agents_are_created_before_they_are_granted_anything() -> None:
         if "agent" in address:
             assert member in ("local.pubsub_agent", "local.gcs_agent"), address
     assert "gcp-sa-pubsub" not in repr(config()["locals"])
+
+
+def test_the_readmes_walk_through_counts_what_terraform_makes() -> None:
+    """The first-deploy walk-through names the API count, the archives and builds, the
+    alert policies and the late grants: each must be the configuration's."""
+    from tests.terraform.tfhcl import TF_DIR
+
+    readme = (TF_DIR / "README.md").read_text()
+    apis = config()["locals"]["apis"]
+    count = len(re.findall(r'"[a-z]+\.googleapis\.com"', str(apis)))
+    assert f"google_project_service.enabled ({count} APIs)" in readme
+    functions = config()["locals"]["functions"]
+    sources = {re.search(r'source = "(\w+)"', str(v)).group(1) for v in functions.values()}  # type: ignore[union-attr]
+    numbers = {4: "four", 5: "five", 6: "six", 7: "seven"}
+    assert f"one archive per source folder ({numbers[len(sources)]}:" in readme
+    assert f"the {numbers[len(functions)]} Cloud Builds" in readme
+    alerts = resources("google_monitoring_alert_policy")
+    assert f"and {numbers[len(alerts)]} alert policies" in readme
+    late = sum(1 for g in _grants().values() if _made_after_first_use(g))
+    assert f"{numbers[late].capitalize()} grants can only be made after their target" in readme
