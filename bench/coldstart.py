@@ -13,14 +13,24 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 import requests
 
 from local.cloud import LocalCloud
-from tests import polling
 
 ROUNDS = 7
+
+
+def _wait_for(what: str, fn: Callable[[], Any], timeout: float) -> Any:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if value := fn():
+            return value
+        time.sleep(0.2)
+    raise TimeoutError(f"gave up waiting for {what}")
 
 
 def _claim_instances(cloud: LocalCloud) -> int:
@@ -28,16 +38,16 @@ def _claim_instances(cloud: LocalCloud) -> int:
 
 
 def _wait_s(cloud: LocalCloud) -> float:
-    polling.wait_for("claim scaled to zero", lambda: _claim_instances(cloud) == 0, 60, 0.2)
+    _wait_for("claim scaled to zero", lambda: _claim_instances(cloud) == 0, 60)
     resp = requests.post(cloud.endpoints["jobs"], json={"pipeline": "demo"}, timeout=30)
     assert resp.status_code == 202, resp.text
     url = f"{cloud.endpoints['submit']}/jobs/{resp.json()['id']}"
 
-    def claimed() -> dict | None:
+    def claimed() -> dict[str, Any] | None:
         view = requests.get(url, timeout=30).json()
         return view if any(e["event"] == "claimed" for e in view["history"]) else None
 
-    view = polling.wait_for("the job claimed", claimed, 120, 0.2)
+    view = _wait_for("the job claimed", claimed, 120)
     created = datetime.fromisoformat(view["created_at"])
     at = next(e["at"] for e in view["history"] if e["event"] == "claimed")
     return (datetime.fromisoformat(at) - created).total_seconds()
