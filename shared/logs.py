@@ -103,11 +103,11 @@ class EventLogger(logging.LoggerAdapter[logging.Logger]):
         """A metric line (a `metric` field) is written whatever the level: it is the data
         of the log-based metrics and the dashboard, not chatter, and a RECLAIM_LOG_LEVEL
         above INFO would otherwise empty every chart and alert."""
+        kwargs["stacklevel"] = kwargs.get("stacklevel", 1) + 1  # the caller's line, not ours
         if kwargs.get("metric") is None or self.isEnabledFor(level):
             super().log(level, msg, *args, **kwargs)
             return
         msg, kwargs = self.process(msg, kwargs)
-        kwargs.setdefault("stacklevel", 2)  # the caller's line, not this one
         self.logger._log(level, msg, args, **kwargs)
 
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, Any]:

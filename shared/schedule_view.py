@@ -27,6 +27,11 @@ def load(path: Path | None = None) -> tuple[schedules.Schedule, ...]:
     return good
 
 
+def problems(path: Path | None = None) -> dict[str, str]:
+    """{entry: reason} for each bad entry of the deployment's schedules file."""
+    return schedules.load_each(path, pipeline_names())[1]
+
+
 def find(name: str, path: Path | None = None) -> schedules.Schedule | str | None:
     """The schedule named `name`; the reason when its entry is bad; None when undeclared."""
     good, problems = schedules.load_each(path, pipeline_names())
