@@ -33,7 +33,8 @@ from local.cloud import (
 )
 from shared.config import EnvVar, read_env, unknown_names
 from shared.cron import schedules
-from shared.errors import ConfigError
+from shared.errors import ConfigError, InvalidInput, PipelineModuleError
+from shared.pipelines import load_modules, pipeline_names
 
 
 class LaunchConfigError(ValueError):
@@ -450,6 +451,25 @@ def _watch(cloud: LocalCloud) -> None:
                 )
 
 
+def schedules_problem(config: CloudConfig, env: Mapping[str, str]) -> str | None:
+    """Why the schedules file would be refused, naming the entry, or None: `make dev`
+    does not start on a file `terraform plan` refuses (terraform/schedules.tf), nor on an
+    entry naming a pipeline the functions would not load."""
+    if config.schedules_file is None:
+        return None
+    modules = config.function_env.get(
+        "RECLAIM_PIPELINE_MODULES", env.get("RECLAIM_PIPELINE_MODULES", "")
+    )
+    try:
+        load_modules(m.strip() for m in modules.split(",") if m.strip())
+        schedules.load(config.schedules_file, pipeline_names())
+    except InvalidInput as exc:
+        return f"{config.schedules_file}: {exc.reason}"
+    except PipelineModuleError as exc:
+        return str(exc)
+    return None
+
+
 def _prepare(argv: list[str], env: Mapping[str, str]) -> CloudConfig | int:
     """The validated config, or the exit code when there is nothing to start."""
     if argv and argv[0] in ("-h", "--help"):
@@ -465,6 +485,10 @@ def _prepare(argv: list[str], env: Mapping[str, str]) -> CloudConfig | int:
         config = config_from_env(env)
     except LaunchConfigError as exc:
         print(f"local cloud: {exc}", file=sys.stderr)
+        return 2
+    problem = schedules_problem(config, env)
+    if problem is not None:
+        print(f"local cloud: {problem}", file=sys.stderr)
         return 2
     for line in retired_vars(env):
         print(f"local cloud: warning: {line} (ignored)", file=sys.stderr)

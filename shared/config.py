@@ -279,7 +279,17 @@ ENV_VARS: tuple[EnvVar, ...] = (
         field="log_level",
         default="INFO",
         parse=_log_level,
-        doc="Lowest severity written to the log (DEBUG, INFO, WARNING, ERROR).",
+        doc="Lowest severity written to the log (DEBUG, INFO, WARNING, ERROR); metric "
+        "lines are written at any level (the log-based metrics count them).",
+    ),
+    EnvVar(
+        name="RECLAIM_SCHEDULES_FILE",
+        field="schedules_file",
+        default="",
+        parse=str.strip,
+        doc="The cron schedules file; a relative path is from the deployment's root (the "
+        "folder holding shared/). Empty: schedules.json of the first pipelines package "
+        "that has one, else pipelines/schedules.json.",
     ),
 )
 
@@ -312,6 +322,7 @@ class Settings:
     dead_letter_subscription: str
     metrics_source: str
     log_level: str
+    schedules_file: str
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:

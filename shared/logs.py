@@ -99,6 +99,17 @@ class EventLogger(logging.LoggerAdapter[logging.Logger]):
     """A logger whose calls take the entry's fields as keywords; fields that are None
     are left out. ``extra`` (the adapter's bound fields) goes into every entry."""
 
+    def log(self, level: int, msg: Any, *args: Any, **kwargs: Any) -> None:
+        """A metric line (a `metric` field) is written whatever the level: it is the data
+        of the log-based metrics and the dashboard, not chatter, and a RECLAIM_LOG_LEVEL
+        above INFO would otherwise empty every chart and alert."""
+        kwargs["stacklevel"] = kwargs.get("stacklevel", 1) + 1  # the caller's line, not ours
+        if kwargs.get("metric") is None or self.isEnabledFor(level):
+            super().log(level, msg, *args, **kwargs)
+            return
+        msg, kwargs = self.process(msg, kwargs)
+        self.logger._log(level, msg, args, **kwargs)
+
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, Any]:
         fields = {k: kwargs.pop(k) for k in list(kwargs) if k not in _LOGGING_KWARGS}
         merged = {**(self.extra or {}), **fields}

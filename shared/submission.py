@@ -380,13 +380,13 @@ def submit(
     """Create the jobs of a validated submission; Conflict before any write if a
     client id names a job with other content.
 
-    Each new job's trace is a child span of the request's `traceparent` (the W3C
-    header), or a new trace of its own when the request carried none."""
+    Each new job is a trace of its own; the request's `traceparent` (the W3C header) is
+    logged with it as submit_trace (shared.tracing)."""
     store = ctx.store
     planned = _plan(store, submission)
     todo = [(job_id, spec) for job_id, spec, found in planned if found is None]
     _check_parents(store, submission)  # workflows: an unknown parent is a 400, nothing written
-    traces = {job_id: tracing.for_job(traceparent).traceparent for job_id, _ in todo}
+    traces = {job_id: tracing.for_job().traceparent for job_id, _ in todo}
     # every record is built (and so checked) before the first write
     built = [
         (spec, _with_workflow(_new_record(job_id, spec, now, traces[job_id]), spec, submission))
@@ -410,6 +410,7 @@ def submit(
             job_id=job.job_id,
             batch_id=job.batch_id,
             traceparent=job.traceparent,
+            submit_trace=tracing.trace_id(traceparent),
         )
     return SubmitResult(jobs, submission.batch_id, submission.is_batch)
 
@@ -426,7 +427,7 @@ def create_upload_job(
     traceparent: str | None = None,
 ) -> SubmittedJob:
     """The upload-digest job of one object version; a redelivered event finds it.
-    Its trace is a child of the notification push's `traceparent`, or a new one."""
+    Its trace is its own; the push's `traceparent` is logged as submit_trace."""
     job_id = records.upload_job_id(bucket, name, generation)
     payload = {
         "bucket": bucket,
@@ -450,7 +451,7 @@ def create_upload_job(
             created=False,
             traceparent=existing.record.get("traceparent"),
         )
-    trace = tracing.for_job(traceparent).traceparent
+    trace = tracing.for_job().traceparent
     record = records.new_record(
         job_id, UPLOAD_PIPELINE, payload, now, source=source, traceparent=trace
     )
@@ -460,6 +461,9 @@ def create_upload_job(
     except AlreadyExists:
         return SubmittedJob(job_id, _status_of(store, job_id), created=False)
     job = SubmittedJob(job_id, stored.record["status"], created=True, traceparent=trace)
+    log.info(
+        "job created", job_id=job_id, traceparent=trace, submit_trace=tracing.trace_id(traceparent)
+    )
     _ring(ctx.doorbell, [job], batch=False)
     return job
 

@@ -1,16 +1,19 @@
 """W3C trace context for a job's whole life, and the Cloud Logging fields that show it.
 
-A job gets a ``traceparent`` when it is created: a child of the submit request's
-own (the W3C header a client or Cloud Run's front end sends), or a new trace when
-there is none or it is malformed (the W3C rule: an invalid header is ignored and
-a new trace starts, https://www.w3.org/TR/trace-context/#traceparent-header).
-The RECORD carries it (so a retry, a rescue or a re-rung doorbell keeps it) and
-so does each doorbell's attributes. Every log line about the job carries Cloud
-Logging's trace fields (``logging.googleapis.com/trace`` = ``projects/<project>/
-traces/<trace id>``, ``spanId``, ``trace_sampled``:
+A job gets a ``traceparent`` of its own when it is created: a new trace, never the
+submit request's. On GCP every request has one (Cloud Run's front end sets
+``traceparent`` when the client did not), so a child of it would put every job of a
+batch, and every retry of them, in one trace. The request's trace id is kept as a
+plain log field instead (``submit_trace`` on submit's "job created" line), the link
+from a request to its jobs. The RECORD carries the job's trace (so a retry, a
+rescue or a re-rung doorbell keeps it) and so does each doorbell's attributes.
+Every log line about the job carries Cloud Logging's trace fields
+(``logging.googleapis.com/trace`` = ``projects/<project>/traces/<trace id>``,
+``spanId``, ``trace_sampled``:
 https://cloud.google.com/logging/docs/structured-logging#special-payload-fields),
 so one filter, ``trace="projects/P/traces/T"``, shows it across submit, claim,
-drain and sweep. Pure: stdlib only.
+drain and sweep. These are log fields, not spans: nothing is exported to Cloud Trace.
+Pure: stdlib only.
 """
 
 from __future__ import annotations
@@ -81,11 +84,15 @@ def new_trace() -> TraceContext:
     return TraceContext(trace_id, _new_span_id())
 
 
-def for_job(request_traceparent: object) -> TraceContext:
-    """The trace of a job created by a request: a child span of the request's trace,
-    or a new trace when the request carried no valid one."""
-    parent = parse(request_traceparent)
-    return parent.child() if parent is not None else new_trace()
+def for_job() -> TraceContext:
+    """The trace of a new job: a trace of its own (see the module's docstring)."""
+    return new_trace()
+
+
+def trace_id(traceparent: object) -> str | None:
+    """The trace id of a traceparent (the submit request's, logged as a link), or None."""
+    context = parse(traceparent)
+    return context.trace_id if context is not None else None
 
 
 def log_fields(traceparent: object, project: str | None) -> dict[str, Any]:

@@ -242,7 +242,7 @@ def create_callback(ctx: Context, batch_id: str) -> str | None:
         str(spec["pipeline"]),
         dict(spec.get("payload") or {}),
         datetime.now(UTC),
-        traceparent=tracing.for_job(None).traceparent,
+        traceparent=tracing.for_job().traceparent,
     )
     record["callback_of"] = batch_id
     ctx.store.add_pending(job_id)

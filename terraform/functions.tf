@@ -138,6 +138,20 @@ resource "google_cloudfunctions2_function" "fn" {
     service_account_email            = google_service_account.fn[each.key].email
     # THREADS: functions-framework's gunicorn threads; one per concurrent request.
     environment_variables = merge(local.reclaim_env, { THREADS = tostring(each.value.concurrency) })
+
+    # The webhook signing secrets (var.webhook_secrets): claim runs the webhook pipeline,
+    # so only claim gets them, as RECLAIM_WEBHOOK_SECRET_<NAME> variables read from Secret
+    # Manager when an instance starts (cloud.google.com/functions/docs/configuring/secrets;
+    # the field is not Computed: a secret added by hand is removed by the next apply).
+    dynamic "secret_environment_variables" {
+      for_each = each.key == "claim" ? var.webhook_secrets : {}
+      content {
+        key        = "RECLAIM_WEBHOOK_SECRET_${secret_environment_variables.key}"
+        project_id = var.project_id
+        secret     = secret_environment_variables.value
+        version    = "latest"
+      }
+    }
   }
 
   lifecycle {

@@ -61,6 +61,20 @@ resource "google_pubsub_topic_iam_member" "fn_rings_jobs" {
   member  = "serviceAccount:${google_service_account.fn[each.key].email}"
 }
 
+# claim reads the webhook signing secrets (functions.tf), each on its own secret: no
+# other function, and no project-wide accessor. Cloud Run checks this access when it
+# deploys the revision, so the grant is waited for (grants_propagate) before claim.
+resource "google_secret_manager_secret_iam_member" "claim_reads_webhook_secrets" {
+  for_each = var.webhook_secrets
+
+  project   = var.project_id
+  secret_id = each.value
+  role      = "roles/secretmanager.secretAccessor"
+  member    = "serviceAccount:${google_service_account.fn["claim"].email}"
+
+  depends_on = [time_sleep.apis_propagate]
+}
+
 # --- invocation --------------------------------------------------------------------
 
 # The invoker SA calls the three internal functions (pushes and the scheduler).
@@ -211,5 +225,6 @@ resource "time_sleep" "grants_propagate" {
     google_pubsub_topic_iam_member.pubsub_agent_dead_letters,
     google_pubsub_topic_iam_member.gcs_agent_publishes_uploads,
     google_project_iam_member.dashboard_reads_metrics,
+    google_secret_manager_secret_iam_member.claim_reads_webhook_secrets,
   ]
 }

@@ -13,6 +13,7 @@ locals {
     "monitoring.googleapis.com",
     "pubsub.googleapis.com",
     "run.googleapis.com",
+    "secretmanager.googleapis.com",
     "storage.googleapis.com",
   ])
 
@@ -63,6 +64,8 @@ locals {
     RECLAIM_DEAD_LETTER_SUBSCRIPTION   = local.subscriptions.dead_letter_hold
     RECLAIM_METRICS_SOURCE             = "monitoring:${var.name_prefix}"
     RECLAIM_LOG_LEVEL                  = var.queue.log_level
+    # the file terraform makes the cron jobs from (schedules.tf), by its archive path
+    RECLAIM_SCHEDULES_FILE = "${local.pipelines_package}/schedules.json"
   }
 
   # The entry points (README "Repository layout"): source folder, target, sizing.
@@ -117,10 +120,22 @@ resource "time_sleep" "apis_propagate" {
   depends_on = [google_project_service.enabled]
 }
 
+# The data sources below wait for this one, which has no triggers: a data source whose
+# depends_on has a planned change is read at apply time, so with apis_propagate (replaced
+# whenever local.apis changes) their values would be unknown at plan and the grants built
+# from them (builder_reads_gcf_sources, gcs_agent_publishes_uploads) would be replaced,
+# destroy first, on every change of the API list
+# (developer.hashicorp.com/terraform/language/data-sources#data-resource-dependencies).
+resource "time_sleep" "first_apis_propagate" {
+  create_duration = "60s"
+
+  depends_on = [google_project_service.enabled]
+}
+
 data "google_project" "this" {
   project_id = var.project_id
 
-  depends_on = [time_sleep.apis_propagate]
+  depends_on = [time_sleep.first_apis_propagate]
 }
 
 # The Cloud Storage service agent (publishes the upload notifications). Reading it
@@ -129,7 +144,7 @@ data "google_project" "this" {
 data "google_storage_project_service_account" "this" {
   project = var.project_id
 
-  depends_on = [time_sleep.apis_propagate]
+  depends_on = [time_sleep.first_apis_propagate]
 }
 
 # The Pub/Sub service agent (mints push tokens, dead-letters). generateServiceIdentity

@@ -27,6 +27,9 @@ locals {
   metric_type = { for k, _ in local.log_metrics : k => "logging.googleapis.com/user/${var.name_prefix}/${k}" }
   metric      = { for k, _ in local.log_metrics : k => "metric.type=\"${local.metric_type[k]}\" AND resource.type=\"cloud_run_revision\"" }
 
+  # Cloud Run's request count of this deployment's services (Google's metric: no wait).
+  run_requests = "metric.type=\"run.googleapis.com/request_count\" AND resource.type=\"cloud_run_revision\" AND resource.labels.service_name=starts_with(\"${var.name_prefix}-\")"
+
   dead_letter_series = "metric.type=\"pubsub.googleapis.com/subscription/num_undelivered_messages\" AND resource.type=\"pubsub_subscription\" AND resource.labels.subscription_id=\"${local.subscriptions.dead_letter_hold}\""
 }
 
@@ -71,6 +74,21 @@ resource "google_logging_metric" "reclaim" {
   depends_on = [time_sleep.apis_propagate]
 }
 
+# A log-based metric is not usable in an alert policy at once: the Monitoring API answers
+# 404 "Cannot find metric(s) ... If a metric was created recently, it could take up to 10
+# minutes to become available", and the provider retries alert-policy creation on 409
+# only (github.com/hashicorp/terraform-provider-google/issues/11102,
+# github.com/GoogleCloudPlatform/cloud-foundation-fabric/pull/3739). The policies on
+# these metrics wait var.log_metrics_ready_seconds (default the 10 minutes the API names)
+# after them; the wait starts when the metrics exist, so it overlaps the function builds.
+# A new metric replaces the wait (triggers), so its policy waits too.
+resource "time_sleep" "log_metrics_ready" {
+  create_duration = "${var.log_metrics_ready_seconds}s"
+  triggers = {
+    metrics = join(",", sort([for m in google_logging_metric.reclaim : m.id]))
+  }
+}
+
 # --- alerts: each says what to do ---------------------------------------------------
 
 resource "google_monitoring_alert_policy" "oldest_due_job" {
@@ -111,8 +129,8 @@ resource "google_monitoring_alert_policy" "oldest_due_job" {
     EOT
   }
 
-  # the metrics it watches must exist first (they are named in strings, not references)
-  depends_on = [google_logging_metric.reclaim]
+  # the metrics it watches must exist and be known to Monitoring (log_metrics_ready)
+  depends_on = [time_sleep.log_metrics_ready]
 }
 
 resource "google_monitoring_alert_policy" "failure_rate" {
@@ -157,8 +175,8 @@ resource "google_monitoring_alert_policy" "failure_rate" {
     EOT
   }
 
-  # the metrics it watches must exist first (they are named in strings, not references)
-  depends_on = [google_logging_metric.reclaim]
+  # the metrics it watches must exist and be known to Monitoring (log_metrics_ready)
+  depends_on = [time_sleep.log_metrics_ready]
 }
 
 resource "google_monitoring_alert_policy" "dead_letters" {
@@ -209,12 +227,17 @@ resource "google_monitoring_alert_policy" "sweep_silent" {
 
   conditions {
     display_name = "no sweep run for ${var.alerts.sweep_silent_minutes} min"
+    # One series across revisions: each revision writes its own series (the metric is on
+    # cloud_run_revision), so without the reducer a deploy silences the old revision's
+    # series and its incident never closes. The window outlasts the log-based metric's
+    # lag (variables.tf, alerts.sweep_silent_minutes).
     condition_absent {
       filter   = local.metric["sweep_runs"]
       duration = "${var.alerts.sweep_silent_minutes * 60}s"
       aggregations {
-        alignment_period   = "300s"
-        per_series_aligner = "ALIGN_DELTA"
+        alignment_period     = "300s"
+        per_series_aligner   = "ALIGN_DELTA"
+        cross_series_reducer = "REDUCE_SUM"
       }
     }
   }
@@ -232,8 +255,8 @@ resource "google_monitoring_alert_policy" "sweep_silent" {
     EOT
   }
 
-  # the metrics it watches must exist first (they are named in strings, not references)
-  depends_on = [google_logging_metric.reclaim]
+  # the metrics it watches must exist and be known to Monitoring (log_metrics_ready)
+  depends_on = [time_sleep.log_metrics_ready]
 }
 
 resource "google_monitoring_alert_policy" "claim_errors" {
@@ -270,8 +293,67 @@ resource "google_monitoring_alert_policy" "claim_errors" {
     EOT
   }
 
-  # the metrics it watches must exist first (they are named in strings, not references)
-  depends_on = [google_logging_metric.reclaim]
+  # the metrics it watches must exist and be known to Monitoring (log_metrics_ready)
+  depends_on = [time_sleep.log_metrics_ready]
+}
+
+# What the application never sees: Cloud Run's own answers (429 when claim is at
+# max_instances, 504 at the request timeout, 503/500 when an instance runs out of memory
+# or crashes) are counted by run.googleapis.com/request_count with response_code_class and
+# response_code labels (cloud.google.com/monitoring/api/metrics_gcp_p_z#gcp-run), never
+# by the app's request_error lines.
+resource "google_monitoring_alert_policy" "platform_errors" {
+  project               = var.project_id
+  display_name          = "${var.name_prefix}: Cloud Run refuses or fails requests"
+  combiner              = "OR"
+  notification_channels = var.notification_channels
+  severity              = "ERROR"
+
+  conditions {
+    display_name = "5xx answers (any cause) above ${var.alerts.platform_errors_per_5min} in 5 min"
+    condition_threshold {
+      filter          = "${local.run_requests} AND metric.labels.response_code_class=\"5xx\""
+      comparison      = "COMPARISON_GT"
+      threshold_value = var.alerts.platform_errors_per_5min
+      duration        = "0s"
+      aggregations {
+        alignment_period     = "300s"
+        per_series_aligner   = "ALIGN_DELTA"
+        cross_series_reducer = "REDUCE_SUM"
+        group_by_fields      = ["resource.label.service_name"]
+      }
+    }
+  }
+  conditions {
+    display_name = "429 (no instance free) above ${var.alerts.platform_errors_per_5min} in 5 min"
+    condition_threshold {
+      filter          = "${local.run_requests} AND metric.labels.response_code=\"429\""
+      comparison      = "COMPARISON_GT"
+      threshold_value = var.alerts.platform_errors_per_5min
+      duration        = "0s"
+      aggregations {
+        alignment_period     = "300s"
+        per_series_aligner   = "ALIGN_DELTA"
+        cross_series_reducer = "REDUCE_SUM"
+        group_by_fields      = ["resource.label.service_name"]
+      }
+    }
+  }
+
+  documentation {
+    mime_type = "text/markdown"
+    subject   = "reclaim: $${resource.label.service_name} answers 5xx or 429"
+    content   = <<-EOT
+      Cloud Run answered $${resource.label.service_name}'s requests with 5xx or 429 more than ${var.alerts.platform_errors_per_5min} times in 5 minutes. These count the platform's own answers too, which no reclaim log line reports.
+
+      1. Compare with the "claim errors" alert: 5xx here and not there come from the platform, not the app.
+      2. 429: every instance is busy (max_instances x concurrency). Raise *_function.max_instances or concurrency; pushes are retried meanwhile.
+      3. 504: requests hit timeout_seconds. For claim, the drain's budget or a stage runs too long; see its logs.
+      4. 503/500 with "Memory limit exceeded" or a crash in the service's logs: raise *_function.memory or fix the crash.
+    EOT
+  }
+
+  depends_on = [time_sleep.apis_propagate]
 }
 
 # --- the dashboard ------------------------------------------------------------------
@@ -279,17 +361,17 @@ resource "google_monitoring_alert_policy" "claim_errors" {
 locals {
   _tile = { width = 24, height = 16 }
   dashboard_charts = [
-    { title = "Jobs done per minute", filter = "${local.metric["jobs_finished"]} AND metric.label.outcome=\"done\"", aligner = "ALIGN_RATE", reducer = "REDUCE_SUM", group = ["metric.label.pipeline"] },
-    { title = "Jobs failed per minute", filter = "${local.metric["jobs_finished"]} AND metric.label.outcome=\"failed\"", aligner = "ALIGN_RATE", reducer = "REDUCE_SUM", group = ["metric.label.pipeline"] },
+    { title = "Jobs done per minute", filter = "${local.metric["jobs_finished"]} AND metric.label.outcome=\"done\"", aligner = "ALIGN_DELTA", reducer = "REDUCE_SUM", group = ["metric.label.pipeline"] },
+    { title = "Jobs failed per minute", filter = "${local.metric["jobs_finished"]} AND metric.label.outcome=\"failed\"", aligner = "ALIGN_DELTA", reducer = "REDUCE_SUM", group = ["metric.label.pipeline"] },
     { title = "Queued", filter = local.metric["queue_queued"], aligner = "ALIGN_MEAN", reducer = "REDUCE_SUM", group = ["metric.label.pipeline"] },
     { title = "Running", filter = local.metric["queue_running"], aligner = "ALIGN_MEAN", reducer = "REDUCE_SUM", group = ["metric.label.pipeline"] },
     { title = "Oldest due job waits (s)", filter = local.metric["queue_oldest_due_age"], aligner = "ALIGN_MEAN", reducer = "REDUCE_MAX", group = ["metric.label.pipeline"] },
     { title = "Wait, submit to start (s, p95)", filter = local.metric["job_wait"], aligner = "ALIGN_PERCENTILE_95", reducer = "REDUCE_MAX", group = ["metric.label.pipeline"] },
     { title = "Run time (s, p95)", filter = local.metric["job_run"], aligner = "ALIGN_PERCENTILE_95", reducer = "REDUCE_MAX", group = ["metric.label.pipeline"] },
-    { title = "Rescued per minute", filter = local.metric["jobs_rescued"], aligner = "ALIGN_RATE", reducer = "REDUCE_SUM", group = ["metric.label.pipeline"] },
+    { title = "Rescued per minute", filter = local.metric["jobs_rescued"], aligner = "ALIGN_DELTA", reducer = "REDUCE_SUM", group = ["metric.label.pipeline"] },
     { title = "Dead letters held", filter = local.dead_letter_series, aligner = "ALIGN_MAX", reducer = "REDUCE_SUM", group = [] },
-    { title = "5xx answers per minute", filter = local.metric["request_errors"], aligner = "ALIGN_RATE", reducer = "REDUCE_SUM", group = ["metric.label.function"] },
-    { title = "Sweep runs per minute", filter = local.metric["sweep_runs"], aligner = "ALIGN_RATE", reducer = "REDUCE_SUM", group = [] },
+    { title = "5xx answers per minute", filter = local.metric["request_errors"], aligner = "ALIGN_DELTA", reducer = "REDUCE_SUM", group = ["metric.label.function"] },
+    { title = "Sweep runs per minute", filter = local.metric["sweep_runs"], aligner = "ALIGN_DELTA", reducer = "REDUCE_SUM", group = [] },
   ]
 }
 
@@ -300,9 +382,11 @@ resource "google_monitoring_dashboard" "reclaim" {
     mosaicLayout = {
       columns = 48
       tiles = [
-        for i, chart in local.dashboard_charts : {
-          xPos   = (i % 2) * local._tile.width
-          yPos   = floor(i / 2) * local._tile.height
+        # The API drops zero and empty fields (xPos/yPos 0, groupByFields []), so they are
+        # left out here, or every plan shows a diff (terraform-provider-google #16173).
+        for i, chart in local.dashboard_charts : merge({
+          for k, v in { xPos = (i % 2) * local._tile.width, yPos = floor(i / 2) * local._tile.height } : k => v if v != 0
+          }, {
           width  = local._tile.width
           height = local._tile.height
           widget = {
@@ -313,18 +397,18 @@ resource "google_monitoring_dashboard" "reclaim" {
                 timeSeriesQuery = {
                   timeSeriesFilter = {
                     filter = chart.filter
-                    aggregation = {
+                    # ALIGN_DELTA over 60 s: a count per minute (ALIGN_RATE is per second)
+                    aggregation = merge({
                       alignmentPeriod    = "60s"
                       perSeriesAligner   = chart.aligner
                       crossSeriesReducer = chart.reducer
-                      groupByFields      = chart.group
-                    }
+                    }, { for k, v in { groupByFields = chart.group } : k => v if length(v) > 0 })
                   }
                 }
               }]
             }
           }
-        }
+        })
       ]
     }
   })

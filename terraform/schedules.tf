@@ -1,14 +1,29 @@
 # Cron schedules (docs/time.md): one Cloud Scheduler job per entry of the schedules file,
-# the same file `make dev`'s ticker reads (schedules.json in the pipelines folder). Each
-# tick POSTs to submit's /schedules/<name>/tick; Cloud Scheduler adds the tick's time in
-# the X-CloudScheduler-ScheduleTime header, from which submit derives the job id, so a
-# retried tick lands on the same job (create-only record). The file is checked by
-# submit on every tick (cron, time zone, pipeline, overlap); terraform only reads it.
+# the same file `make dev`'s ticker and the functions read (schedules.json in the
+# pipelines folder, shipped in the archives; RECLAIM_SCHEDULES_FILE names it, main.tf).
+# Each tick POSTs to submit's /schedules/<name>/tick; submit derives the job id from the
+# tick's time (X-CloudScheduler-ScheduleTime when Cloud Scheduler sends it, else the
+# newest tick at or before now), so a retried tick lands on the same job (create-only
+# record). A bad entry fails the plan here, naming it (the preconditions below), and
+# `make dev` refuses to start on it; submit still answers the good entries' ticks.
 locals {
   schedules_file = "${local.pipelines_dir}/schedules.json"
   schedules = fileexists(local.schedules_file) ? {
     for s in jsondecode(file(local.schedules_file)).schedules : s.name => s
   } : {}
+
+  # Cloud Scheduler's cron dialect (cloud.google.com/scheduler/docs/configuring/cron-job-schedules:
+  # numbers, JAN-DEC, SUN-SAT, *, a-b, a,b, */n, a-b/n; "does not support L", nor W, #,
+  # ?, @macros): the same atoms and field template as shared/cron_dialect.py.
+  cron_atoms = [
+    "[0-5]?[0-9]",
+    "[01]?[0-9]|2[0-3]",
+    "0?[1-9]|[12][0-9]|3[01]",
+    "0?[1-9]|1[0-2]|JAN|FEB|MAR|APR|MAY|JUN|JUL|AUG|SEP|OCT|NOV|DEC",
+    "[0-7]|SUN|MON|TUE|WED|THU|FRI|SAT",
+  ]
+  cron_field_template = "(?:\\*(?:/[1-9][0-9]*)?|(?:@A)(?:-(?:@A)(?:/[1-9][0-9]*)?)?)(?:,(?:\\*(?:/[1-9][0-9]*)?|(?:@A)(?:-(?:@A)(?:/[1-9][0-9]*)?)?))*"
+  cron_pattern        = "^${join(" ", [for a in local.cron_atoms : replace(local.cron_field_template, "@A", a)])}$"
 }
 
 resource "google_cloud_scheduler_job" "cron" {
@@ -19,7 +34,8 @@ resource "google_cloud_scheduler_job" "cron" {
   region           = var.region
   description      = "reclaim schedule ${each.key}: one ${each.value.pipeline} job per tick."
   schedule         = each.value.cron
-  time_zone        = lookup(each.value, "time_zone", "UTC")
+  # Cloud Scheduler stores tz database names; Etc/UTC is what the sweep job uses too
+  time_zone        = lookup(each.value, "time_zone", "Etc/UTC")
   attempt_deadline = "${max(15, min(local.functions.submit.timeout_seconds, 1800))}s"
 
   retry_config {
@@ -36,6 +52,21 @@ resource "google_cloud_scheduler_job" "cron" {
     oidc_token {
       service_account_email = google_service_account.invoker.email
       audience              = google_cloudfunctions2_function.fn["submit"].service_config[0].uri
+    }
+  }
+
+  lifecycle {
+    precondition {
+      condition     = can(regex("^[a-z][a-z0-9-]{0,39}$", each.key))
+      error_message = "schedules.json: schedule name ${jsonencode(each.key)} must be lowercase letters, digits and '-' (max 40), starting with a letter."
+    }
+    precondition {
+      condition     = can(regex(local.cron_pattern, try(each.value.cron, "")))
+      error_message = "schedules.json: schedule ${each.key}: cron ${jsonencode(try(each.value.cron, null))} is not Cloud Scheduler's cron: 5 fields of numbers, JAN-DEC / SUN-SAT, *, a-b, a,b, */n, a-b/n; no L, W, #, ? or @macros (cloud.google.com/scheduler/docs/configuring/cron-job-schedules)."
+    }
+    precondition {
+      condition     = try(length(each.value.pipeline) > 0, false) && contains(["allow", "skip"], try(each.value.overlap, "allow"))
+      error_message = "schedules.json: schedule ${each.key}: pipeline must name a pipeline, and overlap be allow or skip."
     }
   }
 

@@ -2,23 +2,27 @@
 # (tests/terraform checks both the names and the defaults).
 
 variable "alerts" {
-  description = "Alert thresholds (terraform/monitoring.tf): how long a due job may wait, the failure ratio over 10 min, how many minutes the sweep may be silent, claim 5xx per 5 min."
+  description = "Alert thresholds (terraform/monitoring.tf): how long a due job may wait, the failure ratio over 10 min, how many minutes the sweep may be silent, claim 5xx per 5 min, Cloud Run 5xx and 429 per 5 min."
   type = object({
-    oldest_due_job_seconds = optional(number, 600)
-    failure_ratio          = optional(number, 0.2)
-    sweep_silent_minutes   = optional(number, 10)
-    claim_errors_per_5min  = optional(number, 5)
+    oldest_due_job_seconds   = optional(number, 600)
+    failure_ratio            = optional(number, 0.2)
+    sweep_silent_minutes     = optional(number, 30)
+    claim_errors_per_5min    = optional(number, 5)
+    platform_errors_per_5min = optional(number, 5)
   })
   default = {}
   validation {
-    condition     = var.alerts.oldest_due_job_seconds >= 60 && var.alerts.failure_ratio > 0 && var.alerts.failure_ratio < 1 && var.alerts.claim_errors_per_5min >= 0
-    error_message = "alerts: oldest_due_job_seconds >= 60, 0 < failure_ratio < 1, claim_errors_per_5min >= 0."
+    condition     = var.alerts.oldest_due_job_seconds >= 60 && var.alerts.failure_ratio > 0 && var.alerts.failure_ratio < 1 && var.alerts.claim_errors_per_5min >= 0 && var.alerts.platform_errors_per_5min >= 0
+    error_message = "alerts: oldest_due_job_seconds >= 60, 0 < failure_ratio < 1, claim_errors_per_5min >= 0, platform_errors_per_5min >= 0."
   }
-  # An absence condition's duration must be at least 120 s, in whole minutes
-  # (cloud.google.com/monitoring/api/ref_v3/rest/v3/projects.alertPolicies#metricabsence).
+  # An absence condition's duration is in whole minutes, at most a day
+  # (cloud.google.com/monitoring/api/ref_v3/rest/v3/projects.alertPolicies#metricabsence),
+  # and must outlast the log-based metrics' lag: their points can arrive up to 10 minutes
+  # late (cloud.google.com/monitoring/api/v3/latency-n-retention), after a 5-minute
+  # alignment period: 20 minutes at least, or a late point opens an incident.
   validation {
-    condition     = var.alerts.sweep_silent_minutes >= 2 && var.alerts.sweep_silent_minutes <= 1440 && var.alerts.sweep_silent_minutes == floor(var.alerts.sweep_silent_minutes)
-    error_message = "alerts.sweep_silent_minutes must be whole minutes from 2 to 1440."
+    condition     = var.alerts.sweep_silent_minutes >= 20 && var.alerts.sweep_silent_minutes <= 1440 && var.alerts.sweep_silent_minutes == floor(var.alerts.sweep_silent_minutes)
+    error_message = "alerts.sweep_silent_minutes must be whole minutes from 20 to 1440."
   }
 }
 
@@ -125,6 +129,16 @@ variable "labels" {
   description = "Labels added to every labelled resource."
   type        = map(string)
   default     = {}
+}
+
+variable "log_metrics_ready_seconds" {
+  description = "Seconds the alert policies wait after the log-based metrics are created: the Monitoring API answers 404 for a metric up to 10 minutes old (github.com/hashicorp/terraform-provider-google/issues/11102)."
+  type        = number
+  default     = 600
+  validation {
+    condition     = var.log_metrics_ready_seconds >= 0 && var.log_metrics_ready_seconds == floor(var.log_metrics_ready_seconds)
+    error_message = "log_metrics_ready_seconds must be whole seconds >= 0."
+  }
 }
 
 variable "name_prefix" {
@@ -369,4 +383,16 @@ variable "uploads_prefix" {
   description = "Only uploads whose name starts with this prefix become jobs (\"\" = all)."
   type        = string
   default     = ""
+}
+
+variable "webhook_secrets" {
+  description = "Webhook signing secrets: NAME => the id of an existing Secret Manager secret, exposed to claim only as RECLAIM_WEBHOOK_SECRET_<NAME> (docs/workflows.md, terraform/README.md)."
+  type        = map(string)
+  default     = {}
+  validation {
+    condition = alltrue([
+      for k, v in var.webhook_secrets : can(regex("^[A-Z0-9_]{1,64}$", k)) && can(regex("^[A-Za-z0-9_-]{1,255}$", v))
+    ])
+    error_message = "webhook_secrets: keys are NAME in RECLAIM_WEBHOOK_SECRET_<NAME> (A-Z, 0-9, _; up to 64), values are Secret Manager secret ids (letters, digits, - and _)."
+  }
 }

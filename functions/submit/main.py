@@ -118,8 +118,11 @@ def _schedules(request: flask.Request, rest: str | None) -> flask.Response:
     schedule = schedule_view.find(name)
     if schedule is None:
         raise Refusal(404, "not found", f"no schedule named {name[:60]!r}")
+    if isinstance(schedule, str):  # its entry is bad; the other schedules still tick
+        raise Refusal(400, "invalid schedule", schedule)
     try:
-        tick = ticks.parse_tick_time(schedule, request.headers.get(ticks.SCHEDULE_TIME_HEADER))
+        header = request.headers.get(ticks.SCHEDULE_TIME_HEADER)
+        tick = ticks.parse_tick_time(schedule, header, queue.clock())
     except shared.errors.InvalidInput as exc:
         raise Refusal(400, "invalid request", exc.reason) from None
     done = ticks.fire(queue.ctx, schedule, tick, queue.clock())

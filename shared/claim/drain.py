@@ -57,11 +57,15 @@ log = get_logger(__name__)
 
 Take = Callable[[str, Stored], Outcome]  # claim and run this job (the runner's attempt)
 
-BACKLOG_WAIT_S = 5.0
+BACKLOG_WAIT_S = 20.0
 """A doorbell that reached the instance later than this after it was published waited
-for a slot: in Pub/Sub (a push window narrowed by refusals, a retry backoff) or in
-Cloud Run's pending queue (up to 10 s before the 429). Half that queue's limit: above
-any start-up the local cloud sees, so a cold start alone rarely counts."""
+for a slot in Pub/Sub (a push window narrowed by refusals). A cold start alone must not
+count: `python -m bench.coldstart` measured publish-to-claim on an instance started from
+zero at 1.9-9.3 s (median 5.1 s, 7 rounds, local cloud on a shared 2-core machine), and
+Cloud Run may hold a push in its pending queue up to 10 s on top
+(https://cloud.google.com/run/docs/about-instance-autoscaling). 20 s is above both
+together; a doorbell the platform refused (429) comes back with deliveryAttempt > 1,
+which is a sign whatever its wait."""
 BACKLOG_LISTING = 50  # markers one drain lists (one page)
 BACKLOG_READS = 4  # records one backlog pass may read to find a due job
 TAKEN_REMEMBERED = 1000  # marks a process remembers it found taken (shared.claim.drain.DrainGate)

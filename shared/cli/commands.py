@@ -105,6 +105,9 @@ def cmd_schedules(args: argparse.Namespace) -> int:
             f"\n  last: {shown}\n  next: {s['next_run']}"
         )
     ctx.emit(view, "\n".join(lines) or "no schedules declared")
+    bad = schedule_view.problems()  # left out above (and by submit's ticks): say so
+    if bad:
+        raise CliError(f"the schedules file is invalid: {'; '.join(bad.values())}")
     return EXIT_OK
 
 

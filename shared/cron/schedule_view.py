@@ -9,19 +9,33 @@ from typing import TYPE_CHECKING, Any
 
 from shared.cron import schedules, ticks
 from shared.errors import CorruptRecord, NotFound
+from shared.logs import get_logger
 from shared.pipelines import pipeline_names
 
 if TYPE_CHECKING:
     from shared.storage import Store
 
+log = get_logger(__name__)
+
 
 def load(path: Path | None = None) -> tuple[schedules.Schedule, ...]:
-    """The deployment's schedules, checked against the registered pipelines."""
-    return schedules.load(path, pipeline_names())
+    """The deployment's good schedules, checked against the registered pipelines; a bad
+    entry is logged and left out, so the others keep ticking."""
+    good, problems = schedules.load_each(path, pipeline_names())
+    for name, reason in problems.items():
+        log.error("schedule left out", schedule=name, reason=reason)
+    return good
 
 
-def find(name: str, path: Path | None = None) -> schedules.Schedule | None:
-    return next((s for s in load(path) if s.name == name), None)
+def problems(path: Path | None = None) -> dict[str, str]:
+    """{entry: reason} for each bad entry of the deployment's schedules file."""
+    return schedules.load_each(path, pipeline_names())[1]
+
+
+def find(name: str, path: Path | None = None) -> schedules.Schedule | str | None:
+    """The schedule named `name`; the reason when its entry is bad; None when undeclared."""
+    good, problems = schedules.load_each(path, pipeline_names())
+    return next((s for s in good if s.name == name), problems.get(name))
 
 
 def overview(store: Store, now: datetime, path: Path | None = None) -> dict[str, Any]:

@@ -25,11 +25,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
+from shared import cron_dialect
 from shared.errors import InvalidInput
 
 SCHEDULES_ENV = "RECLAIM_SCHEDULES_FILE"
 _MODULES_ENV = "RECLAIM_PIPELINE_MODULES"
-DEFAULT_FILE = Path(__file__).resolve().parent.parent / "pipelines" / "schedules.json"
+ROOT = Path(__file__).resolve().parent.parent  # the repo, or a deployed archive's root
+DEFAULT_FILE = ROOT / "pipelines" / "schedules.json"
+DEFAULT_ZONE = "Etc/UTC"  # the tz database name Cloud Scheduler keeps (schedules.tf)
 OVERLAPS = ("allow", "skip")
 _NAME = re.compile(r"[a-z][a-z0-9-]{0,39}")  # also a Cloud Scheduler job name suffix
 _KEYS = frozenset({"name", "cron", "time_zone", "pipeline", "payload", "overlap"})
@@ -71,9 +74,12 @@ class Schedule:
 
 
 def check_cron(expr: object) -> str:
-    """The expression when cronsim accepts it; InvalidInput with its reason otherwise."""
+    """The expression when Cloud Scheduler and cronsim accept it; InvalidInput otherwise."""
     if not isinstance(expr, str) or not expr.strip():
         raise InvalidInput("cron must be a non-empty string like '*/5 * * * *'", "cron")
+    reason = cron_dialect.problem(expr)
+    if reason is not None:
+        raise InvalidInput(f"invalid cron expression {expr[:60]!r}: {reason}", "cron")
     try:
         CronSim(expr, datetime(2026, 1, 1, tzinfo=UTC))
     except CronSimError as exc:
@@ -93,20 +99,34 @@ def check_zone(name: object) -> str:
 
 
 def parse(doc: object, pipelines: Collection[str] | None = None) -> tuple[Schedule, ...]:
-    """Every schedule of a decoded file; InvalidInput names the first problem."""
+    """Every schedule of a decoded file; InvalidInput names the first bad entry."""
+    good, problems = parse_each(doc, pipelines)
+    if problems:
+        raise InvalidInput(next(iter(problems.values())), "schedules")
+    return good
+
+
+def parse_each(
+    doc: object, pipelines: Collection[str] | None = None
+) -> tuple[tuple[Schedule, ...], dict[str, str]]:
+    """The good schedules, and {entry name (or schedules[i]): reason} for each bad one:
+    one bad entry must not stop the others' ticks. A name used twice is bad both times
+    (which one is meant cannot be told). InvalidInput only when the file is not a list."""
     if not isinstance(doc, dict) or not isinstance(doc.get("schedules"), list):
         raise InvalidInput('a schedules file is {"schedules": [...]}', "schedules")
-    out: list[Schedule] = []
+    good: list[Schedule] = []
+    problems: dict[str, str] = {}
     for i, entry in enumerate(doc["schedules"]):
         try:
-            out.append(_one(entry, pipelines))
+            good.append(_one(entry, pipelines))
         except InvalidInput as exc:
-            raise InvalidInput(f"schedules[{i}]: {exc.reason}", "schedules") from None
-    names = [s.name for s in out]
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise InvalidInput(f"schedule name(s) used twice: {', '.join(dupes)}", "schedules")
-    return tuple(out)
+            name = entry.get("name") if isinstance(entry, dict) else None
+            key = name if isinstance(name, str) and name else f"schedules[{i}]"
+            problems.setdefault(key, f"schedules[{i}]: {exc.reason}")
+    names = [s.name for s in good] + list(problems)
+    for dupe in sorted({n for n in names if names.count(n) > 1}):
+        problems[dupe] = f"schedule name {dupe!r} is used twice"
+    return tuple(s for s in good if s.name not in problems), problems
 
 
 def _one(entry: object, pipelines: Collection[str] | None) -> Schedule:
@@ -131,19 +151,20 @@ def _one(entry: object, pipelines: Collection[str] | None) -> Schedule:
         raise InvalidInput(f"{name}: overlap must be one of {', '.join(OVERLAPS)}", "overlap")
     try:
         cron = check_cron(entry.get("cron"))
-        zone = check_zone(entry.get("time_zone", "UTC"))
+        zone = check_zone(entry.get("time_zone", DEFAULT_ZONE))
     except InvalidInput as exc:
         raise InvalidInput(f"{name}: {exc.reason}", exc.what) from None
     return Schedule(name, cron, zone, pipeline, payload, str(overlap))
 
 
 def schedules_file(env: dict[str, str] | None = None) -> Path:
-    """$RECLAIM_SCHEDULES_FILE; else schedules.json in the package of the deployment's
-    pipelines (RECLAIM_PIPELINE_MODULES: the folder terraform ships and reads it from);
+    """$RECLAIM_SCHEDULES_FILE (terraform sets it to the file it made the cron jobs from,
+    by its archive path; a relative path is from ROOT, not the working directory); else
+    schedules.json in the package of the deployment's pipelines (RECLAIM_PIPELINE_MODULES);
     else the repo's pipelines/schedules.json."""
     env = dict(os.environ) if env is None else env
-    if env.get(SCHEDULES_ENV):
-        return Path(env[SCHEDULES_ENV])
+    if env.get(SCHEDULES_ENV, "").strip():
+        return ROOT / env[SCHEDULES_ENV].strip()  # an absolute path stays itself
     for module in filter(None, (m.strip() for m in env.get(_MODULES_ENV, "").split(","))):
         try:
             spec = importlib.util.find_spec(module.split(".")[0])
@@ -160,11 +181,21 @@ def load(
     path: Path | None = None, pipelines: Collection[str] | None = None
 ) -> tuple[Schedule, ...]:
     """The schedules of a file (none when it does not exist); InvalidInput on a bad one."""
-    path = path or schedules_file()
+    return parse(_read(path or schedules_file()), pipelines)
+
+
+def load_each(
+    path: Path | None = None, pipelines: Collection[str] | None = None
+) -> tuple[tuple[Schedule, ...], dict[str, str]]:
+    """The good schedules of a file and the bad entries' reasons (parse_each)."""
+    return parse_each(_read(path or schedules_file()), pipelines)
+
+
+def _read(path: Path) -> object:
+    """The decoded file; an empty list when it does not exist."""
     if not path.exists():
-        return ()
+        return {"schedules": []}
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise InvalidInput(f"{path.name} is not readable JSON: {exc}", "schedules") from None
-    return parse(doc, pipelines)

@@ -1,11 +1,18 @@
 """A cron schedule's tick becomes exactly one job.
 
-Cloud Scheduler delivers at least once and sends each tick's scheduled time in the
+Cloud Scheduler delivers at least once. The tick's scheduled time comes in the
 `X-CloudScheduler-ScheduleTime` header ("the job schedule time in RFC3339 UTC 'Zulu'
-format", Cloud Scheduler API reference, HttpTarget/AppEngineHttpTarget `headers`:
-https://cloud.google.com/scheduler/docs/reference/rest/v1/projects.locations.jobs). The
-job id is derived from the schedule name and that time (shared.timing.tick_job_id) and
-the record is create-only, so a retried or duplicated tick lands on the same job.
+format"), which the API reference documents for App Engine targets
+(https://cloud.google.com/scheduler/docs/reference/rest/v1/projects.locations.jobs,
+AppEngineHttpTarget `headers`); our jobs use HTTP targets, and a manual "force run" is
+not a tick ("if the schedule is manually triggered, this field will be the function
+execution time", https://firebase.google.com/docs/reference/functions/2nd-gen/node/firebase-functions.scheduler.scheduledevent).
+So the tick is the header's time when that is a tick of the schedule; otherwise the
+newest tick at or before the header's time, or at or before now when there is no
+header. The job id is derived from the schedule name and the tick
+(shared.timing.tick_job_id) and the record is create-only, so a retried, duplicated or
+forced delivery lands on one job per tick (a force run re-delivers the newest tick:
+it creates that tick's job if it was missed, and finds it otherwise).
 
 Overlap `skip`: a tick while the schedule's previous run is still pending creates
 nothing. The previous run is named by `schedules/<name>/last` (a small pointer written
@@ -59,21 +66,17 @@ class Tick:
         return out
 
 
-def parse_tick_time(schedule: Schedule, header: str | None) -> datetime:
-    """The tick's time from the header; InvalidInput when absent, unzoned or not a tick."""
+def parse_tick_time(schedule: Schedule, header: str | None, now: datetime) -> datetime:
+    """The tick a delivery stands for: the header's time when it is a tick, else the newest
+    tick at or before it (a force run), else at or before `now` (no header). InvalidInput
+    only for a header that is not an RFC 3339 time with a zone."""
     if not header:
-        raise InvalidInput(f"the {SCHEDULE_TIME_HEADER} header is required", "schedule time")
+        return schedule.last_at_or_before(now)
     try:
         when = timing.parse_zoned(header, SCHEDULE_TIME_HEADER)
     except ValueError as exc:
         raise InvalidInput(str(exc), "schedule time") from None
-    when = when.replace(microsecond=0)
-    if schedule.last_at_or_before(when) != when:
-        raise InvalidInput(
-            f"{header} is not a tick of schedule {schedule.name!r} ({schedule.cron})",
-            "schedule time",
-        )
-    return when
+    return schedule.last_at_or_before(when.replace(microsecond=0))
 
 
 def fire(ctx: Context, schedule: Schedule, tick: datetime, now: datetime) -> Tick:

@@ -75,10 +75,12 @@ def handle(
             log.error("dashboard request failed", path=request.path, reason=refusal.reason)
         response = _refusal_response(request, refusal, queue.settings.project, clock())
     if request.cookies.get(csrf.COOKIE) != token:
-        secure = request.is_secure or request.headers.get("X-Forwarded-Proto") == "https"
-        response.set_cookie(
-            csrf.COOKIE, token, httponly=True, samesite="Strict", secure=secure, path="/"
-        )
+        # Not Secure: on GCP the browser talks to `gcloud run services proxy` over
+        # http://localhost while Cloud Run sees X-Forwarded-Proto https, and a browser that
+        # does not count http://localhost as secure drops a Secure cookie, so every button
+        # would fail its CSRF check. The cookie holds only the CSRF token (the credential
+        # is the proxy's identity token), HttpOnly and SameSite=Strict.
+        response.set_cookie(csrf.COOKIE, token, httponly=True, samesite="Strict", path="/")
     return _harden(response)
 
 

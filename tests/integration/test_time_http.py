@@ -40,6 +40,9 @@ SCHEDULES = {
             "payload": {"stages": 1},
             "overlap": "skip",
         },
+        # two bad entries: each refused by name, neither stops the good ones' ticks
+        {"name": "gone-pipeline", "cron": "* * * * *", "pipeline": "no-such-pipeline"},
+        {"name": "month-end", "cron": "0 0 L * *", "pipeline": "demo"},
     ]
 }
 
@@ -154,6 +157,34 @@ def test_a_tick_delivered_twice_creates_one_job(cloud: Env) -> None:
     assert listed[0]["last_run"]["job_id"] == first.json()["id"]
 
 
+def test_bad_entries_are_refused_by_name_and_the_good_ones_tick(cloud: Env) -> None:
+    at = datetime.now(UTC).replace(second=0, microsecond=0)
+    for name, reason in (("gone-pipeline", "no-such-pipeline"), ("month-end", "'L'")):
+        bad = tick(cloud, name, at)
+        assert bad.status_code == 400, bad.text
+        assert name in bad.json()["reason"] and reason in bad.json()["reason"]
+    good = tick(cloud, "every-minute", at - timedelta(minutes=3))
+    assert good.status_code == 202 and good.json()["created"] is True, good.text
+    listed = requests.get(f"{cloud.submit}/schedules", timeout=30).json()["schedules"]
+    assert [s["name"] for s in listed] == ["every-minute", "no-overlap"]
+
+
+def test_a_tick_without_the_header_or_off_the_tick_is_the_newest_tick(cloud: Env) -> None:
+    """No X-CloudScheduler-ScheduleTime: the newest tick at or before now; a header that is
+    not a tick (a force run): the newest tick at or before it. One job per tick either way."""
+    before = datetime.now(UTC).replace(second=0, microsecond=0)
+    bare = requests.post(f"{cloud.submit}/schedules/every-minute/tick", timeout=30)
+    after = datetime.now(UTC).replace(second=0, microsecond=0)
+    assert bare.status_code in (200, 202), bare.text
+    ticks_then = {timing.tick_job_id("every-minute", t) for t in (before, after)}
+    assert bare.json()["id"] in ticks_then
+    t = datetime.now(UTC).replace(second=0, microsecond=0) - timedelta(minutes=20)
+    forced = tick(cloud, "every-minute", t + timedelta(seconds=41))
+    on_time = tick(cloud, "every-minute", t)
+    assert forced.status_code == 202 and on_time.status_code == 200, forced.text
+    assert forced.json()["id"] == on_time.json()["id"] == timing.tick_job_id("every-minute", t)
+
+
 def test_a_skip_schedule_does_not_overlap(cloud: Env) -> None:
     now = datetime.now(UTC).replace(second=0, microsecond=0)
     t1 = now - timedelta(minutes=now.minute % 5 + 10)
@@ -168,8 +199,6 @@ def test_a_skip_schedule_does_not_overlap(cloud: Env) -> None:
     assert job(cloud, first.json()["id"])["status"] == "done"
     third = tick(cloud, "no-overlap", t2 + timedelta(minutes=5))
     assert third.status_code == 202 and third.json()["skipped"] is False
-    bad = tick(cloud, "no-overlap", t2 + timedelta(minutes=1))
-    assert bad.status_code == 400 and "not a tick" in bad.json()["reason"]
 
 
 def test_a_stage_that_never_checks_is_bounded_and_its_zombie_commits_nothing(

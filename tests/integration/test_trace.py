@@ -1,7 +1,8 @@
 """One trace across functions: a job submitted with a W3C traceparent, whose doorbell
 is lost, is re-rung by the sweep and run by claim; every log line any function
 wrote about it (the local cloud's log files stand in for Cloud Logging) carries
-the same Cloud Logging trace, that of the submit request."""
+the same Cloud Logging trace, the job's own (not the request's, which Cloud Run sets on
+every request), and submit's "job created" line names the request's trace."""
 
 from __future__ import annotations
 
@@ -60,8 +61,12 @@ def test_a_jobs_lines_across_functions_carry_one_trace() -> None:
     assert "job created" in messages["submit"]
     assert "re-rang a queued job" in messages["sweep"]
     assert {"claimed", "done"} <= set(messages["claim"])
-    want = f"projects/{e['project']}/traces/{REQUEST_TRACE}"
+    own = job["traceparent"].split("-")[1]
+    assert own != REQUEST_TRACE
+    want = f"projects/{e['project']}/traces/{own}"
     traces = {x.get("logging.googleapis.com/trace") for lines in found.values() for x in lines}
     assert traces == {want}, traces
     spans = {x.get("logging.googleapis.com/spanId") for lines in found.values() for x in lines}
-    assert len(spans) == 1 and "b7ad6b7169203331" not in spans  # the job's own span
+    assert len(spans) == 1 and "b7ad6b7169203331" not in spans
+    created = [x for x in found["submit"] if x["message"] == "job created"]
+    assert [x["submit_trace"] for x in created] == [REQUEST_TRACE]  # the link to the request

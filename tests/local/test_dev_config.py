@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
@@ -152,3 +153,23 @@ def test_a_busy_port_is_refused_before_anything_starts(capsys):
         assert _prepare([], env) == 2
     assert f"submit_port={port}" in capsys.readouterr().err
     assert isinstance(_prepare([], {**env, "LOCAL_SUBMIT_PORT": "0"}), CloudConfig)
+
+
+def test_make_dev_refuses_a_bad_schedules_file_naming_the_entry(tmp_path, capsys):
+    """The file terraform refuses at plan (or an entry whose pipeline the functions would
+    not load) stops `make dev` at start, with the entry named."""
+    path = tmp_path / "schedules.json"
+    good = {"name": "hourly", "cron": "7 * * * *", "pipeline": "demo"}
+    ports = ("PUBSUB", "GCS", "SUBMIT", "SUBMIT_UPLOAD", "CLAIM", "SWEEP", "EMULATOR_ADMIN")
+    zeros = {f"LOCAL_{k}_PORT": "0" for k in (*ports, "CLOUDRUN_ADMIN")}
+    env = {**zeros, "RECLAIM_SCHEDULES_FILE": str(path)}
+    for bad, reason in (
+        ({"name": "month-end", "cron": "0 0 L * *", "pipeline": "demo"}, "'L'"),
+        ({"name": "gone", "cron": "7 * * * *", "pipeline": "nope"}, "'nope' is unknown"),
+    ):
+        path.write_text(json.dumps({"schedules": [good, bad]}))
+        assert _prepare([], env) == 2
+        err = capsys.readouterr().err
+        assert bad["name"] in err and reason in err, err
+    path.write_text(json.dumps({"schedules": [good]}))
+    assert isinstance(_prepare([], env), CloudConfig)

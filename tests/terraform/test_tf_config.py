@@ -143,6 +143,7 @@ def test_queue_defaults_equal_the_code_defaults() -> None:
         "pipeline_modules",
         "dead_letter_subscription",  # local.subscriptions.dead_letter_hold
         "metrics_source",  # monitoring:<name_prefix> (test_tf_monitoring.py)
+        "schedules_file",  # <pipelines package>/schedules.json (test_tf_schedules.py)
         *(f"retention_days_{state}" for state in retention),
     }
     assert optional_defaults("claim_function")["concurrency"] == float(

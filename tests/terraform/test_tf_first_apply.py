@@ -93,13 +93,35 @@ def test_every_call_into_the_project_waits_for_the_enabled_apis() -> None:
     assert references(apis) == {"google_project_service.enabled"}
     assert _seconds(unquote(apis["create_duration"])) >= 60  # the provider's examples wait 60 s
     assert "local.apis" in unquote(apis["triggers"]["apis"]), "a new API must wait again"
+    first = _sleep("first_apis_propagate")
+    assert references(first) == {"google_project_service.enabled"} and "triggers" not in first
+    assert _seconds(unquote(first["create_duration"])) >= 60
     exempt = {
         "google_project_service.enabled",  # enabling them is the call we wait after
         "time_sleep.apis_propagate",
+        "time_sleep.first_apis_propagate",
         "data.archive_file.source",  # local zip, no API
     }
     for address in sorted(addresses() - exempt):
-        assert "time_sleep.apis_propagate" in dependencies(address), address
+        deps = dependencies(address)
+        assert {"time_sleep.apis_propagate", "time_sleep.first_apis_propagate"} & deps, address
+
+
+def test_a_new_api_does_not_replace_the_grants_built_from_data_sources() -> None:
+    """A data source whose depends_on has a planned change is read at apply, so its values
+    are unknown at plan: the data sources wait for the sleep without triggers, never for
+    the one a new API replaces, and the grants built from them stay put."""
+    for address in ("data.google_project.this", "data.google_storage_project_service_account.this"):
+        deps = dependencies(address)
+        assert "time_sleep.apis_propagate" not in deps, address
+        assert "time_sleep.first_apis_propagate" in deps, address
+    # ...and they are what these grants' values come from
+    assert "data.google_project.this" in references(
+        resources("google_project_iam_member")["builder_reads_gcf_sources"]
+    )
+    assert "data.google_storage_project_service_account.this" in references(
+        resources("google_pubsub_topic_iam_member")["gcs_agent_publishes_uploads"]
+    )
 
 
 def _grants() -> dict[str, dict]:
@@ -170,7 +192,7 @@ def test_service_agents_are_created_before_they_are_granted_anything() -> None:
         "serviceAccount:${data.google_storage_project_service_account.this.email_address}"
     )
     gcs = config()["data"]["google_storage_project_service_account"]["this"]
-    assert [unquote(d) for d in gcs["depends_on"]] == ["time_sleep.apis_propagate"]
+    assert [unquote(d) for d in gcs["depends_on"]] == ["time_sleep.first_apis_propagate"]
     # no grant spells an agent's address itself (it may not exist yet)
     for address, grant in _grants().items():
         member = unquote(grant["member"])
@@ -178,3 +200,23 @@ def test_service_agents_are_created_before_they_are_granted_anything() -> None:
         if "agent" in address:
             assert member in ("local.pubsub_agent", "local.gcs_agent"), address
     assert "gcp-sa-pubsub" not in repr(config()["locals"])
+
+
+def test_the_readmes_walk_through_counts_what_terraform_makes() -> None:
+    """The first-deploy walk-through names the API count, the archives and builds, the
+    alert policies and the late grants: each must be the configuration's."""
+    from tests.terraform.tfhcl import TF_DIR
+
+    readme = (TF_DIR / "README.md").read_text()
+    apis = config()["locals"]["apis"]
+    count = len(re.findall(r'"[a-z]+\.googleapis\.com"', str(apis)))
+    assert f"google_project_service.enabled ({count} APIs)" in readme
+    functions = config()["locals"]["functions"]
+    sources = {re.search(r'source = "(\w+)"', str(v)).group(1) for v in functions.values()}  # type: ignore[union-attr]
+    numbers = {4: "four", 5: "five", 6: "six", 7: "seven"}
+    assert f"one archive per source folder ({numbers[len(sources)]}:" in readme
+    assert f"the {numbers[len(functions)]} Cloud Builds" in readme
+    alerts = resources("google_monitoring_alert_policy")
+    assert f"and {numbers[len(alerts)]} alert policies" in readme
+    late = sum(1 for g in _grants().values() if _made_after_first_use(g))
+    assert f"{numbers[late].capitalize()} grants can only be made after their target" in readme

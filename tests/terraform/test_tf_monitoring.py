@@ -125,3 +125,51 @@ def test_the_dashboard_is_for_named_viewers_only() -> None:
     regex = pattern.group(1).replace("\\\\", "\\")
     assert re.search(regex, "group:ops@example.com")
     assert not any(re.search(regex, p) for p in ("allUsers", "allAuthenticatedUsers"))
+
+
+# --- second pass: what a first apply and a deploy meet --------------------------------
+
+
+def test_the_policies_on_log_metrics_wait_until_monitoring_knows_them() -> None:
+    """404 "Cannot find metric(s)" for up to 10 min (provider issue #11102)."""
+    sleep = resources("time_sleep")["log_metrics_ready"]
+    assert unquote(sleep["create_duration"]) == "${var.log_metrics_ready_seconds}s"
+    assert config()["variable"]["log_metrics_ready_seconds"]["default"] >= 600
+    assert "google_logging_metric.reclaim" in unquote(sleep["triggers"]["metrics"])
+    for name, policy in _alerts().items():
+        if "local.metric[" in str(policy):
+            deps = [unquote(d) for d in policy["depends_on"]]
+            assert "time_sleep.log_metrics_ready" in deps, name
+
+
+def test_the_sweep_absence_is_one_series_over_a_window_longer_than_the_lag() -> None:
+    absent = _conditions(_alerts()["sweep_silent"])[0]["condition_absent"][0]
+    aggregation = block(absent, "aggregations")
+    assert unquote(aggregation["cross_series_reducer"]) == "REDUCE_SUM"
+    assert "group_by_fields" not in aggregation  # one series for every revision
+    minutes = config()["variable"]["alerts"]
+    from tests.terraform.tfhcl import optional_defaults
+
+    assert optional_defaults("alerts")["sweep_silent_minutes"] >= 20
+    assert "sweep_silent_minutes >= 20" in unquote(minutes["validation"][1]["condition"])
+
+
+def test_cloud_runs_own_failures_alert_by_response_code() -> None:
+    policy = _alerts()["platform_errors"]
+    run = unquote(_locals()["run_requests"])
+    assert 'metric.type=\\"run.googleapis.com/request_count\\"' in run
+    assert 'service_name=starts_with(\\"${var.name_prefix}-\\")' in run
+    filters = [unquote(c["condition_threshold"][0]["filter"]) for c in _conditions(policy)]
+    assert any('response_code_class=\\"5xx\\"' in f for f in filters)
+    assert any('response_code=\\"429\\"' in f for f in filters)
+    assert all("local.run_requests" in f for f in filters)
+
+
+def test_the_dashboard_json_has_no_field_the_api_drops() -> None:
+    """xPos/yPos 0 and groupByFields [] come back absent: a diff on every plan (#16173)."""
+    text = unquote(resources("google_monitoring_dashboard")["reclaim"]["dashboard_json"])
+    assert "k => v if v != 0" in text and "k => v if length(v) > 0" in text
+    for chart in _locals()["dashboard_charts"]:
+        if "per minute" in unquote(chart["title"]):
+            assert unquote(chart["aligner"]) == "ALIGN_DELTA", chart["title"]  # per 60 s
+    assert 'alignmentPeriod    = "60s"' in all_text()

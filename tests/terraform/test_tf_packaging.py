@@ -295,3 +295,31 @@ def test_submit_serves_its_openapi_document_from_the_archive_alone(tmp_path: Pat
     out = json.loads(_run_clean(_OPENAPI_PROBE, unpacked, tmp_path))
     assert out["status"] == 200
     assert out["document"] == json.loads((ROOT / "shared" / "openapi.json").read_text())
+
+
+_SCHEDULES_PROBE = r"""
+import json, sys
+archive, site = sys.argv[1:3]
+sys.path[:0] = [archive]
+sys.path.append(site)
+from shared import schedules
+
+path = schedules.schedules_file()
+print(json.dumps({"path": str(path), "names": [s.name for s in schedules.load(path)]}))
+"""
+
+
+def test_the_function_reads_the_schedules_file_terraform_made_the_jobs_from(
+    tmp_path: Path,
+) -> None:
+    """RECLAIM_SCHEDULES_FILE as terraform sets it, resolved inside the archive whatever
+    the working directory (the probe runs from elsewhere)."""
+
+    setting = unquote(config()["locals"]["reclaim_env"]["RECLAIM_SCHEDULES_FILE"])
+    value = setting.replace("${local.pipelines_package}", PIPELINES_DIR.name)
+    unpacked, names = _unpack(FUNCTIONS["submit"][0], tmp_path)
+    assert value in names  # shipped
+    out = json.loads(_run_clean(_SCHEDULES_PROBE, unpacked, tmp_path, RECLAIM_SCHEDULES_FILE=value))
+    assert out["path"] == str(unpacked / value)
+    shipped = json.loads((PIPELINES_DIR / "schedules.json").read_text())
+    assert out["names"] == [s["name"] for s in shipped["schedules"]]

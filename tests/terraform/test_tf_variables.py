@@ -102,6 +102,29 @@ def test_every_default_passes_every_validation() -> None:
             assert evaluate(condition, {name: value}) is True, (name, condition)
 
 
+def test_the_example_tfvars_pass_every_validation() -> None:
+    """terraform.tfvars.example is what the README tells a first-time user to copy."""
+    import hcl2
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {unquote(k): plain(v) for k, v in value.items() if not k.startswith("__")}
+        if isinstance(value, list):
+            return [plain(v) for v in value]
+        return unquote(value)
+
+    with (TF_DIR / "terraform.tfvars.example").open() as fh:
+        example = plain(hcl2.load(fh))
+    assert example, "the example sets nothing"
+    for name, value in example.items():
+        assert name in config()["variable"], f"{name} is not a variable"
+        if "validation" not in config()["variable"][name]:
+            continue
+        value = _value(name, value) if isinstance(value, dict) else value
+        for condition in _conditions(name):
+            assert evaluate(condition, {name: value}) is True, (name, condition)
+
+
 def test_the_evaluator_refuses_what_it_does_not_know() -> None:
     with pytest.raises(EvalError):
         evaluate('tonumber("ten")', {})

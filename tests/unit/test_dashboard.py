@@ -243,3 +243,15 @@ def test_monitoring_answers_fold_into_buckets() -> None:
     out = figures.metrics.Buckets(start, 60, 60)
     figures.add_points(out, body, metric, "pipeline")
     assert out.count["demo"][1] == 3 and sum(out.count["demo"]) == 3
+
+
+def test_the_csrf_cookie_reaches_a_browser_on_the_proxys_http_localhost(
+    world: dict[str, Any],
+) -> None:
+    """Through `gcloud run services proxy` Cloud Run sees https while the browser is on
+    http://localhost: a Secure cookie would be dropped there and every button refused."""
+    resp = world["client"].get("/", headers={"X-Forwarded-Proto": "https"})
+    cookie = next(c for c in resp.headers.getlist("Set-Cookie") if c.startswith(csrf.COOKIE))
+    flags = {part.strip().lower() for part in cookie.split(";")}
+    assert "secure" not in flags
+    assert {"httponly", "samesite=strict", "path=/"} <= flags

@@ -64,12 +64,54 @@ def test_ticks_follow_the_schedules_zone_across_dst() -> None:
     assert nightly.last_at_or_before(summer) == summer
 
 
-def test_a_header_that_is_not_a_tick_is_refused() -> None:
+def test_the_tick_is_the_header_else_the_newest_tick_at_or_before_it_or_now() -> None:
     (nightly,) = schedules.parse({"schedules": [GOOD]})
-    assert ticks.parse_tick_time(nightly, "2026-01-11T02:00:00Z").hour == 2
-    for bad in (None, "2026-01-11T02:00:00", "2026-01-11T02:05:00Z"):
-        with pytest.raises(InvalidInput):
-            ticks.parse_tick_time(nightly, bad)
+    tick = datetime(2026, 1, 11, 2, tzinfo=UTC)  # 03:00 Paris
+    now = datetime(2026, 1, 11, 9, 30, tzinfo=UTC)
+    assert ticks.parse_tick_time(nightly, "2026-01-11T02:00:00Z", now) == tick
+    assert ticks.parse_tick_time(nightly, "2026-01-11T02:05:00Z", now) == tick  # force run
+    assert ticks.parse_tick_time(nightly, None, now) == tick  # no header (HTTP target)
+    assert ticks.parse_tick_time(nightly, "", datetime(2026, 1, 11, 1, 59, tzinfo=UTC)) == (
+        datetime(2026, 1, 10, 2, tzinfo=UTC)
+    )
+    with pytest.raises(InvalidInput):
+        ticks.parse_tick_time(nightly, "2026-01-11T02:00:00", now)  # no zone
+
+
+@pytest.mark.parametrize(
+    "cron", ["0 0 L * *", "0 0 5L * *", "0 9 * * MON#2", "0 0 15W * *", "@daily", "0 0 ? * *"]
+)
+def test_cron_that_cloud_scheduler_refuses_is_refused(cron: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        schedules.parse({"schedules": [{**GOOD, "cron": cron}]})
+    assert "nightly" in caught.value.reason and "cron-job-schedules" in caught.value.reason
+
+
+def test_one_bad_entry_leaves_the_others_working() -> None:
+    doc = {
+        "schedules": [
+            GOOD,
+            {**GOOD, "name": "gone", "pipeline": "nope"},
+            {**GOOD, "name": "month-end", "cron": "0 0 L * *"},
+            {**GOOD, "name": "twice"},
+            {**GOOD, "name": "twice", "cron": "5 * * * *"},
+            "not an object",
+        ]
+    }
+    good, problems = schedules.parse_each(doc, ["demo"])
+    assert [s.name for s in good] == ["nightly"]
+    assert set(problems) == {"gone", "month-end", "twice", "schedules[5]"}
+    assert "'nope' is unknown" in problems["gone"] and "used twice" in problems["twice"]
+    with pytest.raises(InvalidInput):
+        schedules.parse(doc, ["demo"])
+
+
+def test_a_relative_schedules_file_is_read_from_the_deployments_root() -> None:
+    """terraform sets RECLAIM_SCHEDULES_FILE=<pipelines package>/schedules.json: the path
+    inside the archive, whatever the working directory."""
+    got = schedules.schedules_file({"RECLAIM_SCHEDULES_FILE": "pipelines/schedules.json"})
+    assert got == ROOT / "pipelines" / "schedules.json" and got.exists()
+    assert schedules.schedules_file({"RECLAIM_SCHEDULES_FILE": "/x/s.json"}) == Path("/x/s.json")
 
 
 def test_a_tick_delivered_twice_is_one_job_and_skip_does_not_overlap() -> None:

@@ -23,17 +23,26 @@ def lines(capsys: pytest.CaptureFixture[str]) -> list[dict[str, object]]:
     return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
 
 
-def test_the_record_and_the_doorbell_carry_the_requests_trace() -> None:
+def test_each_job_of_a_batch_is_its_own_trace_linked_to_the_request(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    logs.configure("INFO", project="reclaim-local")
     store, bell = MemoryStore(), Bell()
     queue = Queue(store, bell, settings())
     body = {"jobs": [{"pipeline": "demo", "id": "a"}, {"pipeline": "demo", "id": "b"}]}
+    capsys.readouterr()
     queue.submit(parse_submission(body, queue.settings), traceparent=REQUEST)
+    ids = set()
     for job_id in ("a", "b"):
         carried = store.read(job_id).record["traceparent"]
         ctx = tracing.parse(carried)
-        assert ctx is not None and ctx.trace_id == REQUEST.split("-")[1]
+        assert ctx is not None and ctx.trace_id != REQUEST.split("-")[1]
         assert bell.traces[job_id] == carried
-    assert store.read("a").record["traceparent"] != store.read("b").record["traceparent"]
+        ids.add(ctx.trace_id)
+    assert len(ids) == 2
+    created = [e for e in lines(capsys) if e["message"] == "job created"]
+    assert {e["submit_trace"] for e in created} == {REQUEST.split("-")[1]}
+    assert {e["logging.googleapis.com/trace"].rsplit("/", 1)[1] for e in created} == ids
 
 
 def test_without_a_request_trace_each_job_starts_its_own() -> None:
@@ -67,11 +76,14 @@ def test_every_line_of_a_jobs_life_carries_its_trace(capsys: pytest.CaptureFixtu
     queue = Queue(store, bell, s, clock=clock)
     queue.submit(parse_submission({"pipeline": name, "id": "t1"}, s), traceparent=REQUEST)
     capsys.readouterr()
+    trace = (
+        f"projects/reclaim-local/traces/{tracing.trace_id(store.read('t1').record['traceparent'])}"
+    )
     handle("t1", store, s, clock, bell)  # requeued after the stage error, rung at once
     handle("t1", store, s, clock, bell)  # done
     about = [e for e in lines(capsys) if e.get("job_id") == "t1"]
     assert {e["message"] for e in about} >= {"claimed", "requeued after a stage error", "done"}
-    assert {e.get("logging.googleapis.com/trace") for e in about} == {TRACE}
+    assert {e.get("logging.googleapis.com/trace") for e in about} == {trace}
     assert bell.traces["t1"] == store.read("t1").record["traceparent"]
 
 
@@ -80,7 +92,7 @@ def test_a_rescue_and_a_retry_ring_in_the_jobs_trace(capsys: pytest.CaptureFixtu
     clock = Clock()
     store, bell = MemoryStore(), Bell()
     s = settings()
-    trace = tracing.for_job(REQUEST).traceparent
+    trace = REQUEST
     record = records.new_record("r1", "demo", {}, clock(), traceparent=trace)
     store.add_pending("r1")
     stored = store.create(record)
