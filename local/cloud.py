@@ -445,6 +445,13 @@ class LocalCloud:
         retired, failed), ``drained``, ``in_flight`` and ``instances`` by state."""
         return self.service(name).revisions()
 
+    def revision(self, name: str, revision: str) -> dict[str, Any]:
+        """One revision of a function, as in `revisions(name)`; KeyError if unknown."""
+        for view in self.revisions(name)["revisions"]:
+            if view["name"] == revision:
+                return dict(view)
+        raise KeyError(f"{name} has no revision {revision!r}")
+
     def pids(self) -> dict[str, int]:
         """name -> pid of every child started (running or not), for orphan checks."""
         out = {name: p.pid for name, p in self._procs.items()}
