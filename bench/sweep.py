@@ -1,6 +1,7 @@
-"""Sweep cost against history: 50 pending jobs, then the same 50 beside 10,000
-finished ones. The sweep lists pending/ only, so calls must be equal and wall
-time close (ratio target <= 1.2).
+"""Sweep cost against history: 50 pending jobs alone in one bucket, and the same 50
+beside 10,000 finished ones in another, their sweeps taking turns. The sweep lists
+pending/ only, so calls must be equal and wall time close (ratio target <= 1.2, on the
+medians of 7 sweeps each).
 
 Runs the queue's sweep_once in this process against fake-gcs-server through
 the counting proxy (wire calls) with a GcsStore (logical calls). The pending
@@ -63,54 +64,68 @@ def _finished_job(store: Store, now: datetime) -> None:
     store.create(rec)
 
 
-def _measure(queue: Queue, store: GcsStore, proxy: FaultProxy, bell: _Bell) -> dict[str, Any]:
-    walls, wire, logical = [], [], []
-    for _ in range(REPEATS):
-        proxy.reset()
-        store.calls.clear()
-        rung = bell.rung
+class _Side:
+    """One bucket of the comparison, its queue and what its sweeps measured."""
+
+    def __init__(self, client: Any, bucket: str, proxy: FaultProxy) -> None:
+        client.create_bucket(bucket)
+        self.store = GcsStore(bucket, client)
+        self.settings = Settings.from_env({}, records_bucket=bucket, stale_seconds=3600.0)
+        self.bell = _Bell()
+        self.queue = Queue(self.store, self.bell, self.settings)
+        self.proxy = proxy
+        self.walls: list[float] = []
+        self.wire: dict[str, int] = {}
+        self.logical: dict[str, int] = {}
+
+    def sweep(self) -> None:
+        """One sweep of the fresh pending jobs: it must read them and move none."""
+        self.proxy.reset()
+        self.store.calls.clear()
+        rung = self.bell.rung
         start = time.perf_counter()
-        result = queue.sweep_once()
-        walls.append(time.perf_counter() - start)
+        result = self.queue.sweep_once()
+        self.walls.append(time.perf_counter() - start)
         moved = result.errors or result.released
-        if result.examined != PENDING or moved or bell.rung != rung:
+        if result.examined != PENDING or moved or self.bell.rung != rung:
             raise RuntimeError(f"unexpected sweep result {result.to_json()}")
-        wire.append(proxy.counts())
-        logical.append(dict(store.calls))
-    return {
-        "wall_s_median": round(median(walls), 4),
-        "wall_s_all": [round(w, 4) for w in walls],
-        "wire_calls": wire[-1],
-        "logical_calls": logical[-1],
-    }
+        self.wire = self.proxy.counts()
+        self.logical = dict(self.store.calls)
+
+    def measured(self) -> dict[str, Any]:
+        return {
+            "wall_s_median": round(median(self.walls), 4),
+            "wall_s_all": [round(w, 4) for w in self.walls],
+            "wire_calls": self.wire,
+            "logical_calls": self.logical,
+        }
 
 
 def compare(
     bucket: str, add: Callable[[Store, Settings, datetime, int], None], count: int
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The sweep of PENDING fresh jobs, alone and again after `add` wrote `count` jobs
-    beside them: built on a MemoryStore by the library, then copied straight to
-    fake-gcs (bench.fixtures; that writing is not what is measured)."""
+    """The sweep of PENDING fresh jobs alone (bucket `<bucket>-alone`) and beside the
+    `count` jobs `add` builds (bucket `<bucket>`), the two sweeps taking turns, so a
+    change in the machine's load between them falls on both. The added jobs are built
+    on a MemoryStore by the library and copied straight to fake-gcs (bench.fixtures;
+    that writing is not what is measured); fake-gcs-server keeps each bucket's objects
+    apart, so the one bucket's listing does not see the other's."""
     port = free_port()
     fake = start_fake_gcs("127.0.0.1", port)
     try:
         with FaultProxy(f"http://127.0.0.1:{port}") as proxy:
             client = wiring.storage_client(proxy.url, "bench")
-            client.create_bucket(bucket)
-            store = GcsStore(bucket, client)
-            settings = Settings.from_env({}, records_bucket=bucket, stale_seconds=3600.0)
-            bell = _Bell()
-            queue = Queue(store, bell, settings)
+            alone, beside = _Side(client, f"{bucket}-alone", proxy), _Side(client, bucket, proxy)
             jobs = [
                 {"pipeline": "demo", "id": f"p{i:03d}-{records.new_job_id()[:12]}"}
                 for i in range(PENDING)
             ]
-            queue.submit(parse_submission({"jobs": jobs}, settings))
+            for side in (alone, beside):
+                side.queue.submit(parse_submission({"jobs": jobs}, side.settings))
             now = datetime.now(UTC)
-            small = _measure(queue, store, proxy, bell)
             built = MemoryStore(bucket)
             for i in range(count):
-                add(built, settings, now, i)
+                add(built, beside.settings, now, i)
                 if (i + 1) % SHOW_EVERY == 0:
                     CONSOLE.progress(f"{bucket}: built {i + 1:,}/{count:,} jobs in memory")
             direct = f"http://127.0.0.1:{port}"
@@ -121,10 +136,12 @@ def compare(
             seed = GcsStore(bucket, wiring.storage_client(direct, "b"))
             if len(seed.list_pending()) != PENDING:
                 raise RuntimeError("the added objects changed the pending index")
-            big = _measure(queue, store, proxy, bell)
+            for i in range(REPEATS):
+                for side in (alone, beside) if i % 2 == 0 else (beside, alone):
+                    side.sweep()
     finally:
         stop(fake)
-    return small, big
+    return alone.measured(), beside.measured()
 
 
 def sweep_row(name: str, small: dict[str, Any], big: dict[str, Any], slow_note: str) -> Any:
