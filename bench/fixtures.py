@@ -1,10 +1,11 @@
 """Large fixtures, written the fast way: built by the real code on a MemoryStore, then
-copied object by object straight to fake-gcs-server over plain keep-alive HTTP on a few
-threads.
+either handed to fake-gcs-server as the folder it loads at start (write_data_dir, the
+sweep rows' 10,000 jobs: about 4x faster than uploading them) or copied object by object
+over plain keep-alive HTTP on a few threads (copy_to_gcs, into a running one).
 
-The objects carry the names, bytes and content types the library wrote (the sweep rows
-list names; nothing they measure reads metadata), without the Python client's per-call
-cost. fake-gcs-server's memory backend scans a bucket's objects on every write, under
+The objects carry the names and bytes the library wrote (the sweep rows list names and
+read records; nothing they measure reads metadata), without the Python client's per-call
+cost. fake-gcs-server's memory backend scans a bucket's objects on every insert, under
 one lock, so filling one bucket stays quadratic in its size whoever writes
 (https://github.com/fsouza/fake-gcs-server/issues/2357); repeats therefore start from an
 emptied bucket (clear_bucket).
@@ -18,6 +19,7 @@ import http.client
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -91,6 +93,20 @@ def copy_to_gcs(
         _answer(conn, f"upload of {name}", (200,))
 
     _each(gcs_url, names, upload, progress)
+    return len(names)
+
+
+def write_data_dir(store: MemoryStore, root: Path) -> int:
+    """The store's records bucket as fake-gcs-server's -data folder (root/<bucket>/<name>),
+    which it loads before it listens: one insert per object, no HTTP; returns how many."""
+    names = store.names()
+    for name in names:
+        obj = store.raw(store.bucket_name, name)
+        if obj is None:
+            continue
+        path = root / store.bucket_name / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(obj.data)
     return len(names)
 
 

@@ -11,14 +11,16 @@ repetition measures the same work.
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from bench.common import median, row
 from bench.console import CONSOLE
-from bench.fixtures import Progress, copy_to_gcs
+from bench.fixtures import write_data_dir
 from bench.spread import Spread
 from local import wiring
 from local.faultproxy import FaultProxy
@@ -36,6 +38,8 @@ FINISHED = 10_000
 REPEATS = 7
 TARGET_RATIO = 1.2
 SHOW_EVERY = 2500
+LOAD_S = 1800.0
+"""How long fake-gcs-server may take to load a fixture (quadratic in a bucket's size)."""
 
 
 class _Bell:
@@ -67,8 +71,9 @@ def _finished_job(store: Store, now: datetime) -> None:
 class _Side:
     """One bucket of the comparison, its queue and what its sweeps measured."""
 
-    def __init__(self, client: Any, bucket: str, proxy: FaultProxy) -> None:
-        client.create_bucket(bucket)
+    def __init__(self, client: Any, bucket: str, proxy: FaultProxy, *, create: bool) -> None:
+        if create:
+            client.create_bucket(bucket)
         self.store = GcsStore(bucket, client)
         self.settings = Settings.from_env({}, records_bucket=bucket, stale_seconds=3600.0)
         self.bell = _Bell()
@@ -106,41 +111,41 @@ def compare(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The sweep of PENDING fresh jobs alone (bucket `<bucket>-alone`) and beside the
     `count` jobs `add` builds (bucket `<bucket>`), the two sweeps taking turns, so a
-    change in the machine's load between them falls on both. The added jobs are built
-    on a MemoryStore by the library and copied straight to fake-gcs (bench.fixtures;
-    that writing is not what is measured); fake-gcs-server keeps each bucket's objects
-    apart, so the one bucket's listing does not see the other's."""
+    change in the machine's load between them falls on both. The second bucket is built
+    on a MemoryStore by the library (the same submit of the pending jobs, then `add`)
+    and fake-gcs-server starts holding it (bench.fixtures.write_data_dir; that writing
+    is not what is measured). fake-gcs-server keeps each bucket's objects apart, so the
+    one bucket's listing does not see the other's."""
+    jobs = [
+        {"pipeline": "demo", "id": f"p{i:03d}-{records.new_job_id()[:12]}"} for i in range(PENDING)
+    ]
+    settings = Settings.from_env({}, records_bucket=bucket, stale_seconds=3600.0)
+    built = MemoryStore(bucket)
+    Queue(built, _Bell(), settings).submit(parse_submission({"jobs": jobs}, settings))
+    now = datetime.now(UTC)
+    for i in range(count):
+        add(built, settings, now, i)
+        if (i + 1) % SHOW_EVERY == 0:
+            CONSOLE.progress(f"{bucket}: built {i + 1:,}/{count:,} jobs in memory")
     port = free_port()
-    fake = start_fake_gcs("127.0.0.1", port)
-    try:
-        with FaultProxy(f"http://127.0.0.1:{port}") as proxy:
-            client = wiring.storage_client(proxy.url, "bench")
-            alone, beside = _Side(client, f"{bucket}-alone", proxy), _Side(client, bucket, proxy)
-            jobs = [
-                {"pipeline": "demo", "id": f"p{i:03d}-{records.new_job_id()[:12]}"}
-                for i in range(PENDING)
-            ]
-            for side in (alone, beside):
-                side.queue.submit(parse_submission({"jobs": jobs}, side.settings))
-            now = datetime.now(UTC)
-            built = MemoryStore(bucket)
-            for i in range(count):
-                add(built, beside.settings, now, i)
-                if (i + 1) % SHOW_EVERY == 0:
-                    CONSOLE.progress(f"{bucket}: built {i + 1:,}/{count:,} jobs in memory")
-            direct = f"http://127.0.0.1:{port}"
-            shown = Progress(
-                f"{bucket}: copied objects", len(built.names()), CONSOLE.progress, 5000
-            )
-            copy_to_gcs(built, direct, bucket, shown)
-            seed = GcsStore(bucket, wiring.storage_client(direct, "b"))
-            if len(seed.list_pending()) != PENDING:
-                raise RuntimeError("the added objects changed the pending index")
-            for i in range(REPEATS):
-                for side in (alone, beside) if i % 2 == 0 else (beside, alone):
-                    side.sweep()
-    finally:
-        stop(fake)
+    with tempfile.TemporaryDirectory(prefix="bench-gcs-") as data:
+        objects = write_data_dir(built, Path(data))
+        CONSOLE.progress(f"{bucket}: fake-gcs-server loading {objects:,} objects")
+        fake = start_fake_gcs("127.0.0.1", port, data_dir=Path(data), start_timeout=LOAD_S)
+        try:
+            with FaultProxy(f"http://127.0.0.1:{port}") as proxy:
+                client = wiring.storage_client(proxy.url, "bench")
+                alone = _Side(client, f"{bucket}-alone", proxy, create=True)
+                beside = _Side(client, bucket, proxy, create=False)
+                alone.queue.submit(parse_submission({"jobs": jobs}, alone.settings))
+                loaded = GcsStore(bucket, wiring.storage_client(f"http://127.0.0.1:{port}", "b"))
+                if len(loaded.list_pending()) != PENDING:
+                    raise RuntimeError("the added objects changed the pending index")
+                for i in range(REPEATS):
+                    for side in (alone, beside) if i % 2 == 0 else (beside, alone):
+                        side.sweep()
+        finally:
+            stop(fake)
     return alone.measured(), beside.measured()
 
 
