@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import http.client
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -108,6 +109,29 @@ def write_data_dir(store: MemoryStore, root: Path) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(obj.data)
     return len(names)
+
+
+def wait_loaded(gcs_url: str, bucket: str, timeout: float) -> None:
+    """Until fake-gcs-server answers a listing of `bucket`: it accepts connections while
+    it is still loading its -data folder, and answers once that is done."""
+    parts = urlsplit(gcs_url)
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"fake-gcs-server did not load {bucket} within {timeout:.0f} s")
+        conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=left)
+        try:
+            conn.request("GET", f"/storage/v1/b/{bucket}/o?maxResults=1")
+            resp = conn.getresponse()
+            resp.read()
+            if resp.status == 200:
+                return
+        except OSError:
+            pass
+        finally:
+            conn.close()
+        time.sleep(0.5)
 
 
 def clear_bucket(client: Any, gcs_url: str, bucket: str) -> int:

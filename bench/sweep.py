@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.common import median, row
 from bench.console import CONSOLE
-from bench.fixtures import write_data_dir
+from bench.fixtures import wait_loaded, write_data_dir
 from bench.spread import Spread
 from local import wiring
 from local.faultproxy import FaultProxy
@@ -133,6 +133,7 @@ def compare(
         CONSOLE.progress(f"{bucket}: fake-gcs-server loading {objects:,} objects")
         fake = start_fake_gcs("127.0.0.1", port, data_dir=Path(data), start_timeout=LOAD_S)
         try:
+            wait_loaded(f"http://127.0.0.1:{port}", bucket, LOAD_S)
             with FaultProxy(f"http://127.0.0.1:{port}") as proxy:
                 client = wiring.storage_client(proxy.url, "bench")
                 alone = _Side(client, f"{bucket}-alone", proxy, create=True)
