@@ -1,7 +1,12 @@
 """`python -m bench` (make bench): run the benchmarks, write results.json and results.md.
 
 `--only calls,sweep` runs a subset and keeps the other entries of an existing
-results.json, so one figure can be refreshed without re-running everything.
+results.json, so one figure can be refreshed without re-running everything. The
+terminal shows each benchmark, progress and the table; the logs go to the file the run
+names under bench/logs/ (`-v` shows them live).
+
+A new benchmark is a module bench/<name>.py with a run() returning {"raw", "rows"}
+(bench.common.row), and its name on a line of ORDER.
 """
 
 from __future__ import annotations
@@ -16,10 +21,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.console import CONSOLE
 from bench.report import markdown
 
 HERE = Path(__file__).resolve().parent
-ORDER = (
+ORDER = (  # the order of the table; one name per line
     "calls",
     "sweep",
     "delayed",
@@ -56,35 +62,66 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
     p.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(ORDER)}")
     p.add_argument("--out", type=Path, default=HERE, help="directory for results.json/.md")
+    p.add_argument("-v", "--verbose", action="store_true", help="show every log line live")
     a = p.parse_args(argv)
     chosen = [n.strip() for n in a.only.split(",") if n.strip()] or list(ORDER)
     unknown = sorted(set(chosen) - set(ORDER))
     if unknown:
         p.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(ORDER)}")
-    path = a.out / "results.json"
-    results = _load(path) if a.only else {}
+    log = CONSOLE.start(HERE / "logs", a.verbose)
+    CONSOLE.say(f"logs: {_shown(log)}")
+    try:
+        results = _run(chosen, a.only, a.out)
+    finally:
+        CONSOLE.close()
+    table = markdown(results)
+    print("\n" + table)
+    print(f"wrote {_shown(a.out / 'results.json')} and {_shown(a.out / 'results.md')}")
+    print(f"logs: {_shown(log)}")
+    return 0
+
+
+def _run(chosen: list[str], only: str, out: Path) -> dict[str, Any]:
+    path = out / "results.json"
+    results = _load(path) if only else {}
     benchmarks: dict[str, Any] = dict(results.get("benchmarks", {}))
-    for name in chosen:
+    started_all = time.monotonic()
+    for i, name in enumerate(chosen, 1):
         started = time.monotonic()
-        print(f"bench {name} ...", flush=True)
+        CONSOLE.say(f"[{i}/{len(chosen)}] {name} ...")
         module = importlib.import_module(f"bench.{name}")
         benchmarks[name] = module.run()
         benchmarks[name]["seconds"] = round(time.monotonic() - started, 1)
-        for r in benchmarks[name]["rows"]:
-            print(f"  {r['name']}: {r['figure']} | vs {r['baseline']} | {r['ratio']}", flush=True)
+        CONSOLE.say(
+            f"[{i}/{len(chosen)}] {name}: {_verdicts(benchmarks[name]['rows'])}, "
+            f"{benchmarks[name]['seconds']:.0f} s"
+        )
     results = {
         "generated_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "command": "make bench" if not a.only else f"python -m bench --only {a.only}",
+        "command": "make bench" if not only else f"python -m bench --only {only}",
         "environment": _environment(),
+        "seconds": round(time.monotonic() - started_all, 1),
         "benchmarks": {n: benchmarks[n] for n in ORDER if n in benchmarks},
     }
-    a.out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=2, sort_keys=False) + "\n")
-    table = markdown(results)
-    (a.out / "results.md").write_text(table)
-    print("\n" + table)
-    print(f"wrote {path} and {a.out / 'results.md'}")
-    return 0
+    (out / "results.md").write_text(markdown(results))
+    return results
+
+
+def _verdicts(rows: list[dict[str, Any]]) -> str:
+    met = sum(r.get("met") is True for r in rows)
+    missed = sum(r.get("met") is False for r in rows)
+    shown = f"{len(rows)} row(s), {met} met"
+    return shown + (f", {missed} MISSED" if missed else "")
+
+
+def _shown(path: Path) -> str:
+    """A path relative to the working directory when it is below it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import time
 from datetime import datetime
 from typing import Any
 
-from bench.common import row, wait_pending_empty
+from bench.common import local_cloud, row, wait_pending_empty
 from local import wiring
 from local.cloud import LocalCloud
 from local.observe import emulator_stats, parse_at, snapshot, submit_batch, watching_queue
@@ -65,7 +65,7 @@ def _claim_log_counts(cloud: LocalCloud) -> dict[str, Any]:
 
 
 def _variant(refuse: bool, drain: bool = True) -> dict[str, Any]:
-    cloud = LocalCloud.for_tests(
+    cloud = local_cloud(
         function_env={} if drain else {"RECLAIM_DRAIN_MAX_JOBS": "0"},
         max_instances=INSTANCES,
         min_instances=INSTANCES,

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from bench.console import CONSOLE
 from local.cloud import LocalCloud
 from local.faultproxy import FaultProxy
 from local.observe import all_terminal, emulator_stats, snapshot, topic_count, watching_queue
@@ -33,14 +34,20 @@ class Bench:
         return snapshot(self.queue, job_ids)
 
 
+def local_cloud(**overrides: Any) -> LocalCloud:
+    """LocalCloud.for_tests whose logs go to the run's log file (bench.console)."""
+    log_dir = CONSOLE.cloud_log_dir()
+    if log_dir is not None:
+        overrides.setdefault("log_dir", log_dir)
+    return LocalCloud.for_tests(**overrides)
+
+
 @contextlib.contextmanager
 def bench_cloud(**overrides: Any) -> Iterator[Bench]:
-    """LocalCloud.for_tests with the counting proxy in front of fake-gcs-server."""
+    """local_cloud with the counting proxy in front of fake-gcs-server."""
     gcs_port = free_port()
     with FaultProxy(f"http://127.0.0.1:{gcs_port}") as proxy:
-        cloud = LocalCloud.for_tests(
-            gcs_port=gcs_port, functions_storage_host=proxy.url, **overrides
-        )
+        cloud = local_cloud(gcs_port=gcs_port, functions_storage_host=proxy.url, **overrides)
         with cloud:
             yield Bench(cloud, proxy, watching_queue(cloud))
 

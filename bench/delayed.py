@@ -17,14 +17,14 @@ from shared import timing
 from shared.config import Settings
 from shared.features import context
 from shared.queue import parse_submission
-from shared.storage import GcsStore
+from shared.storage import Store
 from shared.submission import submit
 
 DELAYED = 10_000
 AHEAD = timedelta(days=7)
 
 
-def _delayed_job(store: GcsStore, settings: Settings, now: datetime, i: int) -> None:
+def _delayed_job(store: Store, settings: Settings, now: datetime, i: int) -> None:
     """A job a week ahead, written by submit itself (scheduled marker, then the record)."""
     at = (now + AHEAD + timedelta(seconds=i)).isoformat()
     body = {"pipeline": "demo", "id": f"later-{i:05d}", "run_at": at}

@@ -32,11 +32,15 @@ def start_fake_gcs(
     event_topic: str | None = None,
     event_bucket: str | None = None,
     log_path: Path | None = None,
+    data_dir: Path | None = None,
+    start_timeout: float = 20.0,
 ) -> subprocess.Popen[bytes]:
     """Start fake-gcs-server (memory backend, plain HTTP) and wait until it listens.
 
     With event_* set, a finalized object in event_bucket is published to
     event_topic as a JSON_API_V1 notification, as google_storage_notification does.
+    With data_dir, it starts holding the objects found there (data_dir/<bucket>/<name>),
+    loaded before it listens (so a large one needs a longer start_timeout).
     """
     url = f"http://{host}:{port}"
     args = [
@@ -56,6 +60,8 @@ def start_fake_gcs(
         "-log-level",
         "warn",
     ]
+    if data_dir is not None:
+        args += ["-data", str(data_dir)]
     env = None
     if event_topic:
         if not (pubsub_emulator_host and event_project):
@@ -74,5 +80,5 @@ def start_fake_gcs(
 
         env = {**os.environ, "PUBSUB_EMULATOR_HOST": pubsub_emulator_host}
     proc = spawn(args, env=env, log_path=log_path, die_with_parent=True)
-    wait_for_port(host, port, proc=proc)
+    wait_for_port(host, port, timeout=start_timeout, proc=proc)
     return proc
