@@ -176,6 +176,8 @@ def _handler(service: Service, front: Front) -> type[BaseHTTPRequestHandler]:
             headers = dict(end_to_end(self.headers.items()))
             headers["X-Forwarded-For"] = self.client_address[0]
             headers["Connection"] = "close"
+            if self.headers.get("Host"):  # the service's own host reaches the container, as
+                headers["Host"] = self.headers["Host"]  # on Cloud Run (CSRF checks read it)
             if front.issuer.admit(headers, front.audiences):
                 status, out_headers, data = forward(service, self.command, self.path, headers, body)
             else:
