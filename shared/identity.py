@@ -34,6 +34,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from google.auth.exceptions import GoogleAuthError
+
 from shared.logs import get_logger
 
 log = get_logger(__name__)
@@ -88,7 +90,7 @@ def verified_email(
     try:  # a signature is still there: believe it only once it verifies (Cloud Run
         # checked the audience; the keys say who signed)
         return _email(verify(token, None, GOOGLE_CERTS_URL))
-    except (ValueError, ImportError) as exc:
+    except (ValueError, GoogleAuthError) as exc:  # a bad token, or Google's keys unreachable
         log.warning("an identity token did not verify; author left anonymous", reason=str(exc))
         return None
 
@@ -106,7 +108,7 @@ def _iap_email(assertion: str, audience: str, verify: Verify) -> str | None:
         return None
     try:
         claims = verify(assertion, audience, IAP_CERTS_URL)
-    except (ValueError, ImportError) as exc:
+    except (ValueError, GoogleAuthError) as exc:  # a bad assertion, or IAP's keys unreachable
         log.warning("IAP's assertion did not verify; author left anonymous", reason=str(exc))
         return None
     if claims.get("iss") != IAP_ISSUER:

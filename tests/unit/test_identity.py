@@ -164,3 +164,15 @@ def test_iap_s_assertion_is_verified_against_its_keys_audience_and_issuer(
     # with IAP configured, neither its unsigned headers nor a Cloud Run token count
     token = cloud_run_token({"email": "boss@example.com"})
     assert by("", **CALLER_CHOSEN, Authorization=f"Bearer {token}") == "dashboard"
+
+
+def test_keys_out_of_reach_leave_the_author_anonymous_never_a_500() -> None:
+    from google.auth.exceptions import TransportError
+
+    def unreachable(token: str, audience: str | None, url: str) -> Mapping[str, Any]:
+        raise TransportError(f"cannot reach {url}")
+
+    signed = cloud_run_token({"email": "ops@example.com"}).rsplit(".", 1)[0] + ".c2ln"
+    headers = {"Authorization": f"Bearer {signed}", identity.IAP_HEADER: signed}
+    assert identity.author("http", headers, verify=unreachable) == "http"
+    assert identity.author("http", headers, iap_audience=IAP_AUDIENCE, verify=unreachable) == "http"
