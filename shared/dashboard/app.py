@@ -74,23 +74,20 @@ def handle(
     peek: Callable[[str, str], list[Any]] | None = None,
 ) -> flask.Response:
     """Answer one request; library errors become the error page with their status."""
-    by = identity.author("dashboard", request.headers, iap_audience=queue.settings.iap_audience)
-    key = csrf_key(queue)
-    token = request.cookies.get(csrf.COOKIE, "")
-    if not csrf.issued_to(token, key, by):
-        token = csrf.new_token(key, by)
-    page = _Page(request, queue, figures, clock, _Caller(by, key, token), peek or deadletters.peek)
+    caller: _Caller | None = None
     try:
+        caller = _Caller.of(request, queue)
+        page = _Page(request, queue, figures, clock, caller, peek or deadletters.peek)
         response = page.route()
     except ReclaimError as exc:
         refusal = _refusal(exc)
         if refusal.status >= 500:
             log.error("dashboard request failed", path=request.path, reason=refusal.reason)
         response = _refusal_response(request, refusal, queue.settings.project, clock())
-    if request.cookies.get(csrf.COOKIE) != token:
+    if caller is not None and request.cookies.get(csrf.COOKIE) != caller.token:
         secure = request.is_secure or request.headers.get("X-Forwarded-Proto") == "https"
         response.set_cookie(
-            csrf.COOKIE, token, httponly=True, samesite="Strict", secure=secure, path="/"
+            csrf.COOKIE, caller.token, httponly=True, samesite="Strict", secure=secure, path="/"
         )
     return _harden(response)
 
@@ -117,6 +114,17 @@ class _Caller:
         self.by = by
         self.key = key
         self.token = token
+
+    @classmethod
+    def of(cls, request: flask.Request, queue: Queue) -> _Caller:
+        """The request's verified author, and the token issued to them (theirs if the
+        cookie holds one, else a new one)."""
+        by = identity.author("dashboard", request.headers, iap_audience=queue.settings.iap_audience)
+        key = csrf_key(queue)
+        token = request.cookies.get(csrf.COOKIE, "")
+        if not csrf.issued_to(token, key, by):
+            token = csrf.new_token(key, by)
+        return cls(by, key, token)
 
 
 def refusal_page(request: flask.Request, refusal: Refusal) -> flask.Response:
