@@ -90,6 +90,12 @@ def _metrics_source(value: str) -> str:
     return value
 
 
+def _iap_audience(value: str) -> str:
+    if value and not value.startswith("/projects/"):
+        raise ValueError("must be IAP's signed-header audience, /projects/<number>/..., or empty")
+    return value
+
+
 ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar(
         name="RECLAIM_PROJECT",
@@ -275,6 +281,16 @@ ENV_VARS: tuple[EnvVar, ...] = (
         "Monitoring, on GCP), logs:<folder> (the local cloud's log files), or empty (none).",
     ),
     EnvVar(
+        name="RECLAIM_IAP_AUDIENCE",
+        field="iap_audience",
+        default="",
+        parse=_iap_audience,
+        doc="When IAP fronts a service: the audience of its signed header "
+        "(/projects/<number>/locations/<region>/services/<name> on Cloud Run); the author of "
+        "an action is then read from IAP's verified assertion only (shared/identity.py). "
+        "Empty: from the ID token Cloud Run's IAM check verified.",
+    ),
+    EnvVar(
         name="RECLAIM_LOG_LEVEL",
         field="log_level",
         default="INFO",
@@ -321,6 +337,7 @@ class Settings:
     pipeline_modules: tuple[str, ...]
     dead_letter_subscription: str
     metrics_source: str
+    iap_audience: str
     log_level: str
     schedules_file: str
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import flask
 
-from shared import logs, metrics
+from shared import identity, logs, metrics
 from shared.config import Settings
 from shared.errors import (
     BadEvent,
@@ -194,6 +194,12 @@ class SettingsOnce:
         """Called at import, so a bad deployment logs at once rather than at first request."""
         with contextlib.suppress(Refusal):
             self.get()
+
+
+def author(request: flask.Request, prefix: str, settings: Settings) -> str:
+    """Who made this request, for a history or a marker (`by`): what the platform verified
+    (shared.identity), never a header the caller chose."""
+    return identity.author(prefix, request.headers, iap_audience=settings.iap_audience)
 
 
 def answer(

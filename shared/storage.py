@@ -94,6 +94,7 @@ INDEX_PREFIXES: tuple[str, ...] = (
     "parked/",
     "ended/",  # flow control
     "workflows/",  # callbacks and dependencies (shared.workflow_graph documents the layout)
+    "dashboard/",  # the dashboard's CSRF key, shared by its instances (shared.dashboard.app)
 )
 
 

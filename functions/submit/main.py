@@ -22,6 +22,7 @@ from shared.http import (
     Refusal,
     SettingsOnce,
     answer,
+    author,
     entry_point,
     framework_errors,
     read_body,
@@ -133,9 +134,8 @@ def _pipeline_action(request: flask.Request, pipeline: str, action: str) -> flas
     """POST /pipelines/<name>/pause|resume (docs/flow-control.md): 200 with what changed,
     400 for an unknown pipeline, 404 for another action."""
     queue = _settings.queue()
-    by = "http:" + (request.headers.get("X-Reclaim-By") or "api")[:60]
     if action == "pause":
-        changed = queue.pause(pipeline, by=by)
+        changed = queue.pause(pipeline, by=author(request, "http", _settings.get()))
         return answer(200, {"pipeline": pipeline, "paused": True, "changed": changed})
     if action == "resume":
         resumed = queue.resume(pipeline)

@@ -14,7 +14,9 @@ has answered. Answers of the platform itself, never of the function:
   queue inside it. Cloud Run's own page only says the instance "might continue
   processing the aborted request, which can interfere with handling other requests";
   keeping the slot is the conservative reading.
-- 503 when the instance died mid-request (a kill, a crash): Pub/Sub redelivers.
+- 503 when the instance died mid-request (a kill, a crash): Pub/Sub redelivers;
+- 401 when the request's ID token does not verify (local/cloudrun/iam.py: the stand-in
+  for Cloud Run's IAM check, which also strips a good token's signature).
 An instance that refuses the connection (its server is gone) is retired and the
 request tries another slot.
 """
@@ -27,6 +29,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from local.cloudrun.config import INSTANCE_LOST_TEXT, NO_INSTANCE_TEXT, TIMEOUT_TEXT
+from local.cloudrun.iam import INVALID_TOKEN_TEXT, Issuer
 from local.cloudrun.service import Lease, Service
 from local.forwarding import ProxyHandler, end_to_end
 
@@ -130,10 +133,13 @@ class _Server(ThreadingHTTPServer):
 class Front:
     """The service's URL: a threading HTTP server in front of its instances."""
 
-    def __init__(self, service: Service, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, service: Service, host: str = "127.0.0.1", port: int = 0, issuer: Issuer | None = None
+    ) -> None:
         self.service = service
         self._host = host
-        self._server = _Server((host, port), _handler(service))
+        self.issuer = issuer or Issuer()
+        self._server = _Server((host, port), _handler(service, self))
         self._thread: threading.Thread | None = None
 
     @property
@@ -143,6 +149,11 @@ class Front:
     @property
     def url(self) -> str:
         return f"http://{self._host}:{self.port}"
+
+    @property
+    def audiences(self) -> tuple[str, ...]:
+        """What an ID token for this service may name as its audience: its URL."""
+        return (self.url, self.url + "/")
 
     def start(self) -> None:
         self._thread = threading.Thread(
@@ -158,14 +169,19 @@ class Front:
         self._server.server_close()
 
 
-def _handler(service: Service) -> type[BaseHTTPRequestHandler]:
+def _handler(service: Service, front: Front) -> type[BaseHTTPRequestHandler]:
     class _Handler(ProxyHandler):
         def _proxy(self) -> None:
             body = self.read_body()
             headers = dict(end_to_end(self.headers.items()))
             headers["X-Forwarded-For"] = self.client_address[0]
             headers["Connection"] = "close"
-            status, out_headers, data = forward(service, self.command, self.path, headers, body)
+            if self.headers.get("Host"):  # the service's own host reaches the container, as
+                headers["Host"] = self.headers["Host"]  # on Cloud Run (CSRF checks read it)
+            if front.issuer.admit(headers, front.audiences):
+                status, out_headers, data = forward(service, self.command, self.path, headers, body)
+            else:
+                status, out_headers, data = _text(401, INVALID_TOKEN_TEXT)
             try:
                 self.send_response(status)
                 for key, value in out_headers:

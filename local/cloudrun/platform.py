@@ -18,6 +18,7 @@ from typing import Any
 from local.cloudrun.admin import AdminServer
 from local.cloudrun.config import ServiceConfig
 from local.cloudrun.front import Front
+from local.cloudrun.iam import Issuer
 from local.cloudrun.instance import Launcher, Spawner
 from local.cloudrun.service import Service
 
@@ -38,6 +39,8 @@ class Platform:
         self.services: dict[str, Service] = {}
         self._fronts: dict[str, Front] = {}
         self._admin: AdminServer | None = None
+        self.issuer = Issuer()
+        """Signs the local cloud's ID tokens; every front checks them (local/cloudrun/iam.py)."""
 
     def add(self, config: ServiceConfig, launcher: Launcher, port: int = 0) -> Service:
         """Declare a service (validated now; its front listens on `port` right away)."""
@@ -54,7 +57,7 @@ class Platform:
             log=None if log is None else (lambda line: log(f"{config.name}: {line}")),
         )
         self.services[config.name] = service
-        self._fronts[config.name] = Front(service, self.host, port)
+        self._fronts[config.name] = Front(service, self.host, port, self.issuer)
         return service
 
     def service(self, name: str) -> Service:
@@ -62,6 +65,11 @@ class Platform:
 
     def url(self, name: str) -> str:
         return self._fronts[name].url
+
+    def identity_token(self, name: str, email: str) -> str:
+        """An ID token for `email` that service `name`'s front accepts (the local
+        `gcloud auth print-identity-token --audiences=<its URL>`)."""
+        return self.issuer.mint(email, self.url(name))
 
     @property
     def admin_url(self) -> str | None:

@@ -5,8 +5,9 @@ GET  /jobs/<id>             one job         POST /jobs/<id>/retry, /jobs/<id>/ca
 GET  /dead-letters          peek            GET  /metrics  (JSON: gauges now, counts)
 GET  /assets/<file>         the page's CSS and script (served here: no CDN)
 
-A POST that passes the CSRF checks calls the facade (Queue.retry / Queue.cancel,
-as `reclaim retry` / `reclaim cancel` do) and answers 303 to the job's page.
+A POST that passes the CSRF checks (shared.dashboard.csrf) calls the facade
+(Queue.retry / Queue.cancel, as `reclaim retry` / `reclaim cancel` do) and answers 303
+to the job's page. The history's author is what the platform verified (shared.identity).
 
 A browser's app answers refusals as pages: every refusal (the library's errors,
 a bug, and what functions-framework refuses before the function runs) is the
@@ -18,8 +19,10 @@ shown as stored, never a 500.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -29,11 +32,11 @@ from urllib.parse import quote
 import flask
 import jinja2
 
-from shared import job_queue, metrics, records, tracing
+from shared import identity, job_queue, metrics, records, tracing
 from shared.clock import Clock, utcnow
 from shared.dashboard import charts, csrf, deadletters, views
 from shared.dashboard.figures import Figures
-from shared.errors import IllegalTransition, ReclaimError
+from shared.errors import AlreadyExists, IllegalTransition, NotFound, ReclaimError
 from shared.http import Refusal, refusal_for
 from shared.logs import get_logger
 from shared.pipelines import pipeline_names
@@ -43,6 +46,12 @@ log = get_logger(__name__)
 HERE = Path(__file__).resolve().parent
 STATIC = {"dashboard.css": "text/css", "dashboard.js": "text/javascript"}
 _JOB_ACTION = re.compile(r"jobs/([^/]+)/(retry|cancel)")
+CSRF_KEY_OBJECT = "dashboard/csrf-key"
+"""The HMAC key of the CSRF tokens: random, created once (create-only) in the records
+bucket, so every instance of the dashboard, and the next one after a scale to zero,
+accepts the tokens of the others. Whoever can read it can already write every record."""
+_keys: dict[str, bytes] = {}
+_keys_lock = threading.Lock()
 
 _env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(HERE / "templates"),
@@ -65,23 +74,59 @@ def handle(
     peek: Callable[[str, str], list[Any]] | None = None,
 ) -> flask.Response:
     """Answer one request; library errors become the error page with their status."""
-    token = request.cookies.get(csrf.COOKIE) or csrf.new_token()
-    page = _Page(request, queue, figures, clock, token, peek or deadletters.peek)
+    caller: _Caller | None = None
     try:
+        caller = _Caller.of(request, queue)
+        page = _Page(request, queue, figures, clock, caller, peek or deadletters.peek)
         response = page.route()
     except ReclaimError as exc:
         refusal = _refusal(exc)
         if refusal.status >= 500:
             log.error("dashboard request failed", path=request.path, reason=refusal.reason)
         response = _refusal_response(request, refusal, queue.settings.project, clock())
-    if request.cookies.get(csrf.COOKIE) != token:
+    if caller is not None and request.cookies.get(csrf.COOKIE) != caller.token:
         # Not Secure: on GCP the browser talks to `gcloud run services proxy` over
         # http://localhost while Cloud Run sees X-Forwarded-Proto https, and a browser that
         # does not count http://localhost as secure drops a Secure cookie, so every button
-        # would fail its CSRF check. The cookie holds only the CSRF token (the credential
-        # is the proxy's identity token), HttpOnly and SameSite=Strict.
-        response.set_cookie(csrf.COOKIE, token, httponly=True, samesite="Strict", path="/")
+        # would fail its CSRF check. The cookie holds only the CSRF token (bound to the
+        # verified caller: shared.dashboard.csrf), HttpOnly and SameSite=Strict.
+        response.set_cookie(csrf.COOKIE, caller.token, httponly=True, samesite="Strict", path="/")
     return _harden(response)
+
+
+def csrf_key(queue: Queue) -> bytes:
+    """The bucket's CSRF key (created on first use), read once per process."""
+    bucket = queue.settings.records_bucket
+    with _keys_lock:
+        if bucket not in _keys:
+            try:
+                _keys[bucket] = queue.store.read_blob(CSRF_KEY_OBJECT).data
+            except NotFound:
+                # another instance may make it first (AlreadyExists): use theirs
+                with contextlib.suppress(AlreadyExists):
+                    queue.store.put_blob(CSRF_KEY_OBJECT, csrf.new_key(), generation=0)
+                _keys[bucket] = queue.store.read_blob(CSRF_KEY_OBJECT).data
+        return _keys[bucket]
+
+
+class _Caller:
+    """Who is asking (their verified author), and their CSRF token and its key."""
+
+    def __init__(self, by: str, key: bytes, token: str) -> None:
+        self.by = by
+        self.key = key
+        self.token = token
+
+    @classmethod
+    def of(cls, request: flask.Request, queue: Queue) -> _Caller:
+        """The request's verified author, and the token issued to them (theirs if the
+        cookie holds one, else a new one)."""
+        by = identity.author("dashboard", request.headers, iap_audience=queue.settings.iap_audience)
+        key = csrf_key(queue)
+        token = request.cookies.get(csrf.COOKIE, "")
+        if not csrf.issued_to(token, key, by):
+            token = csrf.new_token(key, by)
+        return cls(by, key, token)
 
 
 def refusal_page(request: flask.Request, refusal: Refusal) -> flask.Response:
@@ -138,14 +183,15 @@ class _Page:
         queue: Queue,
         figures: Figures,
         clock: Clock,
-        token: str,
+        caller: _Caller,
         peek: Callable[[str, str], list[Any]],
     ) -> None:
         self.request = request
         self.queue = queue
         self.figures = figures
         self.clock = clock
-        self.token = token
+        self.caller = caller
+        self.token = caller.token
         self.peek = peek
 
     def route(self) -> flask.Response:
@@ -224,9 +270,7 @@ class _Page:
             trace=trace,
             logs_url=logs_url,
             message=self.request.args.get("done"),
-            relations={
-                k: v for k in ("parents", "children") if isinstance(v := record.get(k), list) and v
-            },
+            relations=views.relations(self.queue, record),
             max_attempts=job_queue.max_attempts_of(record, self.queue.settings.max_attempts),
             error=views.error_fields(record.get("error")),
         )
@@ -270,11 +314,18 @@ class _Page:
 
     def job_action(self, job_id: str, action: str) -> flask.Response:
         records.validate_job_id(job_id)
-        problem = csrf.problem(dict(self.request.headers), self.request.cookies, self.request.form)
+        problem = csrf.problem(
+            self.request.headers,
+            self.request.cookies,
+            self.request.form,
+            key=self.caller.key,
+            who=self.caller.by,
+            host=self.request.host,
+        )
         if problem is not None:
             log.warning("dashboard refused a form", job_id=job_id, action=action, reason=problem)
             raise Refusal(403, "forbidden", problem)
-        by = who(self.request)
+        by = self.caller.by
         if action == "retry":
             retried = self.queue.retry(job_id, by=by)
             note = "retried" if retried.rung else "retried (the sweep will ring it)"
@@ -288,32 +339,6 @@ def _redirect(location: str, code: int) -> flask.Response:
     response = flask.Response(status=code)
     response.headers["Location"] = location
     return response
-
-
-def who(request: flask.Request) -> str:
-    """Who pressed a button, for the record's history: IAP's verified header when IAP
-    fronts the service, else the email claim of the identity token Cloud Run already
-    verified (run.invoker), else "dashboard" (the local cloud)."""
-    iap = request.headers.get("X-Goog-Authenticated-User-Email", "")
-    if iap:
-        return "dashboard:" + iap.split(":", 1)[-1]
-    email = _token_email(request.headers.get("Authorization", ""))
-    return f"dashboard:{email}" if email else "dashboard"
-
-
-def _token_email(header: str) -> str | None:
-    import base64
-
-    scheme, _, token = header.partition(" ")
-    parts = token.split(".")
-    if scheme.lower() != "bearer" or len(parts) != 3:
-        return None
-    try:
-        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
-    except ValueError:
-        return None
-    email = claims.get("email") if isinstance(claims, dict) else None
-    return email if isinstance(email, str) and len(email) < 320 else None
 
 
 def _allow(method: str, *allowed: str) -> None:

@@ -289,3 +289,36 @@ def actions(record: JobRecord) -> list[str]:
     if status in job_queue.RETRYABLE_STATUSES:
         return ["retry"]
     return []
+
+
+@dataclass
+class Relations:
+    """A job's place in a workflow (docs/workflows.md), as its page links it."""
+
+    parents: list[str]  # the record's depends_on
+    children: list[str]  # jobs that named it in depends_on (the reverse edges)
+    callback_of: str | None  # the batch whose completion created it
+    on_parent_failure: str | None
+    parent_failure: dict[str, Any] | None  # the parent whose end cancelled (or not) it
+
+    def __bool__(self) -> bool:
+        return bool(self.parents or self.children or self.callback_of)
+
+
+def relations(queue: Queue, record: JobRecord) -> Relations:
+    """What the record stores of its workflow, and its children from the reverse edges
+    (one listing: what GET /jobs/<id> shows as `children`)."""
+    from shared import workflows
+
+    found = record.get("depends_on")
+    parents = [str(p) for p in found] if isinstance(found, list) else []
+    callback_of = record.get("callback_of")
+    failure = record.get("parent_failure")
+    policy = record.get("on_parent_failure")
+    return Relations(
+        parents=parents,
+        children=workflows.children_of(queue.store, str(record.get("id"))),
+        callback_of=str(callback_of) if callback_of else None,
+        on_parent_failure=str(policy) if parents and policy else None,
+        parent_failure=dict(failure) if isinstance(failure, dict) else None,
+    )

@@ -141,3 +141,72 @@ def test_a_forged_post_from_another_origin_changes_nothing(cloud: LocalCloud) ->
         requests.get(cloud.endpoints["jobs"] + "/keep-1", timeout=30).json()["status"]
         != "cancelled"
     )
+
+
+def test_a_jobs_parents_and_children_are_linked(cloud: LocalCloud, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    jobs = [
+        {"id": "wf-cover", "pipeline": "demo", "payload": {"stages": 1}},
+        {"id": "wf-thumb", "pipeline": "demo", "depends_on": ["wf-cover"], "payload": {}},
+    ]
+    submit(cloud, {"batch_id": "wf-demo", "jobs": jobs})
+    browser.get(cloud.endpoints["dashboard"] + "/jobs/wf-cover")
+    until("the child linked", lambda: "wf-thumb" in text_of(browser, "#relations #children"))
+    browser.find_element(By.CSS_SELECTOR, "#children a").click()
+    until("the child's page", lambda: "wf-thumb" in text_of(browser, "h1"))
+    assert "wf-cover" in text_of(browser, "#relations #parents")
+    link = browser.find_element(By.CSS_SELECTOR, "#parents a").get_attribute("href")
+    assert link.endswith("/jobs/wf-cover")
+
+
+def test_a_page_on_another_local_port_planting_a_token_pair_is_refused(
+    cloud: LocalCloud, browser: Any
+) -> None:
+    """The operator's browser carries their verified identity (as behind `gcloud run
+    services proxy`); a page on another loopback port plants a cookie+token pair the
+    dashboard issued to the attacker and posts the Cancel form: 403, with its reason."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from selenium.webdriver.common.by import By
+
+    submit(cloud, {"pipeline": "demo", "id": "keep-2", "payload": {"stages": 1, "sleep_s": 60}})
+    dashboard = cloud.endpoints["dashboard"]
+    mallory = {"Authorization": "Bearer " + cloud.platform.identity_token("dashboard", "m@x.io")}
+    page = requests.get(f"{dashboard}/jobs/keep-2", headers=mallory, timeout=30).text
+    planted = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+    html = (
+        f"<script>document.cookie = 'reclaim_csrf={planted}; path=/jobs';</script>"
+        f'<form id="f" method="post" action="{dashboard}/jobs/keep-2/cancel">'
+        f'<input name="csrf" value="{planted}"></form>'
+        "<script>document.getElementById('f').submit();</script>"
+    ).encode()
+
+    class Attacker(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(html)))
+            self.end_headers()
+            self.wfile.write(html)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Attacker)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    ops = "Bearer " + cloud.platform.identity_token("dashboard", "ops@example.com")
+    browser.execute_cdp_cmd("Network.enable", {})
+    browser.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {"Authorization": ops}})
+    try:
+        browser.get(f"http://127.0.0.1:{server.server_port}/")
+        until("the refusal", lambda: "403" in text_of(browser, "h1"))
+        reason = browser.find_element(By.ID, "reason").text
+        assert "another" in reason or "not issued" in reason, reason
+    finally:
+        browser.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {}})
+        server.shutdown()
+        server.server_close()
+    status = requests.get(cloud.endpoints["jobs"] + "/keep-2", timeout=30).json()["status"]
+    assert status != "cancelled"

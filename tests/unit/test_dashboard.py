@@ -19,6 +19,7 @@ from shared.dashboard import charts, csrf, figures, views
 from shared.http import Refusal
 from shared.queue import Queue
 from shared.storage_memory import MemoryStore
+from tests.unit.test_identity import cloud_run_token
 from tests.unit.unit_support import Bell, Clock, settings
 
 
@@ -180,32 +181,60 @@ def test_a_refusal_is_a_page_for_a_browser_and_json_for_a_json_client() -> None:
 
 
 def test_csrf_rules() -> None:
-    ok = {csrf.COOKIE: "t"}
-    assert csrf.problem({}, ok, {"csrf": "t"}) is None
-    assert (
-        csrf.problem({"Origin": "http://localhost:8080", "Host": "x.run.app"}, ok, {"csrf": "t"})
-        is None
+    key, me = csrf.new_key(), "dashboard:ops@example.com"
+    token = csrf.new_token(key, me)
+    ok = {csrf.COOKIE: token}
+
+    def why(headers: dict[str, str], cookies: dict[str, str] = ok, sent: str = token) -> Any:
+        return csrf.problem(headers, cookies, {"csrf": sent}, key=key, who=me, host="x.run.app")
+
+    assert why({}) is None
+    assert why({"Origin": "http://localhost:8080"}) is None  # gcloud run services proxy
+    assert why({"Origin": "https://x.run.app"}) is None
+    assert why({"Referer": "https://x.run.app/jobs/a"}) is None
+    assert "another origin" in why({"Origin": "null"})
+    assert "another origin" in why({"Referer": "https://evil.example/x"})
+    assert "another site" in why({"Sec-Fetch-Site": "same-site"})
+    assert "missing" in why({}, {}, "")
+    # a pair the attacker chose (or got issued for themselves) and planted as the cookie
+    planted = "attacker-nonce." + "0" * 64
+    assert "not issued" in why({}, {csrf.COOKIE: planted}, planted)
+    theirs = csrf.new_token(key, "dashboard:mallory@example.com")
+    assert "not issued" in why({}, {csrf.COOKIE: theirs}, theirs)
+    tampered = token.replace(".", ".0", 1)
+    assert "not issued" in why({}, {csrf.COOKIE: tampered}, tampered)
+
+
+def test_a_loopback_origin_is_refused_when_the_dashboard_itself_is_on_loopback() -> None:
+    """Locally another port is another origin: no loopback exemption there."""
+    key = csrf.new_key()
+    token = csrf.new_token(key, "dashboard")
+    form, cookies = {"csrf": token}, {csrf.COOKIE: token}
+    args = {"key": key, "who": "dashboard", "host": "127.0.0.1:8084"}
+    assert csrf.problem({"Origin": "http://127.0.0.1:8084"}, cookies, form, **args) is None
+    for origin in ("http://127.0.0.1:9999", "http://localhost:8084", "http://localhost:1"):
+        assert "another origin" in str(csrf.problem({"Origin": origin}, cookies, form, **args))
+
+
+def test_the_history_names_the_verified_caller_never_a_header_they_chose(
+    world: dict[str, Any],
+) -> None:
+    store, clock, client = world["store"], world["clock"], world["client"]
+    add(store, "g", clock, status="failed", attempts=1)
+    marker = cloud_run_token({"email": "ops@example.com"})
+    verified = {"Authorization": f"Bearer {marker}"}
+    page = client.get("/jobs/g", headers=verified)
+    token = re.search(r'name="csrf" value="([^"]+)"', page.get_data(as_text=True)).group(1)  # type: ignore[union-attr]
+    claimed = {"X-Goog-Authenticated-User-Email": "accounts.google.com:boss@example.com"}
+    done = client.post(
+        "/jobs/g/retry", data={"csrf": token}, headers={**verified, **claimed, "X-Reclaim-By": "x"}
     )
-    assert (
-        csrf.problem({"Origin": "https://x.run.app", "Host": "x.run.app"}, ok, {"csrf": "t"})
-        is None
-    )
-    assert csrf.problem({"Origin": "null"}, ok, {"csrf": "t"}) is not None
-    assert csrf.problem({"Sec-Fetch-Site": "same-site"}, ok, {"csrf": "t"}) is not None
-    assert csrf.problem({}, {}, {"csrf": ""}) is not None
-
-
-def test_who_reads_iap_or_the_verified_token() -> None:
-    import base64
-
-    claims = base64.urlsafe_b64encode(json.dumps({"email": "ops@example.com"}).encode()).decode()
-    with flask.Flask(__name__).test_request_context(
-        headers={"Authorization": f"Bearer a.{claims}.c"}
-    ):
-        assert dashboard_app.who(flask.request) == "dashboard:ops@example.com"
-    iap = {"X-Goog-Authenticated-User-Email": "accounts.google.com:me@example.com"}
-    with flask.Flask(__name__).test_request_context(headers=iap):
-        assert dashboard_app.who(flask.request) == "dashboard:me@example.com"
+    assert done.status_code == 303
+    assert store.read("g").record["history"][-1]["by"] == "dashboard:ops@example.com"
+    # the same token from a caller without that identity is not theirs
+    add(store, "h", clock, status="failed", attempts=1)
+    refused = client.post("/jobs/h/retry", data={"csrf": token}, headers=claimed)
+    assert refused.status_code == 403 and store.read("h").record["status"] == "failed"
 
 
 def test_a_chart_is_escaped_svg_with_a_nice_axis() -> None:
