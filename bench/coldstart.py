@@ -1,6 +1,6 @@
 """The doorbell wait a cold start alone causes, on the local cloud: `python -m bench.coldstart`.
 
-shared.drain.BACKLOG_WAIT_S turns a doorbell that waited longer into a sign of a backlog;
+shared.claim.drain.BACKLOG_WAIT_S turns a doorbell that waited longer into a sign of a backlog;
 a claim instance started from zero must not count as one. Each round waits until claim
 has no instance (idle_timeout_seconds=1), submits one demo job and reads, from its
 record, the seconds from its creation (the doorbell is published right after) to its

@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from local.procs import stop
-from shared import webhook_delivery as wd
+from shared.pipelines import webhook_delivery as wd
 from tests.integration.function_support import make_queue, start_function
 from tests.integration.test_workflows_http import Receiver
 from tests.terraform.tfhcl import resources, unquote

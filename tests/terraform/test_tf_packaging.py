@@ -302,7 +302,7 @@ import json, sys
 archive, site = sys.argv[1:3]
 sys.path[:0] = [archive]
 sys.path.append(site)
-from shared import schedules
+from shared.cron import schedules
 
 path = schedules.schedules_file()
 print(json.dumps({"path": str(path), "names": [s.name for s in schedules.load(path)]}))

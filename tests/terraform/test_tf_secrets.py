@@ -1,9 +1,9 @@
 """The webhook signing secrets: from Secret Manager, to claim alone, as the
-RECLAIM_WEBHOOK_SECRET_* variables the webhook pipeline reads (shared/webhook_delivery.py)."""
+RECLAIM_WEBHOOK_SECRET_* variables the webhook pipeline reads (shared/pipelines/webhook_delivery.py)."""
 
 from __future__ import annotations
 
-from shared import webhook_delivery
+from shared.pipelines import webhook_delivery
 from tests.terraform.hcl_eval import evaluate
 from tests.terraform.tfhcl import config, resources, unquote
 
