@@ -1,5 +1,6 @@
 """The webhook signing secrets: from Secret Manager, to claim alone, as the
-RECLAIM_WEBHOOK_SECRET_* variables the webhook pipeline reads (shared/pipelines/webhook_delivery.py)."""
+RECLAIM_WEBHOOK_SECRET_* variables the webhook pipeline reads
+(shared/pipelines/webhook_delivery.py)."""
 
 from __future__ import annotations
 
