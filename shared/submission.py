@@ -399,7 +399,11 @@ def submit(
     duplicates = _take_unique_keys(store, submission, [record for _s, record in built])
     built = [(spec, rec) for spec, rec in built if str(rec["id"]) not in duplicates]
     todo = [(job_id, spec) for job_id, spec in todo if job_id not in duplicates]
-    _write_workflow_markers(store, submission, todo)  # before any record (shared.workflows)
+    try:
+        _write_workflow_markers(store, submission, todo)  # before any record (workflows)
+    except Conflict:  # another on_complete for this batch: the keys taken go back
+        _map(lambda r: uniqueness.give_back(store, r), [r for _s, r in built])
+        raise
     _map(lambda p: _mark_batch(store, p[0], p[1]), [(i, s) for i, s, f in planned if f])
     created: dict[str, SubmittedJob] = dict(duplicates)
     for start in range(0, len(built), RING_EVERY):  # a big batch starts running while it
@@ -653,11 +657,10 @@ def _take_unique_keys(
             for child, parent in needed
         ]
         raise Conflict(reasons[0], reasons[:_MAX_PROBLEMS])
+    statuses = _map(lambda holder: uniqueness.holder_status(store, holder), list(taken.values()))
     return {
-        job_id: SubmittedJob(
-            holder, uniqueness.holder_status(store, holder), created=False, duplicate_of=holder
-        )
-        for job_id, holder in taken.items()
+        job_id: SubmittedJob(holder, status, created=False, duplicate_of=holder)
+        for (job_id, holder), status in zip(taken.items(), statuses, strict=True)
     }
 
 
