@@ -43,7 +43,8 @@ log = get_logger(__name__)
 SCHEDULE_TIME_HEADER = "X-CloudScheduler-ScheduleTime"
 TICK_LATE_S = 24 * 3600.0
 """How late a tick may arrive: Cloud Scheduler's retries (terraform/schedules.tf: 3, with
-backoff, each up to the attempt deadline) end well within a day."""
+backoff, each up to the attempt deadline, at most 5 retries by the API:
+https://cloud.google.com/scheduler/docs/configuring/retry-jobs) end well within a day."""
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,7 @@ def _check(fns: Functions, body: str, *, must_refuse: bool) -> None:
 _numbers = st.tuples(st.sampled_from(NUMBER_FIELDS), big_integer_text)
 
 
-@fuzz(examples=40)
+@fuzz(examples=25)
 @given(attack=_numbers, alone=st.booleans(), n=st.integers(0, 10**6))
 @example(attack=("delay_seconds", "1" + "0" * 400), alone=False, n=0)
 @example(attack=("unique_for_seconds", "-" + "9" * 400), alone=True, n=1)
@@ -142,7 +142,7 @@ def test_a_big_integer_in_any_time_field_is_refused_whole(
     _check(submit_fn, body, must_refuse=True)
 
 
-@fuzz(examples=40)
+@fuzz(examples=25)
 @given(field=st.sampled_from(KEY_FIELDS), text=surrogate_text, alone=st.booleans())
 @example(field="unique_key", text='"\\ud800"', alone=False)
 def test_a_lone_surrogate_in_any_key_field_is_refused_whole(
@@ -153,7 +153,7 @@ def test_a_lone_surrogate_in_any_key_field_is_refused_whole(
     _check(submit_fn, job if alone else batch, must_refuse=True)
 
 
-@fuzz(examples=60)
+@fuzz(examples=40)
 @given(
     field=st.sampled_from(TIME_FIELDS),
     text=st.one_of(timestamp_text, seconds_text),
@@ -180,7 +180,7 @@ tick_header = st.one_of(
 )
 
 
-@fuzz(examples=40)
+@fuzz(examples=25)
 @given(name=st.sampled_from([s["name"] for s in SCHEDULES["schedules"]]), header=tick_header)
 @example(name="utc", header="9999-12-31T23:07:00Z")
 @example(name="utc", header="0001-01-01T00:07:00Z")
