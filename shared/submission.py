@@ -29,6 +29,7 @@ from shared.errors import (
     CorruptRecord,
     DoorbellError,
     InvalidInput,
+    InvalidRecord,
     InvalidSubmission,
     NotFound,
     UnknownPipeline,
@@ -386,15 +387,25 @@ def submit(
     planned = _plan(store, submission)
     todo = [(job_id, spec) for job_id, spec, found in planned if found is None]
     _check_parents(store, submission)  # workflows: an unknown parent is a 400, nothing written
+    if todo and submission.batch_id is not None:  # workflows: no member after the callback
+        workflows.check_still_open(store, submission.batch_id)
     traces = {job_id: tracing.for_job().traceparent for job_id, _ in todo}
-    # every record is built (and so checked) before the first write
+    # every record is built (and so checked and encoded) before the first write
     built = [
         (spec, _with_workflow(_new_record(job_id, spec, now, traces[job_id]), spec, submission))
         for job_id, spec in todo
     ]
-    _write_workflow_markers(store, submission, todo)  # before any record (shared.workflows)
+    # time: unique keys first; a duplicate is answered with its holder and writes nothing
+    duplicates = _take_unique_keys(store, submission, [record for _s, record in built])
+    built = [(spec, rec) for spec, rec in built if str(rec["id"]) not in duplicates]
+    todo = [(job_id, spec) for job_id, spec in todo if job_id not in duplicates]
+    try:
+        _write_workflow_markers(store, submission, todo)  # before any record (workflows)
+    except Conflict:  # another on_complete for this batch: the keys taken go back
+        _map(lambda r: uniqueness.give_back(store, r), [r for _s, r in built])
+        raise
     _map(lambda p: _mark_batch(store, p[0], p[1]), [(i, s) for i, s, f in planned if f])
-    created: dict[str, SubmittedJob] = {}
+    created: dict[str, SubmittedJob] = dict(duplicates)
     for start in range(0, len(built), RING_EVERY):  # a big batch starts running while it
         part = built[start : start + RING_EVERY]
         chunk = _create_all(ctx, part)  # is written
@@ -544,7 +555,12 @@ def _new_record(job_id: str, spec: JobSpec, now: datetime, traceparent: str) -> 
         )
     except InvalidInput as exc:
         raise InvalidSubmission(exc.reason) from None
-    return {**record, **fields, **dict(spec.fields)}  # type: ignore[typeddict-item]
+    merged: JobRecord = {**record, **fields, **dict(spec.fields)}  # type: ignore[typeddict-item]
+    try:
+        records.encode(merged)  # what could not be stored is refused before any write
+    except InvalidRecord as exc:
+        raise InvalidSubmission(f"{spec.client_id or 'job'}: {exc.reason}") from None
+    return merged
 
 
 def _create_all(ctx: Context, jobs: list[tuple[JobSpec, JobRecord]]) -> list[SubmittedJob]:
@@ -556,19 +572,14 @@ def _create_all(ctx: Context, jobs: list[tuple[JobSpec, JobRecord]]) -> list[Sub
 
 
 def _create_one(ctx: Context, spec: JobSpec, record: JobRecord) -> SubmittedJob | str:
-    """Pending marker, create-only record, then the batch marker.
+    """Pending marker, create-only record, then the batch marker (its unique key, if any,
+    is already taken: _take_unique_keys).
 
     The batch marker comes last: only a record that names the batch proves the
     membership, so a submit that loses a race for its id (409) writes none.
     """
     store = ctx.store
     job_id = str(record["id"])
-    # a unique key taken by another job answers with that job
-    if record.get("unique_key") is not None:
-        holder = uniqueness.acquire(store, record, record_now(record))
-        if holder is not None:
-            status = uniqueness.holder_status(store, holder)
-            return SubmittedJob(holder, status, created=False, duplicate_of=holder)
     scheduled = delayed.place(store, record, record_now(record))  # else the pending marker
     if not scheduled:
         store.add_pending(job_id)
@@ -624,6 +635,39 @@ def _exists(store: Store, job_id: str) -> bool:
     return True
 
 
+def _take_unique_keys(
+    store: Store, submission: Submission, built: list[JobRecord]
+) -> dict[str, SubmittedJob]:
+    """Take the unique key of each new job that has one (one create-only write each,
+    shared.uniqueness) before any marker or record: job id -> the holder's answer, for
+    each job whose key another job holds. Such a job is never created, so a member of
+    this submit that depends on it would wait for ever: that is a 409 naming the holder
+    (depend on it instead), and the keys this submit took are given back."""
+    keyed = [record for record in built if record.get("unique_key") is not None]
+    holders = _map(lambda r: uniqueness.acquire(store, r, record_now(r)), keyed)
+    taken = {str(r["id"]): h for r, h in zip(keyed, holders, strict=True) if h is not None}
+    needed = [
+        (spec.client_id or "", parent)
+        for spec in submission.jobs
+        for parent in spec.depends_on
+        if parent in taken and spec.client_id not in taken
+    ]
+    if needed:
+        ours = [r for r in keyed if str(r["id"]) not in taken]
+        _map(lambda r: uniqueness.give_back(store, r), ours)
+        reasons = [
+            f"{child or 'a job'} depends on {parent!r}, whose unique_key is held by job"
+            f" {taken[parent]!r}: it will not be created; depend on {taken[parent]!r} instead"
+            for child, parent in needed
+        ]
+        raise Conflict(reasons[0], reasons[:_MAX_PROBLEMS])
+    statuses = _map(lambda holder: uniqueness.holder_status(store, holder), list(taken.values()))
+    return {
+        job_id: SubmittedJob(holder, status, created=False, duplicate_of=holder)
+        for (job_id, holder), status in zip(taken.items(), statuses, strict=True)
+    }
+
+
 def _with_workflow(record: JobRecord, spec: JobSpec, submission: Submission) -> JobRecord:
     """A child waits for its parents; a member of a batch with on_complete says so."""
     if spec.depends_on:
@@ -638,9 +682,12 @@ def _with_workflow(record: JobRecord, spec: JobSpec, submission: Submission) -> 
 def _write_workflow_markers(
     store: Store, submission: Submission, todo: list[tuple[str, JobSpec]]
 ) -> None:
-    """The seal, open markers and dependency edges, all before the first record."""
+    """The one writer of a submit's workflow markers: the seal, open markers and
+    dependency edges of the jobs it will create (`todo`, after the unique checks: a
+    duplicate gets none), all before the first record. Nothing to create, no seal: a
+    batch of duplicates only has no members, so it has no callback."""
     with_callback = submission.on_complete is not None
-    if with_callback and submission.batch_id is not None:
+    if with_callback and submission.batch_id is not None and todo:
         assert submission.on_complete is not None
         workflows.write_seal(store, submission.batch_id, submission.on_complete)
     names = [

@@ -45,6 +45,9 @@ TIME_KEYS = frozenset(
     }
 )
 
+HOLDING_STATUSES = ("waiting", "queued", "running")
+"""A "while pending" unique key is held while its job is in one of these: not ended."""
+
 RECORD_FIELDS = ("run_at", "expires_at", "timeout_seconds", "unique_key", "unique_until")
 """What the time keys become in a record (resolve), shown in a job's view when present."""
 
@@ -94,13 +97,47 @@ def parse_zoned(value: object, what: str) -> datetime:
         raise ValueError(f"{what} {value[:40]!r} is outside the years 1 to 9999 in UTC") from None
 
 
-def _seconds(value: object, what: str, *, low: float, high: float, problems: list[str]) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        problems.append(f"{what} must be a number of seconds")
-        return 0.0
+def read_seconds(value: object, low: float, high: float) -> float | None:
+    """The one reader of a number of seconds, for every time field (submit and stored
+    records alike): a JSON number from low to high, else None.
+
+    JSON numbers are unbounded: an integer literal like 10**400 is not a float, and
+    turning it into one overflows. Comparing first, exactly (Python compares an int and
+    a float without converting), keeps every such value an ordinary "out of range"."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
     if not low <= value <= high:
-        problems.append(f"{what} must be from {low:g} to {high:g} seconds, not {value:g}")
+        return None
     return float(value)
+
+
+def _seconds(value: object, what: str, *, low: float, high: float, problems: list[str]) -> float:
+    seconds = read_seconds(value, low, high)
+    if seconds is not None:
+        return seconds
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        problems.append(f"{what} must be a number of seconds")
+    else:
+        problems.append(f"{what} must be from {low:g} to {high:g} seconds")
+    return 0.0
+
+
+def encode_key(value: object, what: str = "unique_key") -> bytes:
+    """The one encoder of a key (unique_key, and whatever names an object after it): the
+    key as UTF-8 bytes; ValueError says why not. A JSON string may carry a lone surrogate
+    ("\\ud800") that no UTF-8 encoder accepts, and a CLI argument may carry undecodable
+    bytes (Python keeps them as surrogates): both are refused here, before any write."""
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_UNIQUE_KEY_LEN:
+        raise ValueError(f"{what} must be a string of 1 to {MAX_UNIQUE_KEY_LEN} chars")
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"{what} has text that is not valid Unicode (a lone surrogate or a byte that is"
+            " not UTF-8)"
+        ) from None
 
 
 def parse_fields(job: Mapping[str, Any], where: str, problems: list[str]) -> TimeSpec:
@@ -117,9 +154,12 @@ def parse_fields(job: Mapping[str, Any], where: str, problems: list[str]) -> Tim
     timeout = _number(job, "timeout_seconds", where, 1, MAX_TIMEOUT_S, problems)
     unique_for = _number(job, "unique_for_seconds", where, 1, MAX_UNIQUE_FOR_S, problems)
     key = job.get("unique_key")
-    if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= MAX_UNIQUE_KEY_LEN):
-        problems.append(f"{where}unique_key must be a string of 1 to {MAX_UNIQUE_KEY_LEN} chars")
-        key = None
+    if key is not None:
+        try:
+            encode_key(key, f"{where}unique_key")
+        except ValueError as exc:
+            problems.append(str(exc))
+            key = None
     if job.get("unique_for_seconds") is not None and job.get("unique_key") is None:
         problems.append(f"{where}unique_for_seconds needs a unique_key")
     if run_at is not None and expires_at is not None and expires_at <= run_at:
@@ -230,15 +270,8 @@ def expired(job: Mapping[str, Any], now: datetime) -> bool:
 
 def timeout_of(job: Mapping[str, Any], pipeline_default: float | None) -> float | None:
     """The attempt timeout in seconds: the job's own, else the pipeline's, else none."""
-    value = job.get("timeout_seconds")
-    if (
-        not isinstance(value, bool)
-        and isinstance(value, int | float)
-        and math.isfinite(value)
-        and 0 < value <= MAX_TIMEOUT_S
-    ):
-        return float(value)
-    return pipeline_default
+    seconds = read_seconds(job.get("timeout_seconds"), 0, MAX_TIMEOUT_S)
+    return seconds if seconds else pipeline_default
 
 
 # --------------------------------------------------------------------------- index names
@@ -263,7 +296,7 @@ def scheduled_job_id(name: str) -> str:
 
 def unique_lock_name(key: str) -> str:
     """Hashed: any key maps to a safe, fixed-length object name."""
-    return UNIQUE_PREFIX + hashlib.sha256(key.encode("utf-8")).hexdigest()
+    return UNIQUE_PREFIX + hashlib.sha256(encode_key(key)).hexdigest()
 
 
 def lock_holds(
@@ -276,7 +309,8 @@ def lock_holds(
 
     `holder_status` is the status of the job the lock names, None when it has no record.
     A lock never blocks forever: not past its window, not once a "while pending" holder
-    ended, and not when its job never got a record (a crash between lock and record)
+    ended (it holds while it waits for parents, is queued or runs), and not when its job
+    never got a record (a crash between lock and record)
     once the grace has passed. An unreadable lock does not block.
     """
     now = _utc(now)
@@ -287,7 +321,7 @@ def lock_holds(
         taken = read_time(lock.get("at"))
         return taken is not None and (now - taken).total_seconds() <= grace_s
     if until is None:
-        return holder_status in ("queued", "running")
+        return holder_status in HOLDING_STATUSES
     return True
 
 

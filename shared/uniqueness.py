@@ -39,10 +39,18 @@ _TRIES = 4
 def acquire(store: Store, record: JobRecord, now: datetime) -> str | None:
     """Take the lock of the record's unique_key for it: None when taken (or already
     ours), else the id of the job that holds it."""
-    job_id = str(record["id"])
     key = str(record["unique_key"])
-    name = timing.unique_lock_name(key)
-    data = _encode(timing.lock_data(job_id, key, record.get("unique_until"), now))
+    lock = timing.lock_data(str(record["id"]), key, record.get("unique_until"), now)
+    return take(store, timing.unique_lock_name(key), lock, now, f"unique_key {key[:60]!r}")
+
+
+def take(store: Store, name: str, lock: dict[str, Any], now: datetime, what: str) -> str | None:
+    """One create-only write takes the lock object `name` for lock["job_id"]: None when
+    taken (or already ours), else the id of the job that holds it. A lock that no longer
+    holds (timing.lock_holds) is taken over by a generation-matched write. Also the
+    overlap guard of a `skip` schedule (shared.cron.ticks)."""
+    job_id = str(lock["job_id"])
+    data = _encode(lock)
     for _ in range(_TRIES):
         try:
             store.put_blob(name, data, generation=0)
@@ -53,19 +61,26 @@ def acquire(store: Store, record: JobRecord, now: datetime) -> str | None:
             blob = store.read_blob(name)
         except NotFound:
             continue  # released meanwhile: create again
-        lock = _decode(blob.data)
-        holder = str(lock.get("job_id", ""))
+        held = _decode(blob.data)
+        holder = str(held.get("job_id", ""))
         if holder == job_id:
             return None  # a replay of the same submit
-        if timing.lock_holds(lock, _status(store, holder), now, GRACE_S):
+        if timing.lock_holds(held, _status(store, holder), now, GRACE_S):
             return holder
         try:
             store.put_blob(name, data, generation=blob.generation)
-            log.info("unique key taken over", job_id=job_id, from_job=holder or None)
+            log.info("lock taken over", lock=name, job_id=job_id, from_job=holder or None)
             return None
         except LostRace:
             continue
-    raise Conflict(f"unique_key {key[:60]!r} is contended; try again")
+    raise Conflict(f"{what} is contended; try again")
+
+
+def give_back(store: Store, record: JobRecord) -> None:
+    """Drop the unique lock a submit just took for a job it then did not create."""
+    key = record.get("unique_key")
+    if isinstance(key, str):
+        _drop_if_held_by(store, timing.unique_lock_name(key), str(record["id"]))
 
 
 def holder_status(store: Store, job_id: str, *, wait_s: float = 1.0) -> str:
@@ -85,12 +100,15 @@ def release_on_terminal(ctx: Context, record: JobRecord) -> None:
     key = record.get("unique_key")
     if not isinstance(key, str) or record.get("unique_until") is not None:
         return
-    name = timing.unique_lock_name(key)
+    _drop_if_held_by(store, timing.unique_lock_name(key), str(record.get("id")))
+
+
+def _drop_if_held_by(store: Store, name: str, job_id: str) -> None:
     try:
         blob = store.read_blob(name)
     except NotFound:
         return
-    if _decode(blob.data).get("job_id") == record.get("id"):
+    if _decode(blob.data).get("job_id") == job_id:
         store.delete_blob(name, generation=blob.generation)
 
 

@@ -72,6 +72,23 @@ def write_seal(store: Store, batch_id: str, spec: Mapping[str, Any]) -> None:
         ) from None
 
 
+def check_still_open(store: Store, batch_id: str) -> None:
+    """A batch whose callback has been created is closed: new members are a 409 (the
+    callback fired exactly once, for the members it had; none would cover new ones).
+    A replay of the batch's own jobs creates nothing and is not refused."""
+    job_id = graph.callback_id(batch_id)
+    try:
+        store.read(job_id)
+    except NotFound:
+        return
+    except CorruptRecord:
+        pass  # it exists
+    raise Conflict(
+        f"batch {batch_id!r} is complete and its on_complete callback ({job_id}) has been"
+        " created; submit new jobs under another batch_id"
+    )
+
+
 def write_markers(store: Store, names: Iterable[str]) -> None:
     """Empty create-only markers (a replay finds the same empty bytes: success)."""
     for name in names:

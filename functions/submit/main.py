@@ -124,9 +124,9 @@ def _schedules(request: flask.Request, rest: str | None) -> flask.Response:
     try:
         header = request.headers.get(ticks.SCHEDULE_TIME_HEADER)
         tick = ticks.parse_tick_time(schedule, header, queue.clock())
+        done = ticks.fire(queue.ctx, schedule, tick, queue.clock())
     except shared.errors.InvalidInput as exc:
         raise Refusal(400, "invalid request", exc.reason) from None
-    done = ticks.fire(queue.ctx, schedule, tick, queue.clock())
     return answer(202 if done.created else 200, done.to_json())
 
 

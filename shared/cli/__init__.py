@@ -65,6 +65,18 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _key(text: str) -> str:
+    """A key argument, checked by the one encoder of keys (bytes that are not UTF-8 arrive
+    as lone surrogates: a message, not a traceback)."""
+    from shared.timing import encode_key
+
+    try:
+        encode_key(text, "the key")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -198,7 +210,9 @@ def configure_submit_parser(add: _Add) -> None:
     )
     p.add_argument("--ttl", type=float, metavar="S", help="expire if not started within S seconds")
     p.add_argument("--timeout", type=float, metavar="S", help="an attempt's time limit")
-    p.add_argument("--unique-key", metavar="KEY", help="at most one job with this key at a time")
+    p.add_argument(
+        "--unique-key", type=_key, metavar="KEY", help="at most one job with this key at a time"
+    )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--payload", metavar="JSON", help="the job's payload, a JSON object")
     src.add_argument(

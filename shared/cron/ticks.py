@@ -14,8 +14,17 @@ header. The job id is derived from the schedule name and the tick
 forced delivery lands on one job per tick (a force run re-delivers the newest tick:
 it creates that tick's job if it was missed, and finds it otherwise).
 
+A tick is accepted only within a window around the receiver's clock (check_window): at
+most TICK_LATE_S late (Cloud Scheduler's retries, a cold start) and at most the clock skew
+early. Anything else (a far-future tick, a calendar edge) is a 400: it creates no job and
+never becomes the schedule's last run.
+
 Overlap `skip`: a tick while the schedule's previous run is still pending creates
-nothing. The previous run is named by `schedules/<name>/last` (a small pointer written
+nothing. The guard is ONE create-only write, `schedules/<name>/running`, the unique-key
+lock of shared.uniqueness under another name: of two ticks posted at once one creates it
+and the other finds it held, so two runs are never pending together. A lock whose run
+ended (or never got a record, past a grace) is taken over by a generation-matched write.
+`schedules/<name>/last` names the newest run for GET /schedules (a small pointer written
 by compare-and-swap after each created run; one write per tick, far below GCS's ~1
 write/s per object).
 """
@@ -24,12 +33,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from shared import submission, timing
+from shared import submission, timing, uniqueness
 from shared.cron.schedules import Schedule
-from shared.errors import AlreadyExists, CorruptRecord, InvalidInput, LostRace, NotFound
+from shared.errors import AlreadyExists, InvalidInput, LostRace, NotFound
 from shared.logs import get_logger
 
 if TYPE_CHECKING:
@@ -39,6 +48,10 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 SCHEDULE_TIME_HEADER = "X-CloudScheduler-ScheduleTime"
+TICK_LATE_S = 24 * 3600.0
+"""How late a tick may arrive: Cloud Scheduler's retries (terraform/schedules.tf: 3, with
+backoff, each up to the attempt deadline, at most 5 retries by the API:
+https://cloud.google.com/scheduler/docs/configuring/retry-jobs) end well within a day."""
 
 
 @dataclass(frozen=True)
@@ -69,25 +82,49 @@ class Tick:
 def parse_tick_time(schedule: Schedule, header: str | None, now: datetime) -> datetime:
     """The tick a delivery stands for: the header's time when it is a tick, else the newest
     tick at or before it (a force run), else at or before `now` (no header). InvalidInput
-    only for a header that is not an RFC 3339 time with a zone."""
+    for a header that is not an RFC 3339 time with a zone, or that has no tick within the
+    calendar."""
     if not header:
         return schedule.last_at_or_before(now)
     try:
         when = timing.parse_zoned(header, SCHEDULE_TIME_HEADER)
     except ValueError as exc:
         raise InvalidInput(str(exc), "schedule time") from None
-    return schedule.last_at_or_before(when.replace(microsecond=0))
+    try:
+        return schedule.last_at_or_before(when.replace(microsecond=0))
+    except (OverflowError, ValueError):  # the schedule's zone takes it past year 1 or 9999
+        raise InvalidInput(
+            f"{header} has no tick of schedule {schedule.name!r} ({schedule.cron}) within"
+            " the calendar (years 1-9999)",
+            "schedule time",
+        ) from None
+
+
+def check_window(tick: datetime, now: datetime, skew_s: float) -> None:
+    """InvalidInput unless `tick` is at most TICK_LATE_S before `now` and at most `skew_s`
+    (RECLAIM_CLOCK_SKEW_SECONDS) after it: a tick is a time that has just come."""
+    if now - timedelta(seconds=TICK_LATE_S) <= tick <= now + timedelta(seconds=skew_s):
+        return
+    raise InvalidInput(
+        f"{SCHEDULE_TIME_HEADER} {tick.isoformat()} is not a tick that has just come: a tick"
+        f" is accepted from {TICK_LATE_S / 3600:g} hours before to {skew_s:g} seconds after"
+        " this function's clock (docs/time.md)",
+        "schedule time",
+    )
 
 
 def fire(ctx: Context, schedule: Schedule, tick: datetime, now: datetime) -> Tick:
-    """Create (or find) the job of one tick, unless a `skip` schedule's run is pending."""
+    """Create (or find) the job of one tick, unless a `skip` schedule's run is pending;
+    InvalidInput, with nothing written, for a tick outside the window (check_window)."""
+    check_window(tick, now, ctx.settings.clock_skew_seconds)
     store = ctx.store
     job_id = timing.tick_job_id(schedule.name, tick)
-    last = last_run(store, schedule.name)
-    previous = str(last["job_id"]) if last else None
-    if schedule.overlap == "skip" and previous not in (None, job_id) and _pending(store, previous):
-        log.info("tick skipped: the previous run is pending", schedule=schedule.name)
-        return Tick(schedule.name, tick, job_id, False, skipped_for=previous)
+    if schedule.overlap == "skip":
+        lock = timing.lock_data(job_id, schedule.name, None, now)
+        running = uniqueness.take(store, _running(schedule.name), lock, now, "the schedule")
+        if running is not None:
+            log.info("tick skipped: the previous run is pending", schedule=schedule.name)
+            return Tick(schedule.name, tick, job_id, False, skipped_for=running)
     spec = submission.JobSpec(schedule.pipeline, schedule.payload, client_id=job_id)
     result = submission.submit(
         ctx, submission.Submission(jobs=(spec,), batch_id=None, is_batch=False), now
@@ -103,15 +140,6 @@ def last_run(store: Store, name: str) -> dict[str, Any] | None:
     except (NotFound, ValueError):
         return None
     return data if isinstance(data, dict) and "job_id" in data else None
-
-
-def _pending(store: Store, job_id: str) -> bool:
-    try:
-        return store.read(job_id).record.get("status") in ("queued", "running")
-    except NotFound:
-        return False
-    except CorruptRecord:
-        return True  # cannot tell: do not overlap it
 
 
 def _set_last(store: Store, name: str, job_id: str, tick: datetime) -> None:
@@ -141,3 +169,8 @@ def _set_last(store: Store, name: str, job_id: str, tick: datetime) -> None:
 
 def _pointer(name: str) -> str:
     return f"schedules/{name}/last"
+
+
+def _running(name: str) -> str:
+    """A `skip` schedule's overlap guard: the lock naming its pending run."""
+    return f"schedules/{name}/running"

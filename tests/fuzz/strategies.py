@@ -279,3 +279,62 @@ def push_envelope(draw: Any, job_ids: list[str]) -> tuple[bytes, dict[str, str]]
         }
         return _object(envelope).encode(), headers
     return _object(envelope).encode(), {"Content-Type": "application/json"}
+
+
+# ----------------------------------------------------------------- time and key fields
+# What an outside attack on time found (big integers, lone surrogates, the calendar's
+# edges): generated for every time field and key field of the OpenAPI document and for
+# the tick header (tests/fuzz/test_time_keys_hostile.py).
+
+big_integer_text = st.one_of(
+    st.integers(min_value=2**1024).map(str),  # beyond the double range: no float holds it
+    st.integers(max_value=-(2**1024)).map(str),
+    st.integers(min_value=309, max_value=4000).map(lambda n: "1" + "0" * n),
+)
+"""An integer literal a JSON parser keeps exact but cannot turn into a double."""
+
+seconds_text = st.one_of(big_integer_text, st.sampled_from(EDGE_NUMBERS), _scalar_text)
+
+
+def _with_surrogate(text: str, surrogate: str, at: int) -> str:
+    at = min(at, len(text))
+    return text[:at] + surrogate + text[at:]
+
+
+lone_surrogate = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)
+surrogate_text = st.builds(
+    _with_surrogate, st.text(max_size=20), lone_surrogate, st.integers(0, 20)
+).map(json.dumps)
+"""A JSON string holding a lone surrogate ("\\ud800"): valid JSON text, not valid
+Unicode; json.dumps writes it as an escape, as a hostile client would."""
+
+CALENDAR_EDGES = (
+    "9999-12-31T23:07:00Z",
+    "9999-12-31T23:59:59Z",
+    "9999-12-31T23:59:59-14:00",  # past year 9999 in UTC
+    "9999-12-31T00:00:00+14:00",
+    "0001-01-01T00:07:00Z",
+    "0001-01-01T00:00:00Z",
+    "0001-01-01T00:00:00+14:00",  # before year 1 in UTC
+    "0001-01-01T23:59:59-14:00",
+)
+
+
+@st.composite
+def calendar_edge(draw: Any) -> str:
+    """A zoned timestamp within a few days of year 1's start or year 9999's end, with
+    any whole-minute offset a timestamp may carry (RFC 3339: up to +-23:59)."""
+    if draw(st.booleans()):
+        return draw(st.sampled_from(CALENDAR_EDGES))
+    low = draw(st.booleans())
+    day = draw(st.integers(1, 3))
+    when = datetime(1, 1, day) if low else datetime(9999, 12, 28 + day)
+    when = when.replace(hour=draw(st.integers(0, 23)), minute=draw(st.integers(0, 59)), second=0)
+    minutes = draw(st.integers(-(23 * 60 + 59), 23 * 60 + 59))
+    if minutes == 0 and draw(st.booleans()):
+        return when.isoformat() + "Z"
+    sign = "+" if minutes >= 0 else "-"
+    return f"{when.isoformat()}{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+timestamp_text = st.one_of(calendar_edge().map(json.dumps), surrogate_text, _scalar_text)

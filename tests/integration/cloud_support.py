@@ -76,3 +76,22 @@ def lines_about(log_dir: Path, job_id: str) -> dict[str, list[dict[str, Any]]]:
             if isinstance(entry, dict) and entry.get("job_id") == job_id:
                 out[function].append(entry)
     return out
+
+
+def records_bucket(cloud: LocalCloud) -> Any:
+    """The records bucket on fake-gcs-server, through the official client."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    client = storage.Client(
+        project=cloud.endpoints["project"],
+        credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": cloud.endpoints["storage_emulator_host"]},
+    )
+    return client.bucket(cloud.endpoints["records_bucket"])
+
+
+def bucket_state(cloud: LocalCloud) -> dict[str, int]:
+    """Every object of the records bucket -> its generation: equal before and after a
+    request means the request wrote nothing."""
+    return {b.name: int(b.generation) for b in records_bucket(cloud).list_blobs()}

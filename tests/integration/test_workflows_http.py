@@ -25,7 +25,7 @@ from local.cloud import LocalCloud
 from shared import workflow_graph as graph
 from shared.pipelines import webhook_delivery as wd
 from tests import polling
-from tests.integration.cloud_support import lines_about
+from tests.integration.cloud_support import lines_about, records_bucket
 
 SECRET = "s3cret-" + uuid.uuid4().hex
 VICTIM = f"victim-{uuid.uuid4().hex[:8]}"
@@ -116,18 +116,6 @@ def get(cloud: LocalCloud, path: str) -> dict[str, Any]:
     resp = requests.get(f"{cloud.endpoints['submit']}{path}", timeout=30)
     assert resp.status_code == 200, resp.text
     return dict(resp.json())
-
-
-def records_bucket(cloud: LocalCloud) -> Any:
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
-
-    client = storage.Client(
-        project=cloud.endpoints["project"],
-        credentials=AnonymousCredentials(),
-        client_options={"api_endpoint": cloud.endpoints["storage_emulator_host"]},
-    )
-    return client.bucket(cloud.endpoints["records_bucket"])
 
 
 def callback_records(cloud: LocalCloud, batch_id: str) -> list[dict[str, Any]]:

@@ -4,7 +4,7 @@ in the schedule's zone, and a tick becoming exactly one job (skip never overlaps
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +112,24 @@ def test_a_relative_schedules_file_is_read_from_the_deployments_root() -> None:
     got = schedules.schedules_file({"RECLAIM_SCHEDULES_FILE": "pipelines/schedules.json"})
     assert got == ROOT / "pipelines" / "schedules.json" and got.exists()
     assert schedules.schedules_file({"RECLAIM_SCHEDULES_FILE": "/x/s.json"}) == Path("/x/s.json")
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Paris", "America/New_York"])
+@pytest.mark.parametrize("header", ["9999-12-31T23:07:00Z", "0001-01-01T00:07:00Z"])
+def test_a_tick_at_the_calendars_edge_is_a_reason_not_a_crash(zone: str, header: str) -> None:
+    (hourly,) = schedules.parse({"schedules": [{**GOOD, "cron": "7 * * * *", "time_zone": zone}]})
+    now = datetime(2026, 1, 11, 2, tzinfo=UTC)
+    with pytest.raises(InvalidInput):
+        ticks.check_window(ticks.parse_tick_time(hourly, header), now, 300)
+
+
+def test_a_tick_is_accepted_only_within_its_window() -> None:
+    now = datetime(2026, 1, 11, 2, tzinfo=UTC)
+    for ok in (now, now - timedelta(hours=23), now + timedelta(seconds=300)):
+        ticks.check_window(ok, now, 300)
+    for bad in (now + timedelta(seconds=301), now + timedelta(days=2), now - timedelta(days=2)):
+        with pytest.raises(InvalidInput, match="just come"):
+            ticks.check_window(bad, now, 300)
 
 
 def test_a_tick_delivered_twice_is_one_job_and_skip_does_not_overlap() -> None:

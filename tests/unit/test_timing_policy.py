@@ -152,7 +152,7 @@ def test_a_due_jobs_bucket_is_inside_the_listing_and_a_later_hours_is_not(
 
 @given(
     until=st.one_of(st.none(), st.integers(min_value=-3600, max_value=3600)),
-    status=st.sampled_from([None, "queued", "running", "done", "failed", "cancelled"]),
+    status=st.sampled_from([None, "waiting", "queued", "running", "done", "failed", "cancelled"]),
     age=st.floats(min_value=0, max_value=3600),
 )
 def test_a_unique_lock_never_blocks_forever(
@@ -171,8 +171,34 @@ def test_a_unique_lock_never_blocks_forever(
         assert not holds  # a crash between lock and record, past the grace
     if until is None and status in ("done", "failed", "cancelled"):
         assert not holds  # "while pending" and the holder ended
-    if status in ("queued", "running") and (until is None or until > 0):
-        assert holds
+    if status in ("waiting", "queued", "running") and (until is None or until > 0):
+        assert holds  # a holder waiting for its parents is pending too
+
+
+@given(
+    value=st.one_of(
+        st.integers(min_value=2**1024), st.integers(max_value=-(2**1024)), st.integers()
+    )
+)
+def test_any_integer_is_read_as_seconds_or_refused_never_an_overflow(value: int) -> None:
+    problems: list[str] = []
+    spec = timing.parse_fields({"delay_seconds": value}, "", problems)
+    assert (spec.delay_s is not None) and bool(problems) == (not 0 <= value <= timing.MAX_DELAY_S)
+    assert timing.timeout_of({"timeout_seconds": value}, 7.0) == (
+        float(value) if 0 < value <= timing.MAX_TIMEOUT_S else 7.0
+    )
+
+
+@pytest.mark.parametrize("key", ["\ud800", "a\udfffb", "bytes-\udcff"])
+def test_a_key_that_is_not_valid_unicode_is_a_reason(key: str) -> None:
+    problems: list[str] = []
+    timing.parse_fields({"unique_key": key}, "jobs[1].", problems)
+    assert problems == [
+        "jobs[1].unique_key has text that is not valid Unicode (a lone surrogate or a byte"
+        " that is not UTF-8)"
+    ]
+    with pytest.raises(ValueError, match="not valid Unicode"):
+        timing.unique_lock_name(key)
 
 
 def test_tick_job_ids_are_valid_and_one_per_tick() -> None:

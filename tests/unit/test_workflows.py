@@ -499,3 +499,25 @@ def test_the_sweep_reads_no_pending_member_for_the_callback_repair() -> None:
     store.calls.clear()
     sweeper.run_once(context(store, Bell(), settings()), NOW)
     assert store.calls["read"] == 30  # the sweep's own reads of the pending records only
+
+
+def test_a_batch_refused_for_another_on_complete_gives_its_unique_keys_back() -> None:
+    """Unique keys are taken before the workflow markers: a 409 from the seal must not
+    leave them held by jobs that will never exist."""
+    store, bell = MemoryStore(), Bell()
+    post(
+        store,
+        bell,
+        {"batch_id": "b1", "jobs": [{"pipeline": "demo"}], "on_complete": {"pipeline": "demo"}},
+    )
+    other = {"pipeline": "demo", "payload": {"stages": 2}}
+    keyed = {
+        "batch_id": "b1",
+        "jobs": [{"pipeline": "demo", "unique_key": "k"}],
+        "on_complete": other,
+    }
+    with pytest.raises(Conflict, match="another on_complete"):
+        post(store, bell, keyed)
+    assert store.list_blobs("unique/") == []
+    again = post(store, bell, {"pipeline": "demo", "unique_key": "k"})
+    assert again.jobs[0].created and again.jobs[0].duplicate_of is None
