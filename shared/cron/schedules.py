@@ -30,7 +30,7 @@ from shared.errors import InvalidInput
 
 SCHEDULES_ENV = "RECLAIM_SCHEDULES_FILE"
 _MODULES_ENV = "RECLAIM_PIPELINE_MODULES"
-ROOT = Path(__file__).resolve().parent.parent  # the repo, or a deployed archive's root
+ROOT = Path(__file__).resolve().parents[2]  # the repo, or a deployed archive's root
 DEFAULT_FILE = ROOT / "pipelines" / "schedules.json"
 DEFAULT_ZONE = "Etc/UTC"  # the tz database name Cloud Scheduler keeps (schedules.tf)
 OVERLAPS = ("allow", "skip")

@@ -19,7 +19,7 @@ def test_metric_lines_are_written_whatever_the_level(
         log = logs.get_logger("shared.test")
         capsys.readouterr()
         log.info("queue", **metrics.Gauge("demo").fields())
-        log.info("finished", **metrics.finished({"pipeline": "demo"}, metrics.Outcome.DONE))
+        log.info("finished", **metrics.finished({"pipeline": "demo"}, metrics.Ending.DONE))
         log.info("an ordinary line")
         log.warning("a warning")
         lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]

@@ -120,7 +120,7 @@ def test_a_tick_at_the_calendars_edge_is_a_reason_not_a_crash(zone: str, header:
     (hourly,) = schedules.parse({"schedules": [{**GOOD, "cron": "7 * * * *", "time_zone": zone}]})
     now = datetime(2026, 1, 11, 2, tzinfo=UTC)
     with pytest.raises(InvalidInput):
-        ticks.check_window(ticks.parse_tick_time(hourly, header), now, 300)
+        ticks.check_window(ticks.parse_tick_time(hourly, header, now), now, 300)
 
 
 def test_a_tick_is_accepted_only_within_its_window() -> None:
