@@ -349,6 +349,16 @@ def uploads_file(env: Mapping[str, str], root: Path | None = None) -> Path | Non
     return path if path.is_absolute() else (root or Path(__file__).resolve().parent.parent) / path
 
 
+def dev_uploads_file(env: Mapping[str, str]) -> Path | None:
+    """`make dev`'s routes file: $RECLAIM_UPLOADS_FILE, else uploads.json in the package
+    of RECLAIM_PIPELINE_MODULES (terraform reads that one when pipeline_modules names a
+    module); None: no routes."""
+    from shared.pipelines import package_file
+
+    found = uploads_file(env)
+    return found or package_file(FILE_NAME, env.get("RECLAIM_PIPELINE_MODULES", ""))
+
+
 def load(path: Path | None, pipelines: Collection[str] | None = None) -> Routes:
     """The routes of a file (no routes when there is none); InvalidInput on a bad one."""
     if path is None:
