@@ -50,10 +50,10 @@ ENDED = ("done", "failed", "cancelled")
 def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCloud]:
     path = tmp_path_factory.mktemp("routes") / "uploads.json"
     path.write_text(json.dumps(ROUTES))
-    base = fast_cloud(max_instances=2, concurrency=4)
+    base = fast_cloud(max_instances=1, concurrency=4)
     env = {**base.config.function_env, "RECLAIM_PIPELINE_MODULES": "pipelines.csv_summary"}
     with LocalCloud.for_tests(
-        max_instances=2,
+        max_instances=1,  # one claim instance: one process's view of a pause
         concurrency=4,
         stale_seconds=3.0,
         sweep_interval_seconds=1.0,
@@ -180,10 +180,11 @@ def test_an_object_deleted_before_its_job_runs_fails_it_with_the_reason(
     submit = cloud.endpoints["submit"]
     assert requests.post(f"{submit}/pipelines/csv-summary/pause", timeout=30).ok
     try:
+        wait_for("claim holding csv-summary jobs back", lambda: _probe_parked(cloud), timeout=60)
         job_id, generation = upload(cloud, "plain/gone.csv", b"a\n1\n")
         wait_for(
-            "the job's record (its pipeline is paused: it waits)",
-            lambda: requests.get(f"{submit}/jobs/{job_id}", timeout=30).status_code == 200,
+            "the job parked (its pipeline is paused)",
+            lambda: _records(cloud).get_blob(f"parked/csv-summary/{job_id}") is not None,
         )
         assert job(cloud, job_id)["status"] == "queued"
         bucket(cloud).blob("plain/gone.csv").delete()
@@ -192,6 +193,29 @@ def test_an_object_deleted_before_its_job_runs_fails_it_with_the_reason(
     body = ended(cloud, job_id)
     assert body["status"] == "failed" and body["attempts"] == 1
     assert f"plain/gone.csv at generation {generation} does not exist" in json.dumps(body)
+
+
+def _records(cloud: LocalCloud) -> Any:
+    return bucket(cloud).client.bucket(cloud.endpoints["records_bucket"])
+
+
+def _probe_parked(cloud: LocalCloud) -> bool:
+    """A csv-summary job submitted now is parked, not run (a claim process trusts a pause
+    flag it read for a moment: flow.PAUSE_CACHE_S)."""
+    bucket(cloud).blob("probe/p.csv").upload_from_string(b"a\n1\n")
+    body = {
+        "pipeline": "csv-summary",
+        "payload": {"bucket": bucket(cloud).name, "name": "probe/p.csv"},
+    }
+    job_id = requests.post(cloud.endpoints["jobs"], json=body, timeout=30).json()["id"]
+    parked = f"parked/csv-summary/{job_id}"
+
+    def fate() -> str | None:
+        if _records(cloud).get_blob(parked) is not None:
+            return "parked"
+        return "ran" if job(cloud, job_id)["status"] in ENDED else None
+
+    return bool(wait_for(f"probe {job_id} parked or ended", fate, timeout=60) == "parked")
 
 
 def test_a_bad_routes_file_is_refused_at_start_naming_the_route(tmp_path: Path) -> None:
