@@ -87,6 +87,13 @@ resource "google_storage_notification" "uploads" {
   depends_on = [time_sleep.grants_propagate]
 }
 
+# Deployments from before the routes had one notification, on the whole uploads bucket (or
+# under uploads_prefix "", the default): it is the unrouted default's, so keep it.
+moved {
+  from = google_storage_notification.uploads
+  to   = google_storage_notification.uploads["uploads:"]
+}
+
 # claim runs the routed pipelines, which read the uploaded objects of the other buckets
 # the routes name (the uploads bucket's read is in iam.tf).
 resource "google_storage_bucket_iam_member" "claim_reads_routed" {
