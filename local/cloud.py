@@ -40,6 +40,9 @@ from local import wiring
 from local.cloudrun import ConfigError, Platform, Revision, Service, ServiceConfig
 from local.gcs import start_fake_gcs
 from local.procs import free_port, function_args, spawn, stop_all, wait_for_port
+from shared import upload_routes
+from shared.errors import InvalidInput, PipelineModuleError
+from shared.upload_routes import Routes
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEDULER_USER_AGENT = "Google-Cloud-Scheduler"
@@ -144,6 +147,10 @@ class CloudConfig:
     schedules_file: Path | None = None
     """Cron schedules ticked as Cloud Scheduler would (time); None: no ticks
     (tests); `make dev`: pipelines/schedules.json or $RECLAIM_SCHEDULES_FILE."""
+    uploads_file: Path | None = None
+    """Upload routes (docs/pipelines.md, "Uploads"): checked at start, handed to the
+    functions as RECLAIM_UPLOADS_FILE, and fake-gcs-server notifies what they need; None:
+    no routes, every upload of the uploads bucket becomes an upload-digest job."""
 
     def validate(self) -> None:
         """Raise ValueError with a clear message for a setting that cannot work."""
@@ -226,6 +233,7 @@ class LocalCloud:
         self.sweep_ticks: list[int] = []
         """HTTP status of each scheduler tick (-1: no answer), newest last."""
         self.started = False
+        self.routes = Routes()
 
     # ------------------------------------------------------------ factories
 
@@ -277,6 +285,7 @@ class LocalCloud:
 
     def _start(self) -> None:
         c, t = self.config, self.config.topology
+        self.routes = self._load_routes()  # a bad routes file stops here, naming the route
         c.log_dir.mkdir(parents=True, exist_ok=True)
         self._resolve_ports()
         self._start_emulator()
@@ -284,16 +293,19 @@ class LocalCloud:
         try:
             # fake-gcs publishes upload notifications: its topic must exist first.
             wiring.ensure_topics(t, pub)
+            scope = wiring.notification_scope(self.routes.notifications(t.uploads_bucket))
             self._procs["fake-gcs"] = start_fake_gcs(
                 c.host,
                 self._ports["gcs"],
                 pubsub_emulator_host=self.pubsub_host,
                 event_project=t.project,
-                event_topic=t.uploads_topic,
-                event_bucket=t.uploads_bucket,
+                event_topic=t.uploads_topic if scope is not None else None,
+                event_bucket=scope[0] if scope else None,
+                event_prefix=scope[1] if scope else None,
                 log_path=c.log_dir / "fake-gcs.log",
             )
-            wiring.ensure_buckets(t, wiring.storage_client(self.gcs_url, t.project))
+            storage = wiring.storage_client(self.gcs_url, t.project)
+            wiring.ensure_buckets(t, storage, extra=self.routes.buckets)
             self._start_platform()
             wiring.ensure_subscriptions(t, sub, self.function_urls())
         finally:
@@ -307,6 +319,22 @@ class LocalCloud:
             self._scheduler.start()
         if c.schedules_file is not None:  # time
             self._start_cron(c.schedules_file)
+
+    def _load_routes(self) -> Routes:
+        """The upload routes, checked against the pipelines the functions will import (the
+        RECLAIM_PIPELINE_MODULES they are given); ValueError naming the route."""
+        from shared.pipelines import load_modules, pipeline_names
+
+        path = self.config.uploads_file
+        if path is None:
+            return Routes()
+        env = {**_child_env(), **self.config.function_env}
+        modules = [m.strip() for m in env.get("RECLAIM_PIPELINE_MODULES", "").split(",")]
+        try:
+            load_modules(tuple(m for m in modules if m))
+            return upload_routes.load(path, pipeline_names())
+        except (InvalidInput, PipelineModuleError) as exc:
+            raise ValueError(f"upload routes {path}: {getattr(exc, 'reason', exc)}") from None
 
     def _start_cron(self, path: Path) -> None:
         """The cron schedules of the file, ticked as Cloud Scheduler would."""
@@ -570,6 +598,9 @@ class LocalCloud:
                 "THREADS": str(threads),
             }
         )
+        if c.uploads_file is not None:  # the same file the launcher checked
+            env["RECLAIM_UPLOADS_FILE"] = str(c.uploads_file.resolve())
+        env["RECLAIM_UPLOADS_BUCKET"] = t.uploads_bucket
         env.update(c.function_env)
         return env
 

@@ -31,6 +31,7 @@ from local.cloud import (
     LocalCloud,
     emulator_args,
 )
+from shared import upload_routes
 from shared.config import EnvVar, read_env, unknown_names
 from shared.cron import schedules
 from shared.errors import ConfigError, InvalidInput, PipelineModuleError
@@ -325,6 +326,7 @@ def config_from_env(env: Mapping[str, str]) -> CloudConfig:
     values["functions_storage_host"] = values["functions_storage_host"] or None
     config = replace(CloudConfig(), topology=topology, **values)
     config = replace(config, schedules_file=schedules.schedules_file(dict(env)))  # time
+    config = replace(config, uploads_file=upload_routes.dev_uploads_file(env))
     try:
         config.validate()
     except ValueError as exc:
@@ -393,6 +395,8 @@ def plan(config: CloudConfig, env: Mapping[str, str]) -> str:
         lines.append(f"  scheduler          POST sweep every {config.sweep_interval_seconds:g} s")
     if config.schedules_file is not None:  # time: docs/time.md
         lines.append(f"  cron               the schedules of {config.schedules_file} (if any)")
+    routes = config.uploads_file or "none: every upload becomes an upload-digest job"
+    lines.append(f"  upload routes      {routes}")
     changed = [v for v in VARS if v.name in env and env[v.name].strip() != v.default]
     lines.append(
         "  settings           "

@@ -31,6 +31,7 @@ def start_fake_gcs(
     event_project: str | None = None,
     event_topic: str | None = None,
     event_bucket: str | None = None,
+    event_prefix: str | None = None,
     log_path: Path | None = None,
     data_dir: Path | None = None,
     start_timeout: float = 20.0,
@@ -38,7 +39,8 @@ def start_fake_gcs(
     """Start fake-gcs-server (memory backend, plain HTTP) and wait until it listens.
 
     With event_* set, a finalized object in event_bucket is published to
-    event_topic as a JSON_API_V1 notification, as google_storage_notification does.
+    event_topic as a JSON_API_V1 notification, as google_storage_notification does
+    (event_prefix: only names under it, as its object_name_prefix).
     With data_dir, it starts holding the objects found there (data_dir/<bucket>/<name>),
     loaded before it listens (so a large one needs a longer start_timeout).
     """
@@ -76,6 +78,8 @@ def start_fake_gcs(
         ]
         if event_bucket:
             args += ["-event.bucket", event_bucket]
+        if event_prefix:
+            args += ["-event.object-prefix", event_prefix]
         import os
 
         env = {**os.environ, "PUBSUB_EMULATOR_HOST": pubsub_emulator_host}

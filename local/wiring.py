@@ -10,6 +10,7 @@ explicit, overridable fields of ``Topology`` rather than hidden differences.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -208,13 +209,29 @@ def ensure_topics(t: Topology, publisher: Any) -> None:
             publisher.create_topic(request={"name": t.topic_path(topic)})
 
 
-def ensure_buckets(t: Topology, storage: Any) -> None:
-    """Create both buckets; an existing one is fine."""
+def ensure_buckets(t: Topology, storage: Any, extra: tuple[str, ...] = ()) -> None:
+    """Create both buckets (and the other buckets upload routes name); an existing one
+    is fine."""
     from google.api_core.exceptions import Conflict
 
-    for name in t.buckets:
+    for name in (*t.buckets, *extra):
         with contextlib.suppress(Conflict):
             storage.create_bucket(name)
+
+
+def notification_scope(notifications: list[tuple[str, str]]) -> tuple[str | None, str] | None:
+    """fake-gcs-server's one notification (-event.bucket, -event.object-prefix) that
+    covers the (bucket, prefix) notifications the upload routes need: their bucket when
+    they share one (else every bucket) and their common prefix; None when none is needed.
+    It can be wider than terraform's set, never narrower: submit_upload acks what no
+    needed notification covers without a job, so locally the same uploads become jobs."""
+    if not notifications:
+        return None
+    buckets = {b for b, _ in notifications}
+    if len(buckets) > 1:
+        return None, ""
+    # a GCS prefix is a string prefix, not a path: character by character is right
+    return buckets.pop(), os.path.commonprefix([p for _, p in notifications])  # noqa: RUF071
 
 
 def subscription_request(

@@ -112,10 +112,12 @@ def profile(ctx: StageContext) -> None:
     except ValueError as exc:
         raise PermanentError(str(exc)) from None
     bucket, name = ctx.payload["bucket"], ctx.payload["name"]
+    generation = ctx.payload.get("generation")
     try:
-        data, _content_type = ctx.store.read_object(bucket, name, ctx.payload.get("generation"))
-    except NotFound:
-        raise PermanentError(f"gs://{bucket}/{name} does not exist") from None
+        data, _content_type = ctx.store.read_object(bucket, name, generation)
+    except NotFound:  # e.g. an upload deleted before its job ran
+        at = f" at generation {generation}" if generation else ""
+        raise PermanentError(f"gs://{bucket}/{name}{at} does not exist") from None
     ctx.check()
     try:
         text = data.decode("utf-8-sig")

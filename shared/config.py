@@ -112,6 +112,13 @@ ENV_VARS: tuple[EnvVar, ...] = (
         doc="Bucket holding jobs/, pending/, batches/ and outputs/.",
     ),
     EnvVar(
+        name="RECLAIM_UPLOADS_BUCKET",
+        field="uploads_bucket",
+        default="reclaim-uploads",
+        parse=_name,
+        doc="The deployment's uploads bucket: the bucket of an upload route that names none.",
+    ),
+    EnvVar(
         name="RECLAIM_JOBS_TOPIC",
         field="jobs_topic",
         default="reclaim-jobs",
@@ -266,6 +273,15 @@ ENV_VARS: tuple[EnvVar, ...] = (
         "(the built-ins need none).",
     ),
     EnvVar(
+        name="RECLAIM_UPLOADS_FILE",
+        field="uploads_file",
+        default="",
+        parse=str.strip,
+        doc="The upload routes file (uploads.json in your pipelines folder; a relative path "
+        "is read from the folder holding shared/); terraform sets it to the file it read. "
+        "Empty: no routes, every upload becomes an upload-digest job (docs/pipelines.md).",
+    ),
+    EnvVar(
         name="RECLAIM_DEAD_LETTER_SUBSCRIPTION",
         field="dead_letter_subscription",
         default="reclaim-dead-letter-hold",
@@ -316,6 +332,7 @@ class Settings:
 
     project: str
     records_bucket: str
+    uploads_bucket: str
     jobs_topic: str
     max_concurrent: int
     stale_seconds: float
@@ -335,6 +352,7 @@ class Settings:
     retention_days_failed: int
     retention_days_cancelled: int
     pipeline_modules: tuple[str, ...]
+    uploads_file: str
     dead_letter_subscription: str
     metrics_source: str
     iap_audience: str

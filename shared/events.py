@@ -28,6 +28,7 @@ from google.protobuf import json_format
 
 from shared import records
 from shared.errors import BadEvent, IgnoredEvent, InvalidInput
+from shared.upload_routes import Uploaded
 
 PUBSUB_PUBLISHED = "google.cloud.pubsub.topic.v1.messagePublished"
 STORAGE_FINALIZED = "google.cloud.storage.object.v1.finalized"
@@ -36,7 +37,7 @@ _GCS_FINALIZE = "OBJECT_FINALIZE"
 _BINARY_HEADERS = ("ce-specversion", "ce-type", "ce-source", "ce-id")
 # Only these object fields are handed to google-events: an odd timestamp in a
 # field we never use must not turn a real upload into a 400.
-_OBJECT_FIELDS = ("bucket", "name", "generation", "contentType", "size")
+_OBJECT_FIELDS = ("bucket", "name", "generation", "contentType", "size", "metadata")
 _MAX_REASON = 300
 
 
@@ -78,15 +79,8 @@ class PubsubDelivery:
         return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
-@dataclass(frozen=True)
-class UploadedObject:
-    """One finalized object in the uploads bucket."""
-
-    bucket: str
-    name: str
-    generation: int
-    content_type: str | None = None
-    size: int | None = None
+UploadedObject = Uploaded
+"""One finalized object (and its custom metadata): shared.upload_routes routes it."""
 
 
 # ---------------------------------------------------------------- public API
@@ -314,6 +308,7 @@ def _object_from_resource(resource: Any, *, what: str) -> UploadedObject:
         generation=int(obj.generation),
         content_type=obj.content_type or None,
         size=int(obj.size) if "size" in picked else None,
+        metadata=dict(obj.metadata),
     )
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import flask
 
-from shared import identity, logs, metrics
+from shared import identity, logs, metrics, upload_routes
 from shared.config import Settings
 from shared.errors import (
     BadEvent,
@@ -41,8 +41,9 @@ from shared.errors import (
     StorageError,
     SubmitError,
 )
-from shared.pipelines import load_modules
+from shared.pipelines import load_modules, pipeline_names
 from shared.queue import Queue
+from shared.upload_routes import Routes
 
 log = logs.get_logger(__name__)
 
@@ -164,6 +165,8 @@ class SettingsOnce:
         self._settings: Settings | None = None
         self._queue: Queue | None = None
         self._error: str | None = None
+        self._routes: Routes | None = None
+        self._routes_error: str | None = None
         self._lock = threading.Lock()
 
     def get(self) -> Settings:
@@ -190,10 +193,29 @@ class SettingsOnce:
                 self._queue = Queue.from_settings(settings)
             return self._queue
 
-    def validate_now(self) -> None:
-        """Called at import, so a bad deployment logs at once rather than at first request."""
+    def routes(self) -> Routes:
+        """The upload routes of RECLAIM_UPLOADS_FILE, checked once against the registered
+        pipelines; a bad file is logged once and answered as a 500 naming the route."""
+        settings = self.get()
+        with self._lock:
+            if self._routes is None and self._routes_error is None:
+                path = upload_routes.uploads_file({"RECLAIM_UPLOADS_FILE": settings.uploads_file})
+                try:
+                    self._routes = upload_routes.load(path, pipeline_names())
+                except InvalidInput as exc:
+                    self._routes_error = f"{upload_routes.UPLOADS_ENV} ({path}): {exc.reason}"
+                    log.error(f"{self._function} is misconfigured", reason=self._routes_error)
+            if self._routes is None:
+                raise Refusal(500, "misconfigured", self._routes_error or "routes are invalid")
+            return self._routes
+
+    def validate_now(self, *, routes: bool = False) -> None:
+        """Called at import, so a bad deployment logs at once rather than at first request
+        (with `routes`, the upload routes too)."""
         with contextlib.suppress(Refusal):
             self.get()
+            if routes:
+                self.routes()
 
 
 def author(request: flask.Request, prefix: str, settings: Settings) -> str:

@@ -6,7 +6,8 @@ alone. It builds one Context (shared.seams) from its collaborators and the featu
 table (shared.features: the one place that lists the features) and hands it to the
 focused modules that do the work, one per concern:
 
-- submit, submit_upload: shared.submission (validate, create, ring)
+- submit: shared.submission (validate, create, ring); submit_upload: shared.upload_jobs
+  (the upload routes, then the same creation)
 - get, get_batch: shared.status (views, with the read-path watchdog)
 - read, read_many, list_jobs, pending: shared.listing (as stored, no watchdog)
 - cancel, retry: shared.control (a person's transitions, with their CAS loops)
@@ -24,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING, Any
 
-from shared import control, features, flow, listing, status, submission, sweeper
+from shared import control, features, flow, listing, status, submission, sweeper, upload_jobs
 from shared.claim import runner
 from shared.clock import Clock, utcnow
 from shared.config import Settings
@@ -32,6 +33,8 @@ from shared.doorbell import Ringer, get_doorbell
 from shared.jobs import JobRecord, JobStatus
 from shared.seams import Context, Feature
 from shared.storage import Store, get_store
+from shared.upload_jobs import Routed
+from shared.upload_routes import Routes
 
 if TYPE_CHECKING:
     from shared.claim.drain import Arrival, DrainGate
@@ -98,18 +101,17 @@ class Queue:
         return submission.submit(self.ctx, request, self.clock(), traceparent=traceparent)
 
     def submit_upload(
-        self, upload: UploadedObject, *, traceparent: str | None = None
-    ) -> submission.SubmittedJob:
-        """The upload-digest job of one uploaded object version (idempotent per version)."""
-        return submission.create_upload_job(
-            self.ctx,
-            bucket=upload.bucket,
-            name=upload.name,
-            generation=upload.generation,
-            content_type=upload.content_type,
-            size=upload.size,
-            now=self.clock(),
-            traceparent=traceparent,
+        self,
+        upload: UploadedObject,
+        routes: Routes | None = None,
+        *,
+        traceparent: str | None = None,
+    ) -> Routed:
+        """The job of one uploaded object version as its route says (idempotent per
+        version), a batch closed by its closing object, or nothing (why); no routes:
+        an upload-digest job."""
+        return upload_jobs.route_upload(
+            self.ctx, routes or Routes(), upload, self.clock(), traceparent
         )
 
     # --- reading

@@ -50,7 +50,6 @@ BATCH_KEYS = frozenset({"batch_id", "jobs", "on_complete"})
 CALLBACK_KEYS = frozenset({"pipeline", "payload"})
 MAX_ATTEMPTS = 100
 MAX_PAYLOAD_BYTES = 256 * 1024
-UPLOAD_PIPELINE = "upload-digest"
 _WORKERS = 16  # calls of one request in flight (terraform/README.md, "Sizing submit")
 RING_EVERY = 50
 """A batch rings the jobs written so far every this many records, so its first jobs run
@@ -429,54 +428,65 @@ def submit(
 def create_upload_job(
     ctx: Context,
     *,
-    bucket: str,
-    name: str,
-    generation: int,
-    content_type: str | None,
-    size: int | None,
+    source: dict[str, Any],
+    pipeline: str,
+    payload: JsonObject,
     now: datetime,
+    batch_id: str | None = None,
+    with_callback: bool = False,
     traceparent: str | None = None,
 ) -> SubmittedJob:
-    """The upload-digest job of one object version; a redelivered event finds it.
-    Its trace is its own; the push's `traceparent` is logged as submit_trace."""
-    job_id = records.upload_job_id(bucket, name, generation)
-    payload = {
-        "bucket": bucket,
-        "name": name,
-        "generation": generation,
-        "content_type": content_type,
-        "size": size,
-    }
-    source = {"bucket": bucket, "name": name, "generation": generation}
+    """The job of one uploaded object version (`source`: bucket, name, generation), as
+    its route says (shared.upload_jobs); a redelivered event finds it. Pending marker,
+    create-only record, batch marker, doorbell, as for POST /jobs. Its trace is its own;
+    the push's `traceparent` is logged as submit_trace."""
+    job_id = records.upload_job_id(source["bucket"], source["name"], source["generation"])
     store = ctx.store
-    try:
-        existing = store.read(job_id)
-    except NotFound:
-        pass
-    except CorruptRecord as exc:
-        raise Conflict(f"job {job_id} exists but its record is unreadable: {exc.reason}") from None
-    else:
-        return SubmittedJob(
-            job_id,
-            existing.record["status"],
-            created=False,
-            traceparent=existing.record.get("traceparent"),
-        )
+    found = find_upload_job(store, job_id)
+    if found is not None:
+        return found
     trace = tracing.for_job().traceparent
     record = records.new_record(
-        job_id, UPLOAD_PIPELINE, payload, now, source=source, traceparent=trace
+        job_id, pipeline, payload, now, source=source, batch_id=batch_id, traceparent=trace
     )
+    if with_callback:
+        record["batch_has_callback"] = True
     store.add_pending(job_id)
     try:
         stored = store.create(record)
     except AlreadyExists:
-        return SubmittedJob(job_id, _status_of(store, job_id), created=False)
-    job = SubmittedJob(job_id, stored.record["status"], created=True, traceparent=trace)
+        return SubmittedJob(job_id, _status_of(store, job_id), created=False, batch_id=batch_id)
+    if batch_id is not None:
+        store.add_to_batch(batch_id, job_id)
+    job = SubmittedJob(
+        job_id, stored.record["status"], created=True, batch_id=batch_id, traceparent=trace
+    )
     log.info(
         "job created", job_id=job_id, traceparent=trace, submit_trace=tracing.trace_id(traceparent)
     )
     _ring(ctx.doorbell, [job], batch=False)
     return job
+
+
+def find_upload_job(store: Store, job_id: str) -> SubmittedJob | None:
+    """The job a redelivered notification names, if it exists (its batch marker is added
+    again: a crash may have left it out)."""
+    try:
+        existing = store.read(job_id).record
+    except NotFound:
+        return None
+    except CorruptRecord as exc:
+        raise Conflict(f"job {job_id} exists but its record is unreadable: {exc.reason}") from None
+    batch_id = existing.get("batch_id")
+    if batch_id:
+        store.add_to_batch(batch_id, job_id)
+    return SubmittedJob(
+        job_id,
+        existing["status"],
+        created=False,
+        batch_id=batch_id,
+        traceparent=existing.get("traceparent"),
+    )
 
 
 def _plan(store: Store, submission: Submission) -> list[tuple[str, JobSpec, SubmittedJob | None]]:

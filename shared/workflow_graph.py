@@ -8,6 +8,8 @@ anything is written (shared.submission), and the index-object names the storage 
   workflows/open/<batch>/<job>         a member of a batch with on_complete not yet ended
   workflows/children/<parent>/<child>  reverse edge: who to release when a parent ends
   workflows/waiting/<child>/<parent>   a parent the child still waits for
+  workflows/open/<batch>/upload-batch-open   an upload batch not yet closed (its hold)
+  workflows/closed/<batch>             an upload batch's closing object arrived
 """
 
 from __future__ import annotations
@@ -52,6 +54,20 @@ def open_prefix(batch_id: str) -> str:
 
 def open_name(batch_id: str, job_id: str) -> str:
     return open_prefix(batch_id) + records.validate_job_id(job_id)
+
+
+HOLD_ID = "upload-batch-open"
+"""The pseudo-member that holds an upload batch open until its closing object arrives
+(shared.upload_jobs): its open marker counts like a member's, and only that object
+removes it (the sweep's repair of stray markers leaves it alone)."""
+
+
+def hold_name(batch_id: str) -> str:
+    return open_name(batch_id, HOLD_ID)
+
+
+def closed_name(batch_id: str) -> str:
+    return f"{PREFIX}closed/{records.validate_batch_id(batch_id)}"
 
 
 def children_prefix(parent: str) -> str:

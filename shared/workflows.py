@@ -290,8 +290,8 @@ def sweep_open(
     repaired = 0
     for info in ctx.store.list_blobs(graph.OPEN_ROOT, limit=limit):
         parsed = graph.parse_open_name(info.name)
-        if parsed is None or parsed[1] in pending:
-            continue
+        if parsed is None or parsed[1] in pending or parsed[1] == graph.HOLD_ID:
+            continue  # an upload batch's hold: only its closing object removes it
         batch_id, job_id = parsed
         try:
             record = ctx.store.read(job_id).record

@@ -220,6 +220,7 @@ resource "time_sleep" "grants_propagate" {
     google_artifact_registry_repository_iam_member.builder_writes_images,
     google_storage_bucket_iam_member.fn_records,
     google_storage_bucket_iam_member.claim_reads_uploads,
+    google_storage_bucket_iam_member.claim_reads_routed, # uploads.tf
     google_pubsub_topic_iam_member.fn_rings_jobs,
     google_service_account_iam_member.pubsub_agent_mints_invoker_tokens,
     google_pubsub_topic_iam_member.pubsub_agent_dead_letters,

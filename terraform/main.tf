@@ -42,6 +42,7 @@ locals {
   reclaim_env = {
     RECLAIM_PROJECT                    = var.project_id
     RECLAIM_RECORDS_BUCKET             = local.buckets.records
+    RECLAIM_UPLOADS_BUCKET             = local.buckets.uploads
     RECLAIM_JOBS_TOPIC                 = local.topics.jobs
     RECLAIM_MAX_CONCURRENT             = tostring(local.functions.claim.concurrency)
     RECLAIM_STALE_SECONDS              = tostring(var.queue.stale_seconds)
@@ -61,6 +62,7 @@ locals {
     RECLAIM_RETENTION_DAYS_FAILED      = tostring(var.retention_days.failed)
     RECLAIM_RETENTION_DAYS_CANCELLED   = tostring(var.retention_days.cancelled)
     RECLAIM_PIPELINE_MODULES           = join(",", var.pipeline_modules)
+    RECLAIM_UPLOADS_FILE               = local.uploads_setting # uploads.tf
     RECLAIM_DEAD_LETTER_SUBSCRIPTION   = local.subscriptions.dead_letter_hold
     RECLAIM_METRICS_SOURCE             = "monitoring:${var.name_prefix}"
     RECLAIM_LOG_LEVEL                  = var.queue.log_level

@@ -163,16 +163,4 @@ resource "google_storage_bucket" "sources" {
   depends_on = [time_sleep.apis_propagate]
 }
 
-# Every finished upload rings the uploads topic; submit_upload turns it into a job.
-resource "google_storage_notification" "uploads" {
-  bucket             = google_storage_bucket.uploads.name
-  topic              = google_pubsub_topic.topics["uploads"].id
-  payload_format     = "JSON_API_V1"
-  event_types        = ["OBJECT_FINALIZE"]
-  object_name_prefix = var.uploads_prefix == "" ? null : var.uploads_prefix
-
-  # Creating a notification checks that the GCS agent may publish to the topic
-  # (registry.terraform.io/providers/hashicorp/google/6.50.0/docs/resources/storage_notification):
-  # wait for that grant to propagate (iam.tf).
-  depends_on = [time_sleep.grants_propagate]
-}
+# The uploads bucket's notifications, one per prefix the upload routes need: uploads.tf.

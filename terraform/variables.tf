@@ -380,7 +380,7 @@ variable "sweep_time_zone" {
 }
 
 variable "uploads_prefix" {
-  description = "Only uploads whose name starts with this prefix become jobs (\"\" = all)."
+  description = "Uploads no route takes become upload-digest jobs only under this prefix (\"\" = all); the routes of uploads.json have their own prefixes (docs/pipelines.md, \"Uploads\")."
   type        = string
   default     = ""
 }

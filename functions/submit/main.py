@@ -41,7 +41,7 @@ _JSON_TYPES = ("application/json",)
 HEALTH_PATH = "/health"
 OPENAPI_PATH = "/openapi.json"
 _settings = SettingsOnce("submit")
-_settings.validate_now()
+_settings.validate_now(routes=True)
 framework_errors()
 
 
@@ -157,10 +157,12 @@ def _require_json(request: flask.Request) -> None:
 
 @entry_point("submit_upload")
 def submit_upload(request: flask.Request) -> flask.Response:
-    """A finalized upload (push envelope or CloudEvent) becomes an upload-digest job.
+    """A finalized upload (push envelope or CloudEvent) becomes the job its route says
+    (shared.upload_routes; no routes file: an upload-digest job).
 
-    Pub/Sub push acks 2xx: 202 created, 200 already there or ignored; 400 for
-    a malformed event (dead-lettered after retries); 503 on an outage (retried).
+    Pub/Sub push acks 2xx: 202 created, 200 already there, a batch closed, or ignored;
+    400 for a malformed event (dead-lettered after retries); 500 misconfigured for a
+    bad routes file; 503 on an outage (retried).
     """
     require_method(request, ("POST",))
     settings = _settings.get()
@@ -168,15 +170,30 @@ def submit_upload(request: flask.Request) -> flask.Response:
     if upload.bucket == settings.records_bucket:  # never digest our own records: a loop
         log.warning("event from the records bucket ignored", bucket=upload.bucket)
         return answer(200, {"ignored": True, "reason": "object is in the records bucket"})
-    job = _settings.queue().submit_upload(
-        upload, traceparent=request.headers.get(TRACEPARENT_HEADER)
+    done = _settings.queue().submit_upload(
+        upload, _settings.routes(), traceparent=request.headers.get(TRACEPARENT_HEADER)
     )
+    job = done.job
+    where: dict[str, Any] = {
+        "bucket": upload.bucket,
+        "object": upload.name,
+        "generation": upload.generation,
+    }
+    if job is None:
+        log.info(
+            "upload batch closed" if done.closed else "upload ignored",
+            **where,
+            route=done.route,
+            reason=done.ignored,
+            batch_id=done.closed,
+        )
+        return answer(200, done.to_json())
     log.info(
         "upload job created" if job.created else "upload job already existed",
         job_id=job.job_id,
         traceparent=job.traceparent,
-        bucket=upload.bucket,
-        object=upload.name,
-        generation=upload.generation,
+        route=done.route,
+        batch_id=job.batch_id,
+        **where,
     )
-    return answer(202 if job.created else 200, job.to_json())
+    return answer(202 if job.created else 200, done.to_json())

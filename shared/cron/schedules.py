@@ -12,7 +12,6 @@ File shape::
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -27,6 +26,7 @@ from cronsim import CronSim, CronSimError
 
 from shared import cron_dialect
 from shared.errors import InvalidInput
+from shared.pipelines import package_file
 
 SCHEDULES_ENV = "RECLAIM_SCHEDULES_FILE"
 _MODULES_ENV = "RECLAIM_PIPELINE_MODULES"
@@ -165,16 +165,7 @@ def schedules_file(env: dict[str, str] | None = None) -> Path:
     env = dict(os.environ) if env is None else env
     if env.get(SCHEDULES_ENV, "").strip():
         return ROOT / env[SCHEDULES_ENV].strip()  # an absolute path stays itself
-    for module in filter(None, (m.strip() for m in env.get(_MODULES_ENV, "").split(","))):
-        try:
-            spec = importlib.util.find_spec(module.split(".")[0])
-        except (ImportError, ValueError):
-            continue
-        for folder in (spec.submodule_search_locations or []) if spec else []:
-            candidate = Path(folder) / "schedules.json"
-            if candidate.exists():
-                return candidate
-    return DEFAULT_FILE
+    return package_file("schedules.json", env.get(_MODULES_ENV, "")) or DEFAULT_FILE
 
 
 def load(

@@ -362,3 +362,32 @@ def _wait_for_record(fn: Upload, job_id: str, deadline_s: float = 30.0) -> dict[
             return job_record(fn, job_id)
         time.sleep(0.2)
     raise AssertionError(f"no record for {job_id} after {deadline_s}s")
+
+
+def test_submit_upload_refuses_a_bad_routes_file_naming_the_route(
+    upload_fn: Upload, emulator_env: dict[str, str], log_dir: Path, tmp_path: Path
+) -> None:
+    """The function checks RECLAIM_UPLOADS_FILE at start: it logs the bad route at once
+    and answers every upload 500 misconfigured (Pub/Sub retries it), writing nothing."""
+    from local.procs import stop
+    from tests.integration.function_support import start_function
+
+    bad = tmp_path / "uploads.json"
+    bad.write_text(json.dumps({"routes": [{"name": "thumbs", "prefix": "t/", "pipeline": "x"}]}))
+    env = {
+        **emulator_env,
+        "STORAGE_EMULATOR_HOST": upload_fn.gcs_url,
+        "PYTHONPATH": str(ROOT),
+        "RECLAIM_PROJECT": upload_fn.project,
+        "RECLAIM_RECORDS_BUCKET": upload_fn.records.name,
+        "RECLAIM_UPLOADS_FILE": str(bad),
+    }
+    proc, url = start_function("submit", "submit_upload", env, log_dir)
+    try:
+        before = names(upload_fn.records)
+        resp = requests.post(url, json=notification(upload_fn.uploads.name, "t/a", 3), timeout=30)
+        assert resp.status_code == 500 and resp.json()["error"] == "misconfigured"
+        assert "routes[0] (thumbs): pipeline 'x' is unknown" in resp.json()["reason"]
+        assert names(upload_fn.records) == before
+    finally:
+        stop(proc)

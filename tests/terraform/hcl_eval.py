@@ -1,8 +1,9 @@
 """Evaluate the HCL expressions of variable validations, without a terraform binary.
 
 python-hcl2 parses an expression into a Lark tree; this walks that tree for the
-subset terraform/variables.tf uses (literals, var.x.y, operators, conditionals,
-tuple `for`, and the functions in FUNCTIONS), with terraform's semantics where they
+subset terraform/variables.tf and the locals of terraform/uploads.tf use (literals,
+string templates, objects, var.x.y and local.x, operators, conditionals, tuple and
+object `for`, and the functions in FUNCTIONS), with terraform's semantics where they
 matter here: `&&` and `||` evaluate both sides (an error on either side is an
 error), `can`/`try` catch errors, `regex` fails when nothing matches. Anything
 outside the subset raises Unsupported, so a new construct cannot pass unevaluated.
@@ -31,14 +32,20 @@ class Unsupported(Exception):
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\"}
 
 
-def evaluate(expression: str, variables: Mapping[str, Any]) -> Any:
-    """The value of one expression (python-hcl2's '${...}' form or bare) with `var`."""
+def evaluate(
+    expression: str, variables: Mapping[str, Any], local: Mapping[str, Any] | None = None
+) -> Any:
+    """The value of one expression (python-hcl2's '${...}' form or bare) with `var` (and
+    `local`, when given)."""
     text = (
         expression[2:-1] if expression.startswith("${") and expression.endswith("}") else expression
     )
     tree = hcl2.parses_to_tree(f"x = {text}\n")
     attribute = next(tree.find_data("attribute"))
-    return _Evaluator({"var": _normal(dict(variables))}).eval(attribute.children[-1])
+    scope = {"var": _normal(dict(variables))}
+    if local is not None:
+        scope["local"] = _normal(dict(local))
+    return _Evaluator(scope).eval(attribute.children[-1])
 
 
 def _normal(value: Any) -> Any:
@@ -96,7 +103,18 @@ def _bool(value: Any) -> bool:
 FUNCTIONS: dict[str, Callable[..., Any]] = {
     "alltrue": lambda items: all(_bool(i) for i in items),
     "basename": lambda path: posixpath.basename(_string(path)),
+    "anytrue": lambda items: any(_bool(i) for i in items),
+    "concat": lambda *lists: [v for one in lists for v in one],
     "contains": lambda items, value: value in items,
+    "distinct": lambda items: [v for i, v in enumerate(items) if v not in items[:i]],
+    "endswith": lambda text, suffix: _string(text).endswith(_string(suffix)),
+    "flatten": lambda items: [v for one in items for v in one],
+    "join": lambda sep, items: _string(sep).join(_string(i) for i in items),
+    "keys": lambda mapping: sorted(mapping),
+    "lower": lambda text: _string(text).lower(),
+    "setintersection": lambda a, b: [v for v in a if v in b],
+    "startswith": lambda text, prefix: _string(text).startswith(_string(prefix)),
+    "strcontains": lambda text, part: _string(part) in _string(text),
     "floor": lambda n: float(math.floor(_number(n))),
     "length": lambda v: float(len(v)),
     "regex": _regex,
@@ -153,10 +171,24 @@ class _Evaluator:
         out = []
         for part in self._children(node):
             (token,) = part.children
+            if isinstance(token, Tree) and token.data == "interpolation":
+                (inner,) = self._children(token)
+                out.append(_string(self.eval(inner)))
+                continue
             if not isinstance(token, Token) or token.type != "STRING_CHARS":
-                raise Unsupported("string templates")
+                raise Unsupported("string template part")
             out.append(re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(0)), token))
         return "".join(out)
+
+    def _object(self, node: Tree) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for elem in self._children(node):
+            key_node, value = self._children(elem)
+            (key_expr,) = self._children(key_node)
+            (inner,) = self._children(key_expr)
+            key = str(inner.children[0]) if inner.data == "identifier" else self.eval(key_expr)
+            out[_string(key)] = self.eval(value)
+        return out
 
     def _identifier(self, node: Tree) -> Any:
         name = str(node.children[0])
@@ -172,6 +204,15 @@ class _Evaluator:
         if not isinstance(value, Mapping) or key not in value:
             raise EvalError(f"no attribute {key!r}")
         return value[key]
+
+    def _index_expr_term(self, node: Tree) -> Any:
+        base, index = self._children(node)
+        value, (key_expr,) = self.eval(base), self._children(index)
+        key = self.eval(key_expr)
+        try:
+            return value[int(key)] if isinstance(value, list) else value[_string(key)]
+        except (IndexError, KeyError, TypeError, ValueError):
+            raise EvalError(f"no element {key!r}") from None
 
     def _tuple(self, node: Tree) -> list[Any]:
         return [self.eval(c) for c in self._children(node)]
@@ -223,8 +264,22 @@ class _Evaluator:
         cond, yes, no = self._children(node)
         return self.eval(yes) if _bool(self.eval(cond)) else self.eval(no)
 
+    def _for_object_expr(self, node: Tree) -> dict[str, Any]:
+        intro, key, value, *cond = self._children(node)
+        out: dict[str, Any] = {}
+        for inner in self._iterations(intro, cond):
+            name = _string(inner.eval(key))
+            if name in out:
+                raise EvalError(f"duplicate object key {name!r}")
+            out[name] = inner.eval(value)
+        return out
+
     def _for_tuple_expr(self, node: Tree) -> list[Any]:
         intro, body, *cond = self._children(node)
+        return [inner.eval(body) for inner in self._iterations(intro, cond)]
+
+    def _iterations(self, intro: Tree, cond: list[Any]) -> list[_Evaluator]:
+        """One evaluator per element the `for` keeps, its names bound."""
         names = [str(i.children[0]) for i in self._children(intro) if i.data == "identifier"]
         (source,) = [c for c in self._children(intro) if c.data != "identifier"]
         items = self.eval(source)
@@ -233,11 +288,14 @@ class _Evaluator:
         for key, value in pairs:
             scope = dict(self.scope)
             if len(names) == 2:
-                scope[names[0]], scope[names[1]] = key, value
+                scope[names[0]], scope[names[1]] = (
+                    (float(key) if isinstance(key, int) else key),
+                    value,
+                )
             else:
                 scope[names[0]] = value
             inner = _Evaluator(scope)
             if cond and not _bool(inner.eval(self._children(cond[0])[0])):
                 continue
-            out.append(inner.eval(body))
+            out.append(inner)
         return out

@@ -137,6 +137,8 @@ def test_queue_defaults_equal_the_code_defaults() -> None:
     assert set(code) - set(tf) == {
         "project",
         "records_bucket",
+        "uploads_bucket",  # local.buckets.uploads
+        "uploads_file",  # the archive path of the routes file terraform read (uploads.tf)
         "jobs_topic",
         "max_concurrent",
         "push_deadline_seconds",
@@ -217,13 +219,6 @@ def test_every_push_subscription_has_oidc_retry_dead_letter_and_never_expires() 
     assert set(subs) == {"push", "dead_letter_hold"} and "push_config" not in hold
     assert unquote(hold["topic"]) == 'google_pubsub_topic.topics["dead_letter"].id'
     assert unquote(block(hold, "expiration_policy")["ttl"]) == ""
-
-
-def test_uploads_bucket_notifies_the_uploads_topic() -> None:
-    note = resources("google_storage_notification")["uploads"]
-    assert unquote(note["bucket"]) == "google_storage_bucket.uploads.name"
-    assert unquote(note["topic"]) == 'google_pubsub_topic.topics["uploads"].id'
-    assert unquote(note["payload_format"]) == "JSON_API_V1"
 
 
 # --- storage --------------------------------------------------------------------------

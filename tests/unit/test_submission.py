@@ -17,10 +17,11 @@ from shared.submission import (
     MAX_PAYLOAD_BYTES,
     Conflict,
     InvalidSubmission,
-    create_upload_job,
     decode_body,
     submit,
 )
+from shared.upload_jobs import route_upload
+from shared.upload_routes import Routes, Uploaded
 from tests.unit.unit_support import Bell
 
 NOW = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
@@ -298,15 +299,10 @@ def test_single_job_in_a_named_batch() -> None:
 
 
 def upload(store: MemoryStore, bell: Bell, generation: int = 7) -> Any:
-    return create_upload_job(
-        context(store, bell, SETTINGS),
-        bucket="up",
-        name="in/a.csv",
-        generation=generation,
-        content_type="text/csv",
-        size=12,
-        now=NOW,
-    )
+    obj = Uploaded("up", "in/a.csv", generation, content_type="text/csv", size=12)
+    done = route_upload(context(store, bell, SETTINGS), Routes(), obj, NOW)
+    assert done.job is not None
+    return done.job
 
 
 def test_upload_job_is_created_once_per_generation() -> None:
