@@ -69,6 +69,10 @@ WORKFLOWS = Feature(
 
 FEATURES: tuple[Feature, ...] = (TIME, FLOW_CONTROL, WORKFLOWS)
 
+INDEX_PREFIXES: tuple[str, ...] = tuple(p for f in FEATURES for p in f.index_prefixes)
+"""What a store serves for the table (a Context hands them in; a bare store in a test
+that reads the features' objects directly is handed them by hand)."""
+
 
 def context(store: Store, doorbell: Ringer, settings: Settings, clock: Clock = utcnow) -> Context:
     """The context with every feature of the table (the front door's, and the tests')."""

@@ -454,6 +454,8 @@ def create_upload_job(
     record = records.new_record(
         job_id, UPLOAD_PIPELINE, payload, now, source=source, traceparent=trace
     )
+    for hook in ctx.create_hooks():  # the features' indexes of the job, before its record
+        hook(ctx, record)
     store.add_pending(job_id)
     try:
         stored = store.create(record)
@@ -552,7 +554,8 @@ def _create_all(ctx: Context, jobs: list[tuple[JobSpec, JobRecord]]) -> list[Sub
 
 
 def _create_one(ctx: Context, spec: JobSpec, record: JobRecord) -> SubmittedJob | str:
-    """Pending marker, create-only record, then the batch marker.
+    """The features' index objects (Feature.create_hooks), pending marker, create-only
+    record, then the batch marker.
 
     The batch marker comes last: only a record that names the batch proves the
     membership, so a submit that loses a race for its id (409) writes none.
@@ -565,6 +568,8 @@ def _create_one(ctx: Context, spec: JobSpec, record: JobRecord) -> SubmittedJob 
         if holder is not None:
             status = uniqueness.holder_status(store, holder)
             return SubmittedJob(holder, status, created=False, duplicate_of=holder)
+    for hook in ctx.create_hooks():  # the features' indexes of the job, before its record
+        hook(ctx, record)
     scheduled = delayed.place(store, record, record_now(record))  # else the pending marker
     if not scheduled:
         store.add_pending(job_id)
