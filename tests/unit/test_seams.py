@@ -30,6 +30,7 @@ FEATURE_MODULES = {
     "shared.expiry",
     "shared.flow",
     "shared.flow_policy",
+    "shared.tags",
     "shared.timing",
     "shared.uniqueness",
     "shared.workflow_graph",
