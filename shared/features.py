@@ -7,13 +7,13 @@ docs/adding-a-feature.md walks the row of flow control.
 
 from __future__ import annotations
 
-from shared import delayed, expiry, flow, timing, uniqueness, workflows
+from shared import delayed, expiry, flow, tags, timing, uniqueness, workflows
 from shared import flow_policy as fp
 from shared import workflow_graph as graph
 from shared.clock import Clock, utcnow
 from shared.config import Settings
 from shared.doorbell import Ringer
-from shared.seams import Context, Feature, SweepPass
+from shared.seams import Context, Feature, ListFilter, SweepPass
 from shared.storage import Store
 
 TIME = Feature(
@@ -67,7 +67,24 @@ WORKFLOWS = Feature(
     sweep_passes=(SweepPass("workflows", workflows.sweep_pass),),  # batches held open
 )
 
-FEATURES: tuple[Feature, ...] = (TIME, FLOW_CONTROL, WORKFLOWS)
+TAGS = Feature(
+    name="tags",  # docs/api.md, "Tags"
+    submit_keys=frozenset({tags.KEY}),
+    parse=tags.parse_fields,
+    record_fields=(tags.KEY,),
+    view_fields=(tags.KEY,),
+    view=tags.view,
+    index_prefixes=(tags.PREFIX,),
+    create_hooks=(tags.index,),  # tags/<tag>/<id>, before the record
+    filters=(ListFilter("tag", "only jobs with this tag", tags.tagged, tags.has),),
+    summary_fields=(tags.KEY,),  # a batch's members, the dashboard's job page
+)
+
+FEATURES: tuple[Feature, ...] = (TIME, FLOW_CONTROL, WORKFLOWS, TAGS)
+
+INDEX_PREFIXES: tuple[str, ...] = tuple(p for f in FEATURES for p in f.index_prefixes)
+"""What a store serves for the table (a Context hands them in; a bare store in a test
+that reads the features' objects directly is handed them by hand)."""
 
 
 def context(store: Store, doorbell: Ringer, settings: Settings, clock: Clock = utcnow) -> Context:

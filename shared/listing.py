@@ -7,13 +7,14 @@ reported beside the listing, never fatal.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from shared import job_queue
 from shared.errors import CorruptRecord, InvalidInput, JobNotFound, NotFound
 from shared.jobs import JobRecord, JobStatus
+from shared.seams import Context, ListFilter
 from shared.storage import Store
 
 _WORKERS = 8
@@ -30,17 +31,29 @@ class Listing:
 
 
 def list_jobs(
-    store: Store, *, status: JobStatus | None, batch: str | None, limit: int | None
+    ctx: Context,
+    *,
+    status: JobStatus | None,
+    batch: str | None,
+    limit: int | None,
+    where: Mapping[str, str] | None = None,
 ) -> Listing:
     """Records matching the filters, at most `limit` of them.
 
-    With a batch: O(batch) via its markers. With a pending status and no batch:
-    O(pending) via the pending index. Otherwise the names of the whole jobs/
-    history are listed (one call per page), but only as many records are read as
-    it takes to show `limit`, skipping unreadable ones.
+    With a batch: O(batch) via its markers. With a feature's filter (`where`, by the
+    filter's name: Feature.filters): O(matches) via that feature's index. With a pending
+    status and no batch: O(pending) via the pending index. Otherwise the names of the
+    whole jobs/ history are listed (one call per page), but only as many records are read
+    as it takes to show `limit`, skipping unreadable ones. The record decides: an index
+    entry whose record does not match is skipped.
     """
+    chosen = _filters(ctx, where or {})
+    store = ctx.store
     if batch is not None:
         ids: list[str] = store.list_batch(batch)
+    elif chosen:
+        flt, value = chosen[0]
+        ids = flt.ids(ctx, value)
     elif status in (*job_queue.PENDING_STATUSES, *job_queue.WAITING_STATUSES):
         ids = pending_ids(store)
     else:
@@ -49,10 +62,24 @@ def list_jobs(
     for record in _read_each(store, ids, listing):
         if status is not None and record.get("status") != status:
             continue
+        if not all(flt.matches(record, value) for flt, value in chosen):
+            continue
         listing.records.append(record)
         if limit is not None and len(listing.records) >= limit:
             break
     return listing
+
+
+def _filters(ctx: Context, where: Mapping[str, str]) -> list[tuple[ListFilter, str]]:
+    """The table's filters named in `where`; InvalidInput for a name no feature answers."""
+    known = ctx.list_filters()
+    unknown = sorted(set(where) - set(known))
+    if unknown:
+        raise InvalidInput(
+            f"unknown filter(s) {', '.join(unknown)}; known: {', '.join(sorted(known)) or 'none'}",
+            "filter",
+        )
+    return [(known[name], value) for name, value in where.items()]
 
 
 def read_record(store: Store, job_id: str) -> JobRecord:

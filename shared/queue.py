@@ -22,7 +22,7 @@ codes and exit codes are decided at the edges (shared.http, shared.cli).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from shared import control, features, flow, listing, status, submission, sweeper, upload_jobs
@@ -42,6 +42,12 @@ if TYPE_CHECKING:
     from shared.claim.slots import Slots
     from shared.events import UploadedObject
     from shared.outcome import Outcome
+
+
+def list_filters() -> dict[str, str]:
+    """The listing filters of the table's features, name -> help (the CLI's `list`
+    options and a listing's query parameters)."""
+    return {flt.name: flt.help for f in features.FEATURES for flt in f.filters}
 
 
 def parse_submission(
@@ -141,9 +147,11 @@ class Queue:
         status: JobStatus | None = None,
         batch: str | None = None,
         limit: int | None = None,
+        where: Mapping[str, str] | None = None,
     ) -> listing.Listing:
-        """Jobs by status and/or batch (O(batch), O(pending), else O(history))."""
-        return listing.list_jobs(self.store, status=status, batch=batch, limit=limit)
+        """Jobs by status, batch and/or the features' filters (`where`: filter name ->
+        value, Feature.filters): O(batch), O(matches), O(pending), else O(history)."""
+        return listing.list_jobs(self.ctx, status=status, batch=batch, limit=limit, where=where)
 
     def pending(self, limit: int | None = None) -> list[str]:
         """Ids of the jobs that still owe work (the pending index), in name order."""

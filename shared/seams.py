@@ -45,6 +45,26 @@ View = Callable[["Context", "JobRecord"], dict[str, Any]]
 """A job's view (GET /jobs/<id>, `reclaim status`): the feature's fields the record has."""
 
 
+CreateHook = Callable[["Context", "JobRecord"], None]
+"""At submit, for each new job, before its record is created (after its unique key is
+taken, beside its pending marker): write the feature's index objects for the job, so an
+index never misses a record. Idempotent: a retried submit writes them again. A marker
+whose record never came is a hint the readers check against the record."""
+
+
+@dataclass(frozen=True)
+class ListFilter:
+    """A filter of job listings the feature answers from its own index, never by reading
+    every record: `reclaim list --<name> VALUE` and the listing operation's `where`.
+    `ids` gives the candidate ids (InvalidInput for a bad value); `matches` lets the
+    record decide, so a stale marker never shows a job that does not match."""
+
+    name: str
+    help: str
+    ids: Callable[[Context, str], list[str]]
+    matches: Callable[[JobRecord, str], bool]
+
+
 Indexed = Callable[["Context", "tuple[JobStatus, ...]", datetime, datetime], "list[str]"]
 """Bulk selection (bulk retry and cancel): the ids of jobs in these statuses that the
 feature indexes outside pending/, since a time, up to now (a hint: the record decides)."""
@@ -101,6 +121,11 @@ class Feature:
     sweep_checks: tuple[SweepCheck, ...] = ()
     sweep_passes: tuple[SweepPass, ...] = ()
     indexed: Indexed | None = None
+    create_hooks: tuple[CreateHook, ...] = ()
+    filters: tuple[ListFilter, ...] = ()
+    summary_fields: tuple[str, ...] = ()
+    """Record fields shown wherever a job is summarised: a batch's members (GET
+    /batches/<id>) and the dashboard's job page, as stored, when the record has them."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +137,11 @@ class Context:
     settings: Settings
     clock: Clock = utcnow
     features: tuple[Feature, ...] = ()
+
+    def __post_init__(self) -> None:
+        """The store serves the index prefixes of the table it is handed with (the store
+        itself knows no feature: shared.storage)."""
+        self.store.allow_index_prefixes(p for f in self.features for p in f.index_prefixes)
 
     def now(self) -> datetime:
         """The current time by the injected clock."""
@@ -140,3 +170,15 @@ class Context:
     def sweep_passes(self) -> Iterator[SweepPass]:
         """Every feature's sweep passes, in table order."""
         return (p for f in self.features for p in f.sweep_passes)
+
+    def create_hooks(self) -> Iterator[CreateHook]:
+        """Every feature's hooks before a new job's record is created, in table order."""
+        return (h for f in self.features for h in f.create_hooks)
+
+    def list_filters(self) -> dict[str, ListFilter]:
+        """Every feature's listing filters, by name."""
+        return {flt.name: flt for f in self.features for flt in f.filters}
+
+    def summary_fields(self) -> tuple[str, ...]:
+        """Every feature's summary fields, in table order."""
+        return tuple(name for f in self.features for name in f.summary_fields)

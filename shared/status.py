@@ -185,6 +185,7 @@ def _member(ctx: Context, batch_id: str, job_id: str, now: datetime) -> dict[str
     out["status_url"] = f"/jobs/{job_id}"
     if rec.get("error") is not None:
         out["error"] = rec.get("error")
+    out.update({k: rec.get(k) for k in ctx.summary_fields() if rec.get(k) is not None})
     return out
 
 

@@ -10,7 +10,8 @@ Layout of the records bucket:
                              when it was last sent back due; see mark_due)
   batches/<batch>/<id>       empty marker: batch membership
   outputs/<id>/<attempt>/<name>  stage outputs, create-only, keyed by attempt
-  <index prefix>/...         small index objects of the features (INDEX_PREFIXES), through
+  <index prefix>/...         small index objects of the features (their prefixes handed in
+                             with the feature table; the core's in INDEX_PREFIXES), through
                              put_blob / read_blob / delete_blob / list_blobs
 
 Ids, batch ids and output names are validated here too (``records.InvalidInput``),
@@ -31,7 +32,7 @@ import re
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -79,23 +80,16 @@ _OUTPUT_NAME_MAX = 512
 _BLOB_NAME_MAX = 1024  # GCS's own limit on an object name, in bytes
 _BLOB_NAME = re.compile(r"[A-Za-z0-9._:=@+-]+")
 
-# Top-level prefixes of the small index objects features keep beside the records (one line
-# per prefix; each feature documents its own layout). Never jobs/ or outputs/: records and
-# outputs have their own typed calls.
+# Top-level prefixes of the small index objects kept beside the records. The store knows
+# no feature: a feature's prefixes come with its row of the feature table, handed to the
+# store by the context built on it (shared.seams.Context, `allow_index_prefixes`). Listed
+# here only the core machinery's own. Never jobs/, pending/, batches/, outputs/ or sweep/:
+# records, markers and outputs have their own typed calls.
 INDEX_PREFIXES: tuple[str, ...] = (
-    "scheduled/",  # time: delayed jobs by hour, shared.delayed
-    "unique/",  # time: unique-key locks, shared.uniqueness
-    "unique-sweep/",  # time: the sweep's cursor over unique/
-    "schedules/",  # time: each cron schedule's last tick, shared.cron.schedules
-    "limits/",
-    "waiting-for/",
-    "rates/",
-    "paused/",
-    "parked/",
-    "ended/",  # flow control
-    "workflows/",  # callbacks and dependencies (shared.workflow_graph documents the layout)
+    "schedules/",  # cron: each schedule's last tick, shared.cron.ticks
     "dashboard/",  # the dashboard's CSRF key, shared by its instances (shared.dashboard.app)
 )
+_RESERVED = (JOBS_PREFIX, PENDING_PREFIX, BATCHES_PREFIX, OUTPUTS_PREFIX, "sweep/")
 
 
 @dataclass(frozen=True)
@@ -145,6 +139,7 @@ class Store(Protocol):
     def read(self, job_id: str) -> Stored: ...
     def create(self, record: JobRecord) -> Stored: ...
     def update(self, record: JobRecord, generation: int) -> Stored: ...
+    def allow_index_prefixes(self, prefixes: Iterable[str]) -> None: ...
     def add_pending(self, job_id: str) -> None: ...
     def remove_pending(self, job_id: str) -> None: ...
     def mark_due(self, job_id: str, due: datetime) -> None: ...
@@ -225,30 +220,32 @@ def output_object(job_id: str, attempt: int, name: str) -> str:
     return f"{OUTPUTS_PREFIX}{records.validate_job_id(job_id)}/{attempt}/{name}"
 
 
-def index_name(name: object) -> str:
-    """A validated index-object name: under a registered prefix, segments of safe characters.
+def index_name(name: object, allowed: Collection[str] = ()) -> str:
+    """A validated index-object name: under a registered prefix (the core's, or `allowed`,
+    those the store was handed), segments of safe characters.
 
     Raises InvalidInput, so no caller can reach a record, an output or another bucket path.
     """
     if not isinstance(name, str) or not name or len(name.encode("utf-8")) > _BLOB_NAME_MAX:
         raise InvalidInput(f"index object name {name!r} is not a valid name", "index name")
     parts = name.split("/")
-    if not any(name.startswith(p) for p in INDEX_PREFIXES) or any(
+    prefixes = (*INDEX_PREFIXES, *sorted(allowed))
+    if not any(name.startswith(p) for p in prefixes) or any(
         p in (".", "..") or (p and not _BLOB_NAME.fullmatch(p)) for p in parts
     ):
         raise InvalidInput(
             f"index object name {name!r} is not under a registered index prefix "
-            f"({', '.join(INDEX_PREFIXES) or 'none registered'}) or has unsafe characters",
+            f"({', '.join(prefixes) or 'none registered'}) or has unsafe characters",
             "index name",
         )
     return name
 
 
-def index_prefix(prefix: object) -> str:
+def index_prefix(prefix: object, allowed: Collection[str] = ()) -> str:
     """A validated listing prefix: itself under a registered index prefix."""
-    if isinstance(prefix, str) and prefix in INDEX_PREFIXES:
+    if isinstance(prefix, str) and (prefix in INDEX_PREFIXES or prefix in allowed):
         return prefix
-    return index_name(prefix)
+    return index_name(prefix, allowed)
 
 
 def check_generation(generation: object, *, allow_zero: bool) -> int:
@@ -316,6 +313,30 @@ class CallCounter:
             self.calls[kind] += 1
 
 
+class StoreBase(CallCounter):
+    """What both stores share beyond counting: the index prefixes they were handed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.index_prefixes: frozenset[str] = frozenset()
+
+    def allow_index_prefixes(self, prefixes: Iterable[str]) -> None:
+        """Serve index objects under these prefixes too (the features' own, handed in with
+        the table); a prefix that could reach a record, a marker or an output is a bug."""
+        new = frozenset(prefixes)
+        for p in new:
+            if (
+                not p.endswith("/")
+                or p.startswith(_RESERVED)
+                or not all(
+                    _BLOB_NAME.fullmatch(s) and s not in (".", "..") for s in p[:-1].split("/")
+                )
+            ):
+                raise ValueError(f"index prefix {p!r} is not a safe top-level prefix")
+        with self._calls_lock:
+            self.index_prefixes = self.index_prefixes | new
+
+
 # --- Cloud Storage --------------------------------------------------------------------
 
 
@@ -370,7 +391,7 @@ def make_client(project: str | None) -> Client:
     return storage.Client(project=project, credentials=credentials, _http=session)
 
 
-class GcsStore(CallCounter):
+class GcsStore(StoreBase):
     """The seam on Cloud Storage. One per process; the client and retry are shared by threads."""
 
     def __init__(
@@ -634,7 +655,7 @@ class GcsStore(CallCounter):
         )
         return data, blob.content_type
 
-    # index objects (features' small objects under INDEX_PREFIXES)
+    # index objects (small objects under the prefixes this store serves)
 
     def put_blob(self, name: str, data: bytes, *, generation: int) -> int:
         """Create-only (0) or compare-and-swap (>0); never a blind overwrite.
@@ -642,7 +663,7 @@ class GcsStore(CallCounter):
         A 412 whose stored bytes equal ours is our own write landing twice (the client's
         retry after a lost answer), so it counts as success.
         """
-        obj = index_name(name)
+        obj = index_name(name, self.index_prefixes)
         gen = check_generation(generation, allow_zero=True)
         payload = bytes(data)
         try:
@@ -667,14 +688,14 @@ class GcsStore(CallCounter):
         raise LostRace(f"{obj} changed since generation {gen}")
 
     def read_blob(self, name: str) -> Blob:
-        obj = index_name(name)
+        obj = index_name(name, self.index_prefixes)
         data, blob = self._call("read", obj, lambda: self._download(self.bucket_name, obj))
         return Blob(data, int(blob.generation or 0))
 
     def delete_blob(self, name: str, *, generation: int | None = None) -> None:
         """Absent is fine. The generation precondition is honoured by GCS, not by
         fake-gcs-server: callers must not rely on it for correctness."""
-        obj = index_name(name)
+        obj = index_name(name, self.index_prefixes)
         gen = None if generation is None else check_generation(generation, allow_zero=False)
         blob = self._bucket.blob(obj)
         with contextlib.suppress(NotFound, _Precondition):
@@ -696,7 +717,7 @@ class GcsStore(CallCounter):
     ) -> list[BlobInfo]:
         """Names under prefix in lexicographic order, within [start_at, end_before) when given
         (full names); one counted list call per page."""
-        pre = index_prefix(prefix)
+        pre = index_prefix(prefix, self.index_prefixes)
         blobs = self._list_range(pre, limit, start_at, end_before)
         return [BlobInfo(b.name, b.time_created, int(b.generation or 0)) for b in blobs]
 

@@ -21,8 +21,8 @@ from shared.storage import (
     SWEEP_CURSOR,
     Blob,
     BlobInfo,
-    CallCounter,
     PendingEntry,
+    StoreBase,
     Stored,
     batch_object,
     batch_prefix,
@@ -62,7 +62,7 @@ class MemoryObject:
     created: datetime
 
 
-class MemoryStore(CallCounter):
+class MemoryStore(StoreBase):
     """In-memory seam; thread-safe; counts calls like GcsStore."""
 
     def __init__(self, bucket_name: str = "memory-records") -> None:
@@ -273,7 +273,7 @@ class MemoryStore(CallCounter):
     # index objects
 
     def put_blob(self, name: str, data: bytes, *, generation: int) -> int:
-        obj = index_name(name)
+        obj = index_name(name, self.index_prefixes)
         gen = check_generation(generation, allow_zero=True)
         payload = bytes(data)
         self._count("write")
@@ -291,7 +291,7 @@ class MemoryStore(CallCounter):
         return new
 
     def read_blob(self, name: str) -> Blob:
-        obj = index_name(name)
+        obj = index_name(name, self.index_prefixes)
         self._count("read")
         with self._lock:
             found = self._objects.get((self.bucket_name, obj))
@@ -300,7 +300,7 @@ class MemoryStore(CallCounter):
         return Blob(found.data, found.generation)
 
     def delete_blob(self, name: str, *, generation: int | None = None) -> None:
-        obj = index_name(name)
+        obj = index_name(name, self.index_prefixes)
         gen = None if generation is None else check_generation(generation, allow_zero=False)
         self._count("delete")
         with self._lock:
@@ -317,7 +317,7 @@ class MemoryStore(CallCounter):
         end_before: str | None = None,
         limit: int | None = None,
     ) -> list[BlobInfo]:
-        pre = index_prefix(prefix)
+        pre = index_prefix(prefix, self.index_prefixes)
         limit = check_limit(limit)
         with self._lock:
             found = sorted(

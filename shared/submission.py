@@ -451,6 +451,8 @@ def create_upload_job(
     )
     if with_callback:
         record["batch_has_callback"] = True
+    for hook in ctx.create_hooks():  # the features' indexes of the job, before its record
+        hook(ctx, record)
     store.add_pending(job_id)
     try:
         stored = store.create(record)
@@ -582,14 +584,17 @@ def _create_all(ctx: Context, jobs: list[tuple[JobSpec, JobRecord]]) -> list[Sub
 
 
 def _create_one(ctx: Context, spec: JobSpec, record: JobRecord) -> SubmittedJob | str:
-    """Pending marker, create-only record, then the batch marker (its unique key, if any,
-    is already taken: _take_unique_keys).
+    """The features' index objects (Feature.create_hooks), pending marker, create-only
+    record, then the batch marker (its unique key, if any, is already taken:
+    _take_unique_keys).
 
     The batch marker comes last: only a record that names the batch proves the
     membership, so a submit that loses a race for its id (409) writes none.
     """
     store = ctx.store
     job_id = str(record["id"])
+    for hook in ctx.create_hooks():  # the features' indexes of the job, before its record
+        hook(ctx, record)
     scheduled = delayed.place(store, record, record_now(record))  # else the pending marker
     if not scheduled:
         store.add_pending(job_id)

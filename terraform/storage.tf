@@ -50,10 +50,11 @@ resource "google_storage_bucket" "records" {
     }
   }
 
-  # Stage outputs and batch markers outlive the longest record retention by a day.
+  # Stage outputs, batch markers and tag markers (docs/api.md, "Tags") outlive the longest
+  # record retention by a day.
   lifecycle_rule {
     condition {
-      matches_prefix = ["outputs/", "batches/"]
+      matches_prefix = ["outputs/", "batches/", "tags/"]
       age            = max(values(var.retention_days)...) + 1
       with_state     = "LIVE"
     }

@@ -283,6 +283,7 @@ def configure_list_parser(add: _Add) -> None:
         help="only jobs in this status",
     )
     p.add_argument("--batch", metavar="B", help="only this batch's jobs")
+    _add_feature_filters(p)
     p.add_argument(
         "--limit",
         type=_positive_int,
@@ -290,6 +291,17 @@ def configure_list_parser(add: _Add) -> None:
         metavar="N",
         help="show at most N jobs (default: 50)",
     )
+
+
+def _add_feature_filters(p: argparse.ArgumentParser) -> None:
+    """One `--<name> VALUE` per listing filter of the feature table (Feature.filters),
+    each read from that feature's index, not from every record."""
+    from shared.queue import list_filters
+
+    filters = list_filters()
+    for name, text in filters.items():
+        p.add_argument(f"--{name}", dest=f"where_{name}", metavar=name.upper(), help=text)
+    p.set_defaults(where_names=tuple(filters))
 
 
 def configure_cancel_parser(add: _Add) -> None:

@@ -152,10 +152,14 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    """Jobs by status and/or batch; unreadable members are reported, not hidden."""
+    """Jobs by status, batch and/or a feature's filter; unreadable members are reported,
+    not hidden."""
     ctx = Context(args)
     status = JobStatus(args.status) if args.status else None
-    listing = ctx.queue(ring=False).list_jobs(status=status, batch=args.batch, limit=args.limit)
+    where = {n: v for n in args.where_names if (v := getattr(args, f"where_{n}")) is not None}
+    listing = ctx.queue(ring=False).list_jobs(
+        status=status, batch=args.batch, limit=args.limit, where=where
+    )
     for job_id, reason in listing.corrupt.items():
         ctx.warn(f"record {job_id} is unreadable ({reason}); left for a person")
     rows = [cli_render.job_row(r, ctx.settings.max_attempts) for r in listing.records]

@@ -273,6 +273,7 @@ class _Page:
             relations=views.relations(self.queue, record),
             max_attempts=job_queue.max_attempts_of(record, self.queue.settings.max_attempts),
             error=views.error_fields(record.get("error")),
+            facts=views.feature_facts(record, self.queue.ctx.summary_fields()),
         )
 
     def dead_letters(self) -> flask.Response:

@@ -322,3 +322,16 @@ def relations(queue: Queue, record: JobRecord) -> Relations:
         on_parent_failure=str(policy) if parents and policy else None,
         parent_failure=dict(failure) if isinstance(failure, dict) else None,
     )
+
+
+def feature_facts(record: JobRecord, names: tuple[str, ...]) -> list[tuple[str, str]]:
+    """The features' summary fields the record has (Feature.summary_fields), as text for
+    the job page's facts: a list reads as its items joined by commas."""
+    shown: list[tuple[str, str]] = []
+    for name in names:
+        value = record.get(name)
+        if value is None:
+            continue
+        text = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+        shown.append((name, text))
+    return shown

@@ -167,6 +167,41 @@ def test_batch_submit_and_batch_view(submit_fn: Submit, subscriber: Any) -> None
     assert post(submit_fn, body).status_code == 200  # the whole batch again: nothing new
 
 
+def test_tags_are_indexed_shown_and_listed_and_bad_ones_write_nothing(
+    submit_fn: Submit, gcs_client: Any
+) -> None:
+    from shared.config import Settings
+    from shared.queue import Queue
+    from shared.storage import GcsStore
+    from tests.unit.unit_support import Bell
+
+    batch_id, tag = new_id("tagged"), new_id("t").lower()
+    ids = [new_id("piece") for _ in range(3)]
+    jobs = [
+        {"pipeline": "demo", "id": i, **({"tags": [tag]} if n != 1 else {})}
+        for n, i in enumerate(ids)
+    ]
+    assert post(submit_fn, {"batch_id": batch_id, "jobs": jobs}).status_code == 202
+    stored = names(submit_fn.bucket)
+    assert [n for n in stored if n.startswith(f"tags/{tag}/")] == sorted(
+        f"tags/{tag}/{i}" for i in (ids[0], ids[2])
+    )
+    shown = requests.get(f"{submit_fn.url}/jobs/{ids[0]}", timeout=10).json()
+    assert shown["tags"] == [tag]
+    members = requests.get(f"{submit_fn.url}/batches/{batch_id}", timeout=10).json()["jobs"]
+    assert {m["id"]: m.get("tags") for m in members} == {ids[0]: [tag], ids[1]: None, ids[2]: [tag]}
+    store = GcsStore(submit_fn.bucket.name, gcs_client)
+    queue = Queue(store, Bell(), Settings.from_env({"RECLAIM_RECORDS_BUCKET": store.bucket_name}))
+    listed = queue.list_jobs(where={"tag": tag})
+    assert sorted(r["id"] for r in listed.records) == sorted((ids[0], ids[2]))
+    assert store.calls["read"] == 2  # the two marked records, not the bucket's history
+
+    before = names(submit_fn.bucket)
+    bad = post(submit_fn, {"pipeline": "demo", "id": new_id(), "tags": ["Upper", "ok", "ok"]})
+    assert bad.status_code == 400 and "tags: tag 'Upper' is not" in bad.json()["reason"], bad.text
+    assert names(submit_fn.bucket) == before
+
+
 def test_batch_without_id_gets_one(submit_fn: Submit) -> None:
     resp = post(submit_fn, {"jobs": [{"pipeline": "demo"}, {"pipeline": "demo"}]})
     assert resp.status_code == 202

@@ -25,7 +25,7 @@ import pytest
 import requests
 
 from local.procs import stop
-from shared import timing, uniqueness
+from shared import features, timing, uniqueness
 from shared.storage import GcsStore
 from tests.integration.function_support import make_queue, start_function
 
@@ -90,6 +90,7 @@ def cloud(
             proc, urls[name] = start_function(name, name, queue.env, log_dir)
             procs.append(proc)
         store = GcsStore(queue.bucket.name, client=gcs_client)
+        store.allow_index_prefixes(features.INDEX_PREFIXES)  # the test reads unique/ itself
         yield Env(store, queue.sub, urls["submit"], urls["claim"], urls["sweep"])
     finally:
         for proc in procs:

@@ -6,10 +6,17 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from shared import listing, records
+from shared.config import Settings
 from shared.jobs import JobStatus
+from shared.seams import Context
 from shared.storage_memory import MemoryStore
+from tests.unit.unit_support import Bell
 
 NOW = datetime(2026, 7, 26, 10, 0, tzinfo=UTC)
+
+
+def _ctx(store: MemoryStore) -> Context:
+    return Context(store, Bell(), Settings.from_env({}))
 
 
 def make_job(store: MemoryStore, job_id: str, status: JobStatus, batch: str | None) -> None:
@@ -30,19 +37,19 @@ def test_list_uses_the_batch_the_pending_index_or_history() -> None:
     store.add_to_batch("b1", "bad")
     store.add_to_batch("b1", "gone")
 
-    in_batch = listing.list_jobs(store, status=None, batch="b1", limit=None)
+    in_batch = listing.list_jobs(_ctx(store), status=None, batch="b1", limit=None)
     assert sorted(r["id"] for r in in_batch.records) == ["j0", "j2"]
     assert list(in_batch.corrupt) == ["bad"]
     assert in_batch.missing == ["gone"]
 
     store.calls.clear()
-    running = listing.list_jobs(store, status=JobStatus.RUNNING, batch=None, limit=None)
+    running = listing.list_jobs(_ctx(store), status=JobStatus.RUNNING, batch=None, limit=None)
     assert [r["id"] for r in running.records] == ["j1"]
     assert store.calls["read"] == 2  # only the pending ones were read
 
-    failed = listing.list_jobs(store, status=JobStatus.FAILED, batch=None, limit=None)
+    failed = listing.list_jobs(_ctx(store), status=JobStatus.FAILED, batch=None, limit=None)
     assert [r["id"] for r in failed.records] == ["j3"]
-    assert len(listing.list_jobs(store, status=None, batch=None, limit=2).records) == 2
+    assert len(listing.list_jobs(_ctx(store), status=None, batch=None, limit=2).records) == 2
 
 
 def test_read_many_keeps_the_order_and_sets_the_unreadable_apart() -> None:
@@ -71,9 +78,9 @@ def test_a_foreign_name_in_an_index_is_reported_beside_the_listing() -> None:
     make_job(store, "j0", JobStatus.QUEUED, "b1")
     for name in ("pending/not an id", "batches/b1/..", "batches/b1/a b"):
         store.put_object(store.bucket_name, name, b"")
-    queued = listing.list_jobs(store, status=JobStatus.QUEUED, batch=None, limit=None)
+    queued = listing.list_jobs(_ctx(store), status=JobStatus.QUEUED, batch=None, limit=None)
     assert [r["id"] for r in queued.records] == ["j0"] and list(queued.corrupt) == ["not an id"]
-    in_batch = listing.list_jobs(store, status=None, batch="b1", limit=None)
+    in_batch = listing.list_jobs(_ctx(store), status=None, batch="b1", limit=None)
     assert [r["id"] for r in in_batch.records] == ["j0"]
     assert sorted(in_batch.corrupt) == ["..", "a b"]
     many = listing.read_many(store, ["j0", "not an id"])

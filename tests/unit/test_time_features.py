@@ -120,6 +120,7 @@ def test_racing_submits_with_one_key_create_one_job() -> None:
 
 def test_a_leaked_key_is_taken_over_after_the_grace_and_repaired_by_the_sweep() -> None:
     store = MemoryStore()
+    ctx = context(store, Bell(), settings())  # the store serves the table's index prefixes
     lock = timing.lock_data("never-written", "k", None, NOW)  # crash between lock and record
     store.put_blob(timing.unique_lock_name("k"), uniqueness._encode(lock), generation=0)
     assert post(store, Bell(), {"pipeline": "demo", "unique_key": "k"}).duplicate_of
@@ -127,7 +128,7 @@ def test_a_leaked_key_is_taken_over_after_the_grace_and_repaired_by_the_sweep() 
     assert post(store, Bell(), {"pipeline": "demo", "unique_key": "k"}, late).created
     leaked = timing.lock_data("never-written", "other", None, NOW)
     store.put_blob(timing.unique_lock_name("other"), uniqueness._encode(leaked), generation=0)
-    assert sweeper.run_once(context(store, Bell(), settings()), late).unique_released == 1
+    assert sweeper.run_once(ctx, late).unique_released == 1
     assert [b.name for b in store.list_blobs(timing.UNIQUE_PREFIX)] == [
         timing.unique_lock_name("k")
     ]
