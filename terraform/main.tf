@@ -66,6 +66,7 @@ locals {
     RECLAIM_DEAD_LETTER_SUBSCRIPTION   = local.subscriptions.dead_letter_hold
     RECLAIM_METRICS_SOURCE             = "monitoring:${var.name_prefix}"
     RECLAIM_LOG_LEVEL                  = var.queue.log_level
+    RECLAIM_IAP_AUDIENCE               = var.iap_audience
     # the file terraform makes the cron jobs from (schedules.tf), by its archive path
     RECLAIM_SCHEDULES_FILE = "${local.pipelines_package}/schedules.json"
   }

@@ -125,6 +125,16 @@ variable "iam_propagation_seconds" {
   }
 }
 
+variable "iap_audience" {
+  description = "Where IAP fronts the services: the audience of its signed header (/projects/<number>/locations/<region>/services/<name>); authors of actions are then read from IAP's verified assertion only (shared/identity.py). Empty: from the ID token Cloud Run's IAM check verified."
+  type        = string
+  default     = ""
+  validation {
+    condition     = var.iap_audience == "" || can(regex("^/projects/[0-9]+/", var.iap_audience))
+    error_message = "iap_audience must be empty or an IAP audience starting /projects/<project number>/."
+  }
+}
+
 variable "labels" {
   description = "Labels added to every labelled resource."
   type        = map(string)

@@ -146,6 +146,7 @@ def test_queue_defaults_equal_the_code_defaults() -> None:
         "dead_letter_subscription",  # local.subscriptions.dead_letter_hold
         "metrics_source",  # monitoring:<name_prefix> (test_tf_monitoring.py)
         "schedules_file",  # <pipelines package>/schedules.json (test_tf_schedules.py)
+        "iap_audience",  # var.iap_audience (a string, not queue tuning)
         *(f"retention_days_{state}" for state in retention),
     }
     assert optional_defaults("claim_function")["concurrency"] == float(
