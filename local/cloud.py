@@ -12,6 +12,7 @@ and a tick that POSTs to sweep like Cloud Scheduler.
         requests.post(cloud.endpoints["submit"] + "/jobs", json={...})
         claim = cloud.service("claim")
         claim.reclaim(next(iter(claim.pids())), graceful=False)
+        cloud.deploy_revision("claim", env={"RECLAIM_LOG_LEVEL": "DEBUG"})  # a rollout
 
 Every child runs in its own process group; stop() ends the groups, so no
 gunicorn worker outlives its instance.
@@ -28,14 +29,14 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from local import wiring
-from local.cloudrun import ConfigError, Platform, Service, ServiceConfig
+from local.cloudrun import ConfigError, Platform, Revision, Service, ServiceConfig
 from local.gcs import start_fake_gcs
 from local.procs import free_port, function_args, spawn, stop_all, wait_for_port
 
@@ -399,6 +400,58 @@ class LocalCloud:
         """One function's service: its instances, stats, reclaim/pause/resume."""
         return self.platform.service(name)
 
+    def deploy_revision(
+        self,
+        name: str,
+        env: Mapping[str, str | None] | None = None,
+        *,
+        pipeline_modules: Sequence[str] | None = None,
+        function: FunctionSpec | None = None,
+        drain_timeout_seconds: float | None = None,
+    ) -> str:
+        """Deploy a new revision of one function, as `gcloud run deploy` or a terraform
+        apply does, mid-batch if need be; its name (``claim-00002-xyz``). Returns at once:
+        the new revision takes the traffic when its first instance listens, the previous
+        one's instances finish their requests, then get SIGTERM, the grace, SIGKILL
+        (local/cloudrun/revision.py; wait on `revisions(name)` for either state).
+
+        env: changes to the function's environment, kept by later revisions (None
+        removes a variable); pipeline_modules: sets RECLAIM_PIPELINE_MODULES (the
+        pipelines this revision registers); function: new code (source and target);
+        drain_timeout_seconds: SIGTERM the previous revision's busy instances after this
+        long (default: the request timeout, as on Cloud Run). ValueError for a
+        setting Cloud Run would refuse; nothing is deployed then.
+        """
+        changes: dict[str, str | None] = dict(env or {})
+        if pipeline_modules is not None:
+            changes["RECLAIM_PIPELINE_MODULES"] = ",".join(pipeline_modules)
+        service = self.service(name)
+        launcher = None
+        if function is not None:
+            if not (ROOT / function.source).exists():
+                raise ValueError(f"{name}: {ROOT / function.source} does not exist")
+            launcher = self._launcher(name, service.config.concurrency, function)
+        try:
+            revision = service.deploy(
+                changes, launcher=launcher, drain_timeout_s=drain_timeout_seconds
+            )
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return revision.name
+
+    def revisions(self, name: str) -> dict[str, Any]:
+        """One function's revisions: ``serving`` (the one with the traffic), ``latest``,
+        and ``revisions``, oldest first, each with its state (deploying, serving,
+        retired, failed), ``drained``, ``in_flight`` and ``instances`` by state."""
+        return self.service(name).revisions()
+
+    def revision(self, name: str, revision: str) -> dict[str, Any]:
+        """One revision of a function, as in `revisions(name)`; KeyError if unknown."""
+        for view in self.revisions(name)["revisions"]:
+            if view["name"] == revision:
+                return dict(view)
+        raise KeyError(f"{name} has no revision {revision!r}")
+
     def pids(self) -> dict[str, int]:
         """name -> pid of every child started (running or not), for orphan checks."""
         out = {name: p.pid for name, p in self._procs.items()}
@@ -459,16 +512,19 @@ class LocalCloud:
             self._platform.add(config, self._launcher(name, config.concurrency), ports[name])
         self._platform.start()
 
-    def _launcher(self, name: str, threads: int) -> Callable[[int, str], subprocess.Popen[bytes]]:
-        """How the platform starts one instance of `name`: functions-framework on `port`."""
+    def _launcher(
+        self, name: str, threads: int, function: FunctionSpec | None = None
+    ) -> Callable[[int, str, Revision], subprocess.Popen[bytes]]:
+        """How the platform starts one instance of `name`: functions-framework on `port`,
+        with its revision's environment (K_REVISION included)."""
         c = self.config
-        spec = c.functions[name]
+        spec = function or c.functions[name]
 
-        def launch(port: int, label: str) -> subprocess.Popen[bytes]:
+        def launch(port: int, label: str, revision: Revision) -> subprocess.Popen[bytes]:
             args = function_args(ROOT / spec.source, spec.target, c.host, port)
             return spawn(
                 args,
-                env=self._function_env(name, port, threads),
+                env=revision.instance_env(self._function_env(threads), port),
                 log_path=c.log_dir / f"{label}.log",
                 cwd=ROOT,
                 die_with_parent=True,
@@ -477,7 +533,8 @@ class LocalCloud:
 
         return launch
 
-    def _function_env(self, name: str, port: int, threads: int) -> dict[str, str]:
+    def _function_env(self, threads: int) -> dict[str, str]:
+        """Every instance's environment before its revision's (which adds K_REVISION)."""
         c, t = self.config, self.config.topology
         env = _child_env()
         env.update(
@@ -501,9 +558,6 @@ class LocalCloud:
                 # exactly one thread per concurrent request, as terraform sets THREADS.
                 "WORKERS": "1",
                 "THREADS": str(threads),
-                "PORT": str(port),
-                "K_SERVICE": name,
-                "K_REVISION": f"{name}-local",
             }
         )
         env.update(c.function_env)

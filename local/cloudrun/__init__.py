@@ -2,7 +2,8 @@
 
 Modules: config (settings and the documented numbers), autoscaler (when to start
 and stop instances), pending (the pending queue), billing (request-based billing),
-instance (process lifecycle and signals), service (one service's instances and
+instance (process lifecycle and signals), revision (what a deploy creates and
+which revision gets the traffic), service (one service's instances and
 slots), front (the service's URL), admin (the admin HTTP API), platform (all of
 it together). docs/local-cloud.md, "The local Cloud Run platform", describes the
 behaviour and the Cloud Run pages it follows.
@@ -10,6 +11,15 @@ behaviour and the Cloud Run pages it follows.
 
 from local.cloudrun.config import ConfigError, ServiceConfig
 from local.cloudrun.platform import Platform
+from local.cloudrun.revision import Revision, RevisionState
 from local.cloudrun.service import Service, UnknownInstance
 
-__all__ = ["ConfigError", "Platform", "Service", "ServiceConfig", "UnknownInstance"]
+__all__ = [
+    "ConfigError",
+    "Platform",
+    "Revision",
+    "RevisionState",
+    "Service",
+    "ServiceConfig",
+    "UnknownInstance",
+]

@@ -2,6 +2,9 @@
 
     GET  /stats                                      every service's figures
     GET  /services/<name>                            one service's figures
+    GET  /services/<name>/revisions                  its revisions, which one serves
+    POST /services/<name>/revisions                  deploy one: {"env": {"K": "v" | null},
+                                                     "drain_timeout_s": 5} (both optional)
     POST /services/<name>/instances/<id>/reclaim     {"mode": "graceful" | "hard"}
     POST /services/<name>/instances/<id>/pause       {"unroute": false}
     POST /services/<name>/instances/<id>/resume
@@ -17,10 +20,12 @@ from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from local.cloudrun.config import ConfigError
 from local.cloudrun.service import Service, UnknownInstance
 
 MAX_BODY = 16 * 1024
 _ACTIONS = ("reclaim", "pause", "resume")
+_DEPLOY_FIELDS = ("env", "drain_timeout_s")
 
 
 class BadRequest(Exception):
@@ -71,12 +76,33 @@ def act(service: Service, instance: str, action: str, body: dict[str, Any]) -> d
         raise BadRequest(404, "no such instance", str(exc.args[0])) from None
 
 
+def deploy(service: Service, body: dict[str, Any]) -> dict[str, Any]:
+    """Deploy a revision (revision.py); its name and the service's revisions, as JSON."""
+    unknown = sorted(set(body) - set(_DEPLOY_FIELDS))
+    if unknown:
+        raise BadRequest(400, "bad revision", f"unknown fields {unknown}; use {_DEPLOY_FIELDS}")
+    env = body.get("env") or {}
+    if not isinstance(env, dict):
+        raise BadRequest(400, "bad revision", "env must be an object of name: value or null")
+    drain = body.get("drain_timeout_s")
+    if drain is not None and (isinstance(drain, bool) or not isinstance(drain, int | float)):
+        raise BadRequest(400, "bad revision", "drain_timeout_s must be a number of seconds")
+    try:
+        revision = service.deploy(env, drain_timeout_s=drain)
+    except ConfigError as exc:
+        raise BadRequest(400, "bad revision", str(exc)) from None
+    return {"service": service.name, "revision": revision.name, **service.revisions()}
+
+
 def _route(services: Mapping[str, Service], method: str, path: str, raw: bytes) -> Any:
     parts = [p for p in path.split("?", 1)[0].split("/") if p]
     if method == "GET" and parts == ["stats"]:
         return {"services": {name: s.stats() for name, s in services.items()}}
     if method == "GET" and len(parts) == 2 and parts[0] == "services":
         return _service(services, parts[1]).stats()
+    if len(parts) == 3 and parts[0] == "services" and parts[2] == "revisions":
+        service = _service(services, parts[1])
+        return service.revisions() if method == "GET" else deploy(service, _body(raw))
     if len(parts) == 5 and parts[0] == "services" and parts[2] == "instances":
         if parts[4] not in _ACTIONS:
             raise BadRequest(404, "no such action", f"choose one of {', '.join(_ACTIONS)}")

@@ -18,13 +18,18 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from local.cloudrun.billing import Meter
+from local.cloudrun.revision import RevisionState
 from local.procs import group_pids, reap, signal_group, wait_group_stopped
 
-Launcher = Callable[[int, str], "subprocess.Popen[bytes]"]
-"""(port, label) -> the started process, leader of its own process group."""
+if TYPE_CHECKING:
+    from local.cloudrun.revision import Revision
+
+Launcher = Callable[[int, str, "Revision"], "subprocess.Popen[bytes]"]
+"""(port, label, revision) -> the started process, leader of its own process group.
+The revision gives the instance's environment (Revision.instance_env: K_REVISION...)."""
 
 _POLL_S = 0.02
 
@@ -51,7 +56,7 @@ class Outcome(StrEnum):
 class Shutdown:
     """Why and how an instance was taken away (for /stats and the tests)."""
 
-    reason: str  # "idle", "reclaim", "crashed", "start failed", "platform stop"
+    reason: str  # "idle", "reclaim", "rollout", "crashed", "start failed", "platform stop"
     graceful: bool
     began: float
     ended: float | None = None
@@ -69,9 +74,12 @@ class Shutdown:
 class Instance:
     """State of one instance; the service's lock guards every field but `proc`'s signals."""
 
-    def __init__(self, id: int, label: str, host: str, port: int, now: float) -> None:
+    def __init__(
+        self, id: int, label: str, host: str, port: int, now: float, revision: Revision
+    ) -> None:
         self.id = id
         self.label = label
+        self.revision = revision
         self.host = host
         self.port = port
         self.proc: subprocess.Popen[bytes] | None = None
@@ -101,6 +109,10 @@ class Instance:
     def startup_s(self) -> float | None:
         return None if self.ready_at is None else self.ready_at - self.launched_at
 
+    def draining(self) -> bool:
+        """Serving what it has in flight for a retired revision, with no new request."""
+        return self.state is State.SERVING and self.revision.state is RevisionState.RETIRED
+
     def exited(self) -> bool:
         """The group leader (the gunicorn master) is gone."""
         return self.proc is not None and self.proc.poll() is not None
@@ -110,10 +122,12 @@ class Instance:
         return {
             "id": self.id,
             "label": self.label,
+            "revision": self.revision.name,
             "pid": self.pid,
             "port": self.port,
             "state": str(self.state),
             "routed": self.routed,
+            "draining": self.draining(),
             "paused": self.paused,
             "in_flight": self.in_flight,
             "max_in_flight": self.max_in_flight,

@@ -5,6 +5,8 @@ platform.add(ServiceConfig("claim", concurrency=4, max_instances=2), launcher, p
 platform.start()
 platform.url("claim")            # the service's one URL
 platform.service("claim").reclaim(0, graceful=True)
+platform.service("claim").deploy({"FLAG": "on"})   # a new revision; traffic moves when ready
+platform.service("claim").revisions()             # names, which one serves, instances of each
 platform.stop()                  # no instance outlives it
 """
 

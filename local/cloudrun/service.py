@@ -11,9 +11,14 @@ Cloud Run decides happens here, under one lock:
   refused with 429 after the documented time;
 - instances start on demand, from zero, by the rule in autoscaler.py, and stop
   after idle_timeout_s without a request (SIGTERM, grace, SIGKILL);
-- the platform can reclaim any instance, busy or not, gracefully (as a revision
-  rollout or host maintenance does: unroute, SIGTERM, grace, SIGKILL) or hard
-  (SIGKILL, a host failure), pause one (SIGSTOP: a hung instance) and resume it.
+- the platform can reclaim any instance, busy or not, gracefully (as host
+  maintenance does: unroute, SIGTERM, grace, SIGKILL) or hard (SIGKILL, a host
+  failure), pause one (SIGSTOP: a hung instance) and resume it;
+- a deploy creates a new revision (revision.py): its first instance starts at
+  once, traffic moves to it when that instance listens, and the previous
+  revision's instances finish what they have in flight, then get SIGTERM, the
+  grace, SIGKILL. Only the serving revision's instances get requests, count
+  toward max_instances and make the demand the autoscaler follows.
 
 Instances being shut down, or paused and unrouted, no longer count toward
 max_instances, so their replacement can start at once: Cloud Run documents that
@@ -28,11 +33,11 @@ import statistics
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from local.cloudrun import autoscaler
-from local.cloudrun.config import ServiceConfig
+from local.cloudrun.config import ConfigError, ServiceConfig
 from local.cloudrun.instance import (
     Instance,
     Launcher,
@@ -46,6 +51,7 @@ from local.cloudrun.instance import (
     terminate,
 )
 from local.cloudrun.pending import PendingQueue
+from local.cloudrun.revision import Revision, RevisionState, merged_env
 from local.procs import free_port, wait_for_port
 
 Log = Callable[[str], None]
@@ -89,7 +95,6 @@ class Service:
         config.validate()
         self.config = config
         self.name = config.name
-        self._launcher = launcher
         self._spawner = spawner
         self._host = host
         self._log = log or (lambda _line: None)
@@ -110,6 +115,10 @@ class Service:
         self._waits: list[float] = []
         self.counts: Counter[str] = Counter()
         """Events for /stats: answered, refused, timed_out, lost, pended, cold_starts, ..."""
+        first = Revision(self.name, 1, {}, launcher, clock())
+        first.state = RevisionState.SERVING  # a new service serves from zero, on demand
+        self._revisions: list[Revision] = [first]
+        self._serving = first
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -203,6 +212,8 @@ class Service:
                 self._log(f"{inst.label}: refused a connection; treated as crashed")
                 self.counts["crashes"] += 1
                 self._retire(inst, "crashed", graceful=False)
+            if inst.draining():
+                self._drain(inst, now)
             self._dispatch()
             self._scale_out()
 
@@ -225,6 +236,47 @@ class Service:
             worker = self._retire(inst, "reclaim", graceful=graceful)
         if wait and worker is not None:
             worker.join()
+
+    def deploy(
+        self,
+        env: Mapping[str, str | None] | None = None,
+        *,
+        launcher: Launcher | None = None,
+        drain_timeout_s: float | None = None,
+    ) -> Revision:
+        """Deploy a new revision and start its first instance; traffic moves to it
+        once that instance listens (see revision.py). Returns at once.
+
+        env: changes to the latest revision's environment (None removes a variable);
+        launcher: new code (default: the latest revision's);
+        drain_timeout_s: how long the replaced revision's busy instances may go on
+        before their SIGTERM (default: the request timeout; 0: at once).
+        ConfigError for a variable Cloud Run refuses; nothing is deployed then.
+        """
+        with self._lock:
+            if self._stopping:
+                raise ConfigError(f"{self.name} is stopping: nothing can be deployed")
+            latest = self._revisions[-1]
+            revision = Revision(
+                self.name,
+                latest.number + 1,
+                merged_env(latest.env, env),
+                launcher or latest.launcher,
+                self._clock(),
+                drain_timeout_s=drain_timeout_s,
+            )
+            self._revisions.append(revision)
+            del self._revisions[:-HISTORY]
+            self.counts["deploys"] += 1
+            self._log(f"{revision.name}: deployed; starting its first instance")
+            for _ in range(max(1, self.config.min_instances)):
+                self._launch(revision)
+            return revision
+
+    def revisions(self) -> dict[str, Any]:
+        """Every revision (oldest first), the one serving, and each one's instances."""
+        with self._lock:
+            return self._revisions_view(self._clock())
 
     def pause(self, instance_id: int, *, unroute: bool = False) -> None:
         """SIGSTOP an instance: a hung instance that keeps its requests (and its jobs).
@@ -363,7 +415,32 @@ class Service:
                     "increment_s": insts[0].meter.increment if insts else 0.1,
                 },
                 "instance_list": [i.view(now) for i in insts],
+                "deploys": self.counts.get("deploys", 0),
+                "revisions": self._revisions_view(now),
             }
+
+    def _revisions_view(self, now: float) -> dict[str, Any]:
+        views = []
+        for rev in self._revisions:
+            mine = [i for i in self._instances.values() if i.revision is rev]
+            live = [i for i in mine if i.state is not State.GONE]
+            view = rev.view(now)
+            view["instances"] = {
+                "current": len(live),
+                "starting": sum(1 for i in live if i.state is State.STARTING),
+                "serving": sum(1 for i in live if i.state is State.SERVING and i.routed),
+                "draining": sum(1 for i in live if i.draining()),
+                "stopping": sum(1 for i in live if i.state is State.STOPPING),
+                "started": len(mine),
+            }
+            view["in_flight"] = sum(i.in_flight for i in live)
+            view["drained"] = rev.state is RevisionState.RETIRED and not live
+            views.append(view)
+        return {
+            "serving": self._serving.name,
+            "latest": self._revisions[-1].name,
+            "revisions": views,
+        }
 
     # ------------------------------------------------------------------ internals (lock held)
 
@@ -378,7 +455,10 @@ class Service:
         free = [
             i
             for i in self._instances.values()
-            if i.routed and i.state is State.SERVING and i.in_flight < self.config.concurrency
+            if i.routed
+            and i.state is State.SERVING
+            and i.revision is self._serving
+            and i.in_flight < self.config.concurrency
         ]
         return min(free, key=lambda i: (i.in_flight, i.id), default=None)
 
@@ -403,18 +483,24 @@ class Service:
             waiter.grant(self._grant(inst, self._clock() - waiter.since))
 
     def _active(self) -> int:
-        """Instances that count toward max_instances: routed, starting or serving."""
+        """Instances that count toward max_instances: the serving revision's routed
+        instances, starting or serving (a deploying revision's first one does not)."""
         return sum(
             1
             for i in self._instances.values()
-            if i.routed and i.state in (State.STARTING, State.SERVING)
+            if i.routed
+            and i.revision is self._serving
+            and i.state in (State.STARTING, State.SERVING)
         )
 
     def _scale_out(self) -> None:
         if self._stopping:
             return
         c = self.config
-        demand = sum(i.in_flight for i in self._instances.values()) + len(self._pending)
+        # what a retired revision still has in flight stays there: not the new one's demand
+        demand = sum(
+            i.in_flight for i in self._instances.values() if i.revision is self._serving
+        ) + len(self._pending)
         n = autoscaler.to_start(
             demand,
             self._active(),
@@ -427,15 +513,18 @@ class Service:
             for _ in range(n):
                 self._launch()
 
-    def _launch(self) -> None:
+    def _launch(self, revision: Revision | None = None) -> None:
         now = self._clock()
         instance_id = next(self._ids)
-        inst = Instance(instance_id, f"{self.name}-{instance_id}", self._host, free_port(), now)
+        rev = revision or self._serving
+        inst = Instance(
+            instance_id, f"{self.name}-{instance_id}", self._host, free_port(), now, rev
+        )
         inst.meter.hold(now)  # start-up is billable
         self._instances[instance_id] = inst
         current = sum(1 for i in self._instances.values() if i.state is not State.GONE)
         self._peak_instances = max(self._peak_instances, current)
-        self._log(f"{inst.label}: starting on port {inst.port} (cold start)")
+        self._log(f"{inst.label}: starting on port {inst.port} ({rev.name}, cold start)")
         self._spawn_worker(self._boot, inst, f"{inst.label}-boot")
 
     def _spawn_worker(self, target: Callable[[Instance], None], inst: Instance, name: str) -> None:
@@ -447,32 +536,29 @@ class Service:
     def _boot(self, inst: Instance) -> None:
         """Spawn the process, wait until it listens: the cold start."""
         try:
-            inst.proc = self._spawner.run(lambda: self._launcher(inst.port, inst.label))
+            rev = inst.revision
+            inst.proc = self._spawner.run(lambda: rev.launcher(inst.port, inst.label, rev))
         except Exception as exc:
             self._log(f"{inst.label}: could not be spawned: {exc}")
             inst.spawned.set()
             with self._lock:
-                self.counts["start_failures"] += 1
-                self._retry_at = self._clock() + START_RETRY_S
-                self._retire(inst, "start failed", graceful=False)
+                self._start_failed(inst, f"could not be spawned: {exc}")
             return
         inst.spawned.set()
         try:
             wait_for_port(
                 self._host, inst.port, timeout=self.config.start_timeout_s, proc=inst.proc
             )
-            ok = True
+            failure = ""
         except (RuntimeError, TimeoutError) as exc:
             self._log(f"{inst.label}: failed to start: {exc}")
-            ok = False
+            failure = f"failed to start: {exc}"
         with self._lock:
             if inst.state is not State.STARTING:
-                return  # reclaimed while it started; its shutdown worker ends it
+                return  # reclaimed (or its revision retired) while it started
             now = self._clock()
-            if not ok:
-                self.counts["start_failures"] += 1
-                self._retry_at = now + START_RETRY_S
-                self._retire(inst, "start failed", graceful=False)
+            if failure:
+                self._start_failed(inst, failure)
                 return
             inst.state = State.SERVING
             inst.ready_at = now
@@ -482,7 +568,59 @@ class Service:
             self._startups.append(startup)
             self.counts["cold_starts"] += 1
             self._log(f"{inst.label}: serving (pid {inst.pid}, start-up {startup:.2f} s)")
+            self._ready(inst)
             self._dispatch()
+
+    def _start_failed(self, inst: Instance, why: str) -> None:
+        """A start that failed; a deploying revision whose only instance it was fails
+        (traffic stays where it is, as a Cloud Run deploy whose revision is not ready)."""
+        self.counts["start_failures"] += 1
+        self._retire(inst, "start failed", graceful=False)
+        rev = inst.revision
+        if rev is self._serving:
+            self._retry_at = self._clock() + START_RETRY_S
+            return
+        others = [
+            i for i in self._instances.values() if i.revision is rev and i.state is State.STARTING
+        ]
+        if rev.state is RevisionState.DEPLOYING and not others:
+            rev.state, rev.failure = RevisionState.FAILED, why
+            self._log(f"{rev.name}: failed, its instance {why}; {self._serving.name} serves on")
+
+    def _ready(self, inst: Instance) -> None:
+        """An instance listens. The first one of a newer revision takes the traffic:
+        the latest ready revision serves (instances only start for the serving
+        revision or for a deploy newer than it)."""
+        rev, now = inst.revision, self._clock()
+        if rev.ready_at is None:
+            rev.ready_at = now
+        if rev is self._serving:
+            return
+        old, self._serving = self._serving, rev
+        rev.state = RevisionState.SERVING
+        drain = self.config.timeout_s if rev.drain_timeout_s is None else rev.drain_timeout_s
+        for prev in self._revisions:
+            if prev is not rev and prev.state in (RevisionState.SERVING, RevisionState.DEPLOYING):
+                prev.state, prev.retired_at = RevisionState.RETIRED, now
+                prev.drain_deadline = now + drain
+        self._log(f"{rev.name}: serving 100% of the traffic; {old.name} retired, draining")
+        for other in list(self._instances.values()):
+            if other.revision is not rev and other.state is not State.GONE:
+                other.routed = False
+                self._drain(other, now)
+
+    def _drain(self, inst: Instance, now: float) -> None:
+        """Stop an instance of a retired revision once it has nothing in flight (or
+        its revision's drain time is over): SIGTERM, the grace, SIGKILL."""
+        if inst.state is State.STOPPING or inst.state is State.GONE:
+            return
+        deadline = inst.revision.drain_deadline
+        if (
+            inst.in_flight == 0
+            or inst.state is State.STARTING
+            or (deadline is not None and now >= deadline)
+        ):
+            self._retire(inst, "rollout", graceful=True)
 
     def _retire(
         self, inst: Instance, reason: str, *, graceful: bool, grace_s: float | None = None
@@ -546,6 +684,8 @@ class Service:
                 self._log(f"{inst.label}: exited by itself (code {inst.proc.returncode})")  # type: ignore[union-attr]
                 self.counts["crashes"] += 1
                 self._retire(inst, "crashed", graceful=False)
+            elif inst.draining():
+                self._drain(inst, now)
         views = [
             autoscaler.Idle(i.id, i.in_flight, i.idle_since)
             for i in self._instances.values()

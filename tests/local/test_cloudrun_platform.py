@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from local.cloud import ROOT
-from local.cloudrun import Platform, ServiceConfig
+from local.cloudrun import Platform, Revision, ServiceConfig
 from local.cloudrun.config import NO_INSTANCE_TEXT, TIMEOUT_TEXT
 from local.procs import function_args, group_pids, spawn
 
@@ -82,10 +82,16 @@ def make(tmp_path: Path) -> Iterator[Make]:
             "FAKE_SIGTERM": sigterm,
         }
 
-        def launcher(port: int, label: str) -> Any:
+        def launcher(port: int, label: str, revision: Revision) -> Any:
             args = function_args(FAKE, "echo", "127.0.0.1", port)
             log = tmp_path / f"{label}.log"
-            return spawn(args, env=env, log_path=log, cwd=ROOT, long_lived_thread=True)
+            return spawn(
+                args,
+                env=revision.instance_env(env, port),
+                log_path=log,
+                cwd=ROOT,
+                long_lived_thread=True,
+            )
 
         platform = Platform(admin_port=0)
         platform.add(ServiceConfig("svc", **fields), launcher)
