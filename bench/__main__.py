@@ -37,6 +37,7 @@ ORDER = (  # the order of the table; one name per line
     "flow",
     "workflows",
     "handback",
+    "rollout",
 )
 
 

@@ -7,12 +7,15 @@ cold) and it scales out. Mid-batch the platform reclaims the busiest instance
 gracefully, as a rollout or host maintenance does (SIGTERM, the grace, SIGKILL):
 its jobs are handed back and resumed by live instances within seconds. Later it
 kills another busy instance hard (SIGKILL alone, a host failure): its jobs wait
-for the staleness rescue. Idle instances scale in as the batch drains. Live
-progress until every job is terminal, then a summary: jobs done, both rescues, their
-times and what bounded the hand-back's (a busy slot freeing, or a free one), GCS
-calls (counted by local.faultproxy in front of fake-gcs-server), Pub/Sub figures
-(the emulator's /stats) and the platform's (cold starts, peak instances,
-scale-ins, 429s, billable instance-seconds). Exit
+for the staleness rescue. Then it rolls out a new claim revision whose demo pipeline
+has one more stage (local/demo_release.py), draining the old one at once: jobs
+mid-pipeline are handed back and resume on the new release by stage name. Idle
+instances scale in as the batch drains. Live progress until every job is terminal,
+then a summary: jobs done, both rescues, their times and what bounded the hand-back's
+(a busy slot freeing, or a free one), the rollout, GCS calls (counted by
+local.faultproxy in front of fake-gcs-server), Pub/Sub figures (the emulator's /stats)
+and the platform's (cold starts, peak instances, scale-ins, 429s, billable
+instance-seconds). Exit
 status 1 if any job is not terminal, 2 if the local cloud could not start.
 
 The record-watching helpers live in local/observe.py (shared with the
@@ -31,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from local import wiring
+from local import demo_release, wiring
 from local.cloud import ROOT, CloudConfig, LocalCloud
 from local.faultproxy import FaultProxy
 from local.observe import (
@@ -70,6 +73,8 @@ class DemoConfig:
     """Seconds after the first claim at which the busiest instance is reclaimed gracefully."""
     kill_after_s: float = 3.0
     """Seconds after the graceful reclaim at which the busiest instance left is killed hard."""
+    rollout_after_s: float = 2.0
+    """Seconds after the hard kill at which claim's next release is rolled out."""
     timeout_s: float = 100.0
     log_dir: Path = ROOT / ".local-cloud" / "demo-logs"
 
@@ -122,6 +127,38 @@ class Rescue:
                 self.reclaimed[job_id] = (at - self.at).total_seconds()
                 events.append(f"resumed  {job_id[:12]} by a live instance (attempt {attempt + 1})")
         return events
+
+
+@dataclass
+class Rollout:
+    """Claim's new revision, deployed mid-batch: when, and when it took the traffic."""
+
+    revision: str | None = None
+    at: float | None = None
+    serving_after_s: float | None = None
+
+
+def rollout_lines(records: Mapping[str, Mapping[str, Any]], rollout: Rollout) -> list[str]:
+    """What the rollout did to the batch: jobs that ran the added stage, and how the
+    claims on the new release resumed (the claim history's `resume`)."""
+    head = f"{'rollout':<17}"
+    if rollout.revision is None:
+        return [f"{head}- (the batch ended before the rollout)"]
+    resumes = [
+        e.get("resume")
+        for r in records.values()
+        for e in r.get("history") or []
+        if e.get("event") == "claimed" and e.get("resume")
+    ]
+    receipts = sum(1 for r in records.values() if (r.get("result") or {}).get("receipt"))
+    serving = rollout.serving_after_s
+    return [
+        f"{head}{rollout.revision} (demo + stage {demo_release.ADDED!r}) took the traffic "
+        + (f"{serving:.1f} s after the deploy" if serving is not None else "(never)"),
+        " " * 17 + f"{receipts} job(s) ran the added stage; {resumes.count('by name')} resumed "
+        "mid-pipeline by stage name, "
+        f"{resumes.count('own version')} on their own version; no completed stage re-run",
+    ]
 
 
 def _span(prefix: str, values: Iterable[float], empty: str = "") -> str:
@@ -242,6 +279,7 @@ def summary_lines(
     config: DemoConfig,
     wall_s: float,
     platform: Mapping[str, Any] | None = None,
+    rollout: Rollout | None = None,
 ) -> list[str]:
     """The end-of-demo summary (pure, so its wording is tested)."""
     counts = counts_by_status(records)
@@ -256,6 +294,8 @@ def summary_lines(
     ]
     for rescue in rescues:
         lines += _rescue_lines(rescue, config, records)
+    if rollout is not None:
+        lines += rollout_lines(records, rollout)
     gcs_total = sum(gcs.values())
     kinds = ", ".join(f"{k} {v}" for k, v in gcs.items() if v)
     lines += [
@@ -360,6 +400,8 @@ class _Replay:
         self.t0 = time.monotonic()
         self.first_claim: float | None = None
         self.reclaimed_t: float | None = None
+        self.killed_t: float | None = None
+        self.rollout = Rollout()
         self.seen: dict[int, str] = {}
 
     def elapsed(self) -> float:
@@ -436,6 +478,27 @@ class _Replay:
         due = self.reclaimed_t is not None and now - self.reclaimed_t >= self.config.kill_after_s
         if self.hard.at is None and due:
             self._reclaim(self.hard, records)
+            if self.hard.at is not None:
+                self.killed_t = now
+        if self.killed_t is not None and now - self.killed_t >= self.config.rollout_after_s:
+            self._roll_out()
+
+    def _roll_out(self) -> None:
+        """Deploy claim's next release once, then note when it takes the traffic."""
+        r = self.rollout
+        if r.at is None:
+            r.at = time.monotonic()
+            r.revision = self.cloud.deploy_revision(
+                "claim", pipeline_modules=[demo_release.MODULE], drain_timeout_seconds=0
+            )
+            self.screen.event(
+                self.elapsed(),
+                f"rollout: {r.revision} deployed (demo + stage {demo_release.ADDED!r}); the "
+                "old revision is drained at once, its jobs handed back",
+            )
+        elif r.serving_after_s is None and self.cloud.revisions("claim")["serving"] == r.revision:
+            r.serving_after_s = time.monotonic() - r.at
+            self.screen.event(self.elapsed(), f"rollout: {r.revision} serving")
 
     def _reclaim(self, rescue: Rescue, records: dict[str, dict[str, Any]]) -> None:
         found = self._busiest(records)
@@ -464,7 +527,7 @@ def run(config: DemoConfig, out: TextIO = sys.stdout) -> int:
         f"reclaim demo: {config.jobs} jobs to a claim service scaled to zero (at most "
         f"{config.max_instances} instances x concurrency {config.concurrency}). Mid-batch the "
         "busiest instance is reclaimed gracefully (SIGTERM), later another one is killed hard "
-        "(SIGKILL).\n"
+        "(SIGKILL), then claim's next release (one more stage) is rolled out.\n"
         f"stale after {config.stale_seconds:g} s, sweep every "
         f"{config.sweep_interval_seconds:g} s, idle scale-in after "
         f"{config.idle_timeout_seconds:g} s. Starting the local cloud...\n"
@@ -497,7 +560,15 @@ def run(config: DemoConfig, out: TextIO = sys.stdout) -> int:
         )
         rescues = [replay.graceful, replay.hard]
         lines = summary_lines(
-            records, rescues, proxy.counts(), publishes, deliveries, config, wall, platform
+            records,
+            rescues,
+            proxy.counts(),
+            publishes,
+            deliveries,
+            config,
+            wall,
+            platform,
+            replay.rollout,
         )
     out.write("\nsummary\n" + "\n".join("  " + line for line in lines) + "\n")
     out.flush()

@@ -142,6 +142,15 @@ ENV_VARS: tuple[EnvVar, ...] = (
         minimum=3,
     ),
     EnvVar(
+        name="RECLAIM_ROLLOUT_SKEW_SECONDS",
+        field="rollout_skew_seconds",
+        default="900",
+        parse=float,
+        doc="How long a job whose pipeline (or version) a claim revision lacks waits, "
+        "handed back at no cost, for a revision that has it before it fails.",
+        minimum=0,
+    ),
+    EnvVar(
         name="RECLAIM_MAX_ATTEMPTS",
         field="max_attempts",
         default="3",
@@ -336,6 +345,7 @@ class Settings:
     jobs_topic: str
     max_concurrent: int
     stale_seconds: float
+    rollout_skew_seconds: float
     max_attempts: int
     backoff_base_seconds: float
     backoff_max_seconds: float

@@ -181,3 +181,13 @@ class OwnerLost(ReclaimError):
 
 class AttemptsExhausted(ReclaimError):
     """The job's owner went silent and no attempt is left (the watchdog's failure)."""
+
+
+class PipelineChanged(PermanentError):
+    """The job's pipeline changed beyond resuming (shared.resume): it ends unrun, and a
+    retry runs it from the start."""
+
+
+class PipelineUnavailable(PermanentError):
+    """No revision offered the job's pipeline (or version) within the rollout-skew bound
+    (RECLAIM_ROLLOUT_SKEW_SECONDS)."""

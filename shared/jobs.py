@@ -60,6 +60,7 @@ HistoryEvent = Literal[
     "cancelled",
     "retried",
     "released",
+    "deferred",
 ]
 """The events a record's history lists, oldest first."""
 
@@ -84,6 +85,10 @@ class Checkpoint(TypedDict, total=False):
     next_stage: int
     state: JsonObject
     outputs: list[str]
+    version: str
+    """The pipeline version that wrote this checkpoint (shared.resume)."""
+    completed: list[str]
+    """The names of the stages completed, in order: a new version resumes by name."""
 
 
 HistoryEntry = TypedDict(
@@ -102,6 +107,9 @@ HistoryEntry = TypedDict(
         "reason": str | None,
         "from": str | None,
         "max_attempts": int,
+        "version": str,
+        "resume": str,
+        "from_version": str | None,
     },
     total=False,
 )
@@ -141,6 +149,13 @@ class JobRecord(TypedDict, total=False):
     write_id: str
     traceparent: str
     """The job's W3C trace context (shared.tracing); absent in records made before it."""
+    # --- versions (shared.resume; docs/pipelines.md "Deploying a change")
+    pipeline_version: str | None
+    """The pipeline version the job runs, stamped by its first claim."""
+    pipeline_revision: str | None
+    """The revision (K_REVISION) that stamped it."""
+    skew_since: str | None
+    """First time a revision without the job's code refused it (rollout skew)."""
     # --- time (shared.timing): absent in records made without them
     run_at: str | None
     """Not claimed before this UTC time (a delayed job)."""

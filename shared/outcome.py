@@ -32,6 +32,9 @@ class OutcomeKind(StrEnum):
     """A stage failed and attempts are left: queued again, with backoff."""
     LOST = "lost"
     """This owner lost the job mid-run (re-claimed, rescued or cancelled): wrote nothing more."""
+    DEFERRED = "deferred"
+    """This revision lacks the job's pipeline or version (rollout skew): left queued, no
+    attempt spent, the push redelivered for a revision that has it (shared.resume)."""
     HANDED_BACK = "handed back"
     """The instance is shutting down: the job was queued again at no cost (or, not yet
     claimed, passed on) and its doorbell rung for a live instance."""

@@ -383,7 +383,7 @@ def submit(
     Each new job is a trace of its own; the request's `traceparent` (the W3C header) is
     logged with it as submit_trace (shared.tracing)."""
     store = ctx.store
-    planned = _plan(store, submission)
+    planned = _plan(store, submission, _replay_keys(ctx.features))
     todo = [(job_id, spec) for job_id, spec, found in planned if found is None]
     _check_parents(store, submission)  # workflows: an unknown parent is a 400, nothing written
     if todo and submission.batch_id is not None:  # workflows: no member after the callback
@@ -491,12 +491,19 @@ def find_upload_job(store: Store, job_id: str) -> SubmittedJob | None:
     )
 
 
-def _plan(store: Store, submission: Submission) -> list[tuple[str, JobSpec, SubmittedJob | None]]:
+def _replay_keys(features: Sequence[Feature]) -> frozenset[str]:
+    """The record fields the features' own parsing writes: a replay must ask for them too."""
+    return frozenset(k for f in features if f.parse is not None for k in f.record_fields)
+
+
+def _plan(
+    store: Store, submission: Submission, keys: frozenset[str] = frozenset()
+) -> list[tuple[str, JobSpec, SubmittedJob | None]]:
     """(job id, spec, existing job or None) per job; raises Conflict before any write."""
     ids = [spec.client_id or records.new_job_id() for spec in submission.jobs]
     pairs = list(zip(ids, submission.jobs, strict=True))
     found: list[SubmittedJob | str | None] = _map(
-        lambda pair: _existing(store, *pair) if pair[1].client_id else None, pairs
+        lambda pair: _existing(store, *pair, keys) if pair[1].client_id else None, pairs
     )
     conflicts = [f for f in found if isinstance(f, str)]
     if conflicts:
@@ -507,7 +514,9 @@ def _plan(store: Store, submission: Submission) -> list[tuple[str, JobSpec, Subm
     ]
 
 
-def _existing(store: Store, job_id: str, spec: JobSpec) -> SubmittedJob | str | None:
+def _existing(
+    store: Store, job_id: str, spec: JobSpec, keys: frozenset[str]
+) -> SubmittedJob | str | None:
     """The existing job, None if absent, or a conflict reason."""
     try:
         stored = store.read(job_id)
@@ -515,31 +524,63 @@ def _existing(store: Store, job_id: str, spec: JobSpec) -> SubmittedJob | str | 
         return None
     except CorruptRecord as exc:
         return f"id {job_id!r} names an existing record that is unreadable ({exc.reason})"
-    return _compare(job_id, spec, stored.record)
+    return _compare(job_id, spec, stored.record, keys)
 
 
-def _compare(job_id: str, spec: JobSpec, record: JobRecord) -> SubmittedJob | str:
-    """max_attempts is not compared: an operator's retry may have raised it."""
+def _compare(
+    job_id: str, spec: JobSpec, record: JobRecord, keys: frozenset[str] = frozenset()
+) -> SubmittedJob | str:
+    """A replay of an id is the same job only if it asks for everything the job was
+    submitted with; else a 409 naming every field that differs (docs/api.md).
+
+    max_attempts is not compared: an operator's retry may have raised it. A relative time
+    (delay_seconds, ttl_seconds) resolves against the first submit's clock, so a replay
+    that asks for one matches a job that has that time at all. `keys` are the features'
+    own record fields (flow control's concurrency_key, max_running, rate).
+    """
+    t = spec.times
+    given = dict(spec.fields)
+    waits = bool(spec.depends_on)
+
+    def when(absolute: datetime | None, relative: float | None, stored: object) -> object:
+        if relative:
+            return timing.read_time(stored) or "a relative time"
+        return absolute
+
+    asked: dict[str, object] = {
+        "pipeline": spec.pipeline,
+        "payload": spec.payload,
+        "batch_id": spec.batch_id,
+        "depends_on": list(spec.depends_on),  # workflows: the same parents and callback
+        "on_parent_failure": ("run" if spec.on_parent_failure == "run" else "cancel")
+        if waits
+        else None,
+        "on_complete": spec.with_callback,
+        "run_at": when(t.run_at, t.delay_s, record.get("run_at")),  # time
+        "expires_at": when(t.expires_at, t.ttl_s, record.get("expires_at")),
+        "timeout_seconds": t.timeout_s,
+        "unique_key": t.unique_key,
+        **{key: given.get(key) for key in sorted(keys | given.keys())},  # features' own
+    }
     theirs: dict[str, object] = {
         "pipeline": record.get("pipeline"),
         "payload": record.get("payload"),
         "batch_id": record.get("batch_id"),
-        # workflows: a replay must ask for the same parents and the same batch callback
         "depends_on": record.get("depends_on") or [],
+        "on_parent_failure": record.get("on_parent_failure") if record.get("depends_on") else None,
         "on_complete": bool(record.get("batch_has_callback")),
+        "run_at": timing.read_time(record.get("run_at")),
+        "expires_at": timing.read_time(record.get("expires_at")),
+        "timeout_seconds": record.get("timeout_seconds"),
+        "unique_key": record.get("unique_key"),
+        **{key: record.get(key) for key in sorted(keys | given.keys())},
     }
-    for key, mine in (
-        ("pipeline", spec.pipeline),
-        ("payload", spec.payload),
-        ("batch_id", spec.batch_id),
-        ("depends_on", list(spec.depends_on)),
-        ("on_complete", spec.with_callback),
-    ):
-        if theirs[key] != mine:
-            return (
-                f"id {job_id!r} already names a job with a different {key}; "
-                "use another id or resubmit the original content"
-            )
+    differing = [key for key, mine in asked.items() if theirs[key] != mine]
+    if differing:
+        return (
+            f"id {job_id!r} already names a job submitted with a different "
+            f"{', '.join(differing)}; use another id or resubmit the original request"
+        )
     return SubmittedJob(
         job_id,
         record["status"],
@@ -602,7 +643,7 @@ def _create_one(ctx: Context, spec: JobSpec, record: JobRecord) -> SubmittedJob 
         stored = store.create(record)
     except AlreadyExists:
         try:
-            found = _compare(job_id, spec, store.read(job_id).record)
+            found = _compare(job_id, spec, store.read(job_id).record, _replay_keys(ctx.features))
         except (NotFound, CorruptRecord) as exc:
             return f"id {job_id!r} was created concurrently and cannot be read: {exc}"
         if isinstance(found, SubmittedJob):  # the same job: its marker may not be there yet

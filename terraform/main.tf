@@ -46,6 +46,7 @@ locals {
     RECLAIM_JOBS_TOPIC                 = local.topics.jobs
     RECLAIM_MAX_CONCURRENT             = tostring(local.functions.claim.concurrency)
     RECLAIM_STALE_SECONDS              = tostring(var.queue.stale_seconds)
+    RECLAIM_ROLLOUT_SKEW_SECONDS       = tostring(var.queue.rollout_skew_seconds)
     RECLAIM_MAX_ATTEMPTS               = tostring(var.queue.max_attempts)
     RECLAIM_BACKOFF_BASE_SECONDS       = tostring(var.queue.backoff_base_seconds)
     RECLAIM_BACKOFF_MAX_SECONDS        = tostring(var.queue.backoff_max_seconds)

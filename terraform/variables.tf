@@ -218,6 +218,7 @@ variable "queue" {
   description = "Queue tuning, passed to every function as RECLAIM_* (see shared/config.py for meanings)."
   type = object({
     stale_seconds              = optional(number, 120)
+    rollout_skew_seconds       = optional(number, 900)
     max_attempts               = optional(number, 3)
     backoff_base_seconds       = optional(number, 5)
     backoff_max_seconds        = optional(number, 300)
@@ -233,8 +234,8 @@ variable "queue" {
   })
   default = {}
   validation {
-    condition     = var.queue.stale_seconds >= 3 && var.queue.max_attempts >= 1 && var.queue.sweep_max_jobs >= 1 && var.queue.max_body_bytes >= 1 && var.queue.max_batch_jobs >= 1 && var.queue.drain_max_jobs >= 0 && var.queue.drain_job_seconds >= 0
-    error_message = "queue: stale_seconds >= 3, max_attempts/sweep_max_jobs/max_body_bytes/max_batch_jobs >= 1, drain_max_jobs >= 0, drain_job_seconds >= 0."
+    condition     = var.queue.stale_seconds >= 3 && var.queue.rollout_skew_seconds >= 0 && var.queue.max_attempts >= 1 && var.queue.sweep_max_jobs >= 1 && var.queue.max_body_bytes >= 1 && var.queue.max_batch_jobs >= 1 && var.queue.drain_max_jobs >= 0 && var.queue.drain_job_seconds >= 0
+    error_message = "queue: stale_seconds >= 3, rollout_skew_seconds >= 0, max_attempts/sweep_max_jobs/max_body_bytes/max_batch_jobs >= 1, drain_max_jobs >= 0, drain_job_seconds >= 0."
   }
   validation {
     condition     = var.queue.backoff_base_seconds >= 0 && var.queue.backoff_max_seconds >= var.queue.backoff_base_seconds

@@ -6,7 +6,9 @@ An HTTP function (not cloud_event) so it can choose its answer:
   handed back while the instance shuts down: its doorbell was rung again, so a
   live instance gets the job without waiting for Pub/Sub's backoff);
 - 503 + Retry-After: the job is not settled and no doorbell was rung for it (a
-  hand-back whose ring failed), or storage is down; Pub/Sub redelivers;
+  hand-back whose ring failed; a job whose pipeline or version this revision lacks,
+  left for a revision that has it: shared.resume), or storage is down; Pub/Sub
+  redelivers;
 - 429 + Retry-After: no free slot here. Cloud Run never sends an instance more
   requests than its concurrency (= THREADS = RECLAIM_MAX_CONCURRENT), so only a
   direct caller or a misconfiguration meets it; nothing waits in memory;

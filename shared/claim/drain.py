@@ -271,9 +271,13 @@ class _Drain:
                 break
             # a job a gate held back (flow control: paused, waiting, deferred) is not taken:
             # counting it would keep a backlogged drain listing the same held jobs
-            if outcome is not None and outcome.kind not in (OutcomeKind.RACED, OutcomeKind.SKIPPED):
+            # (and so is one this revision lacks the code of: rollout skew)
+            if outcome is not None and outcome.kind not in _NOT_TAKEN:
                 return [outcome], whole_index
         return [], whole_index
+
+
+_NOT_TAKEN = (OutcomeKind.RACED, OutcomeKind.SKIPPED, OutcomeKind.DEFERRED)
 
 
 def drain(

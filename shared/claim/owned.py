@@ -57,7 +57,9 @@ class OwnedRecord:
         self._lock = threading.Lock()
         self._lost = threading.Event()
         self._closed = False
-        self._pending: tuple[str, int, JsonObject, list[str]] | None = None
+        self._pending: (
+            tuple[str, int, JsonObject, list[str], str | None, list[str] | None] | None
+        ) = None
         self._last_write = self._seconds()
         self.writes = 0
 
@@ -85,6 +87,9 @@ class OwnedRecord:
         next_stage: int,
         state: JsonObject,
         outputs: list[str] | None = None,
+        *,
+        version: str | None = None,
+        completed: list[str] | None = None,
     ) -> bool:
         """Record a stage boundary; True if written now, False if deferred (coalesced).
 
@@ -93,7 +98,14 @@ class OwnedRecord:
         """
         with self._lock:
             self._check_open()
-            self._pending = (stage, next_stage, copy.deepcopy(state), list(outputs or []))
+            self._pending = (
+                stage,
+                next_stage,
+                copy.deepcopy(state),
+                list(outputs or []),
+                version,
+                None if completed is None else list(completed),
+            )
             if self._since_write() < self.min_interval_s:
                 return False
             return self._flush_pending(transient_ok=True)

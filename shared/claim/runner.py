@@ -36,6 +36,7 @@ from shared import (
     job_queue,
     metrics,
     records,
+    resume,
     timing,
     workflows,
 )
@@ -53,14 +54,17 @@ from shared.errors import (
     NotFound,
     OwnerLost,
     PermanentError,
+    PipelineChanged,
+    PipelineUnavailable,
     ShuttingDown,
     Stopped,
     Unavailable,
+    UnknownPipeline,
 )
 from shared.jobs import JobRecord, JobStatus, JsonObject
 from shared.logs import JobLogger, get_logger
 from shared.outcome import Outcome, OutcomeKind
-from shared.pipelines import Pipeline, StageContext, get_pipeline
+from shared.pipelines import Pipeline, Stage, StageContext, get_pipeline
 from shared.recovery import recover
 from shared.seams import Context
 from shared.storage import Store, Stored
@@ -154,6 +158,9 @@ class _Runner:
         self.clock = ctx.clock
         self.instance = instance
         self.shutdown = shutdown
+        # this instance's revision, as Cloud Run sets it
+        # (https://cloud.google.com/run/docs/container-contract#services-env-vars)
+        self.revision = os.environ.get("K_REVISION")
 
     def decline(self, job_id: str, traceparent: str | None = None) -> Outcome:
         """Shutting down: ring the job's doorbell again so a live instance takes it, and
@@ -224,9 +231,22 @@ class _Runner:
         if self.shutdown.requested:
             return self.decline(job_id, stored.record.get("traceparent"))
         job = stored.record
+        plan = _plan(job, self.revision)
+        if plan.resume is not None and plan.resume.kind == "skew":
+            return self._defer(job_id, stored, now, plan.resume.reason)
+        if plan.resume is not None and plan.resume.kind == "end":
+            return self._unrunnable(job_id, stored, now, PipelineChanged(plan.resume.reason))
         owner = new_owner(self.instance)
         try:
-            new: JobRecord = {**job, **job_queue.claim_fields(job, owner, now)}
+            stamp = job_queue.claim_fields(
+                job,
+                owner,
+                now,
+                version=plan.resume.version if plan.resume is not None else None,
+                resumed=plan.resume.kind if plan.resume is not None else None,
+                revision=self.revision,
+            )
+            new: JobRecord = {**job, **stamp}
         except IllegalTransition as exc:
             return Outcome(job_id, OutcomeKind.SKIPPED, str(exc))
         try:
@@ -254,9 +274,95 @@ class _Runner:
             log=jlog,
         )
         try:
-            return _Job(self, owned, jlog).run()
+            return _Job(self, owned, jlog, plan).run()
         finally:
             owned.close()
+
+    # --- rollout skew and changed pipelines (shared.resume): no attempt is spent
+
+    def _defer(self, job_id: str, stored: Stored, now: datetime, reason: str) -> Outcome:
+        """This revision lacks the job's code: leave the job as it is (noting since when,
+        once) and ask for the push again, for a revision that has it; past the
+        RECLAIM_ROLLOUT_SKEW_SECONDS bound the job fails, naming what was missing."""
+        job = stored.record
+        bound = self.settings.rollout_skew_seconds
+        if job_queue.deferred_too_long(job, now, bound):
+            why = f"{reason}, and no revision that knows it claimed the job within {bound:g} s"
+            return self._unrunnable(job_id, stored, now, PipelineUnavailable(why))
+        if not job.get("skew_since"):
+            try:
+                self.store.update(
+                    {**job, **job_queue.deferred_fields(job, now, reason)}, stored.generation
+                )
+            except (LostRace, NotFound):
+                return Outcome(job_id, OutcomeKind.RACED, "changed while deferring")
+        log.warning(
+            "this revision lacks the job's code: left for one that has it",
+            job_id=job_id,
+            reason=reason,
+            revision=self.revision,
+            traceparent=job.get("traceparent"),
+        )
+        return Outcome(job_id, OutcomeKind.DEFERRED, reason, redeliver=True)
+
+    def _unrunnable(self, job_id: str, stored: Stored, now: datetime, exc: Exception) -> Outcome:
+        """End a job no revision can run as it stands, by CAS on the record as read: failed,
+        no stage started, checkpoint cleared so that a retry runs it from the start."""
+        job = stored.record
+        attempt = job_queue.attempts_of(job)
+        error = job_queue.error_info(exc, stage=None, attempt=attempt, now=now, retryable=False)
+        try:
+            final = self.store.update(
+                {**job, **job_queue.unrunnable_fields(job, now, error)}, stored.generation
+            )
+        except (LostRace, NotFound):
+            return Outcome(job_id, OutcomeKind.RACED, "changed while ending it")
+        log.error(
+            "failed: its pipeline cannot run here",
+            job_id=job_id,
+            error_type=error["type"],
+            error=error["message"],
+            revision=self.revision,
+            traceparent=job.get("traceparent"),
+        )
+        finish.after_terminal(self.ctx, final.record)
+        return Outcome(job_id, OutcomeKind.FAILED, error["message"])
+
+
+class _Plan:
+    """What a claim runs: the pipeline, the stages of the version decided, from where."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline | None,
+        stages: list[tuple[str, Stage]],
+        decision: resume.Resume | None,
+        error: Exception | None = None,
+    ) -> None:
+        self.pipeline = pipeline
+        self.stages = stages
+        self.resume = decision
+        self.error = error  # planning failed: a permanent failure of the claimed job
+
+
+def _plan(job: JobRecord, revision: str | None) -> _Plan:
+    """Resolve the job's pipeline and version on this revision (the decision is pure:
+    shared.resume.decide)."""
+    name = str(job.get("pipeline"))
+    try:
+        pipeline = get_pipeline(name)
+    except UnknownPipeline:
+        reason = f"pipeline {name!r} is not known to revision {revision}"
+        return _Plan(None, [], resume.Resume("skew", None, 0, reason))
+    try:
+        payload = job.get("payload") or {}
+        versions = pipeline.versions_for(payload)
+        current = pipeline.version_for(payload)
+    except Exception as exc:  # planning is a pure function of the record: permanent
+        return _Plan(pipeline, [], None, exc)
+    names = {v: [n for n, _ in stages] for v, stages in versions.items()}
+    decision = resume.decide(resume.stamp_of(job), current, names, revision=revision, pipeline=name)
+    return _Plan(pipeline, versions.get(decision.version or "", []), decision)
 
 
 class _Outputs:
@@ -307,8 +413,9 @@ def _encode_output(
 class _Job:
     """One claimed attempt: stages from the checkpoint, then the final write."""
 
-    def __init__(self, runner: _Runner, owned: OwnedRecord, jlog: JobLogger) -> None:
+    def __init__(self, runner: _Runner, owned: OwnedRecord, jlog: JobLogger, plan: _Plan) -> None:
         self.r = runner
+        self.plan = plan
         self.owned = owned
         self.log = jlog
         self.job = owned.stored.record
@@ -321,15 +428,19 @@ class _Job:
         self._trace = trace if isinstance(trace, str) else None
 
     def run(self) -> Outcome:
-        next_stage, state = job_queue.checkpoint_of(self.job)
-        try:
-            pipeline = get_pipeline(str(self.job.get("pipeline")))
-            stages = pipeline.stages_for(self.job.get("payload") or {})
-            state = copy.deepcopy(state)
-        except Exception as exc:  # planning is a pure function of the record: permanent
-            return self._fail(exc, stage=None)
-        if next_stage > len(stages):
-            next_stage = len(stages)
+        plan = self.plan
+        if plan.error is not None or plan.pipeline is None or plan.resume is None:
+            return self._fail(plan.error or PermanentError("no plan"), stage=None)
+        pipeline, stages = plan.pipeline, plan.stages
+        next_stage = plan.resume.next_stage
+        if plan.resume.kind not in ("first", "legacy", "same"):
+            self.log.info(
+                "resumed on a changed pipeline",
+                resume=plan.resume.kind,
+                version=plan.resume.version,
+                next_stage=next_stage,
+            )
+        state = copy.deepcopy(job_queue.checkpoint_of(self.job)[1])
         result: JsonObject = {}
         heartbeat = Heartbeat(self.owned, self.r.settings.heartbeat_tick_seconds, self.log)
         limit = timing.timeout_of(self.job, pipeline.timeout_seconds)  # time
@@ -387,7 +498,14 @@ class _Job:
         if index + 1 >= total:
             return None  # the final write follows at once
         try:
-            written = self.owned.checkpoint(name, index + 1, state, self.outputs)
+            written = self.owned.checkpoint(
+                name,
+                index + 1,
+                state,
+                self.outputs,
+                version=self.plan.resume.version if self.plan.resume else None,
+                completed=[n for n, _ in self.plan.stages[: index + 1]],
+            )
         except OwnerLost:
             return self._lost("checkpoint refused")
         self.log.info("checkpoint", next_stage=index + 1, written=written)

@@ -193,7 +193,9 @@ def configure_submit_parser(add: _Add) -> None:
         "--id",
         dest="job_id",
         metavar="ID",
-        help="job id to use (default: a random one); resubmitting an id is refused",
+        help="job id to use (default: a random one), the idempotency key: the same id with "
+        "the same request prints the existing job; with any field different (payload, times, "
+        "keys, ...) it is refused and the message names the fields",
     )
     p.add_argument(
         "--max-attempts",

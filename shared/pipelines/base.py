@@ -8,6 +8,7 @@ tests can call with a hand-made context: what a stage may read beyond its own jo
 from __future__ import annotations
 
 import copy
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -104,11 +105,24 @@ class StageContext:
             raise Stopped(f"job {self.job_id} attempt {self.attempt} is no longer ours")
 
 
+def stage_version(names: Sequence[str]) -> str:
+    """The version a pipeline has unless it declares one: a short hash of its ordered
+    stage names, so inserting, removing, renaming or reordering a stage changes it."""
+    digest = hashlib.sha256("\n".join(names).encode("utf-8")).hexdigest()
+    return f"s-{digest[:10]}"
+
+
 @dataclass(frozen=True)
 class Pipeline:
     """A named list of stages; ``plan`` derives the stages from the payload when
     they depend on it (the demo's stage count), ``validate`` rejects a bad
-    payload at submit time (raise ValueError with a readable reason)."""
+    payload at submit time (raise ValueError with a readable reason).
+
+    ``version`` names this list of stages (default: ``stage_version`` of their names);
+    the first claim stamps a job with it. ``previous`` keeps older versions of the same
+    pipeline registered for one release, so a job whose completed stages are no longer a
+    prefix of this version's finishes on its own version (docs/pipelines.md "Deploying
+    a change")."""
 
     name: str
     stages: Sequence[tuple[str, Stage]] = ()
@@ -120,6 +134,25 @@ class Pipeline:
     # flow control (docs/flow-control.md): per concurrency key, unless a job sets its own
     max_running: int | None = None
     rate: str | None = None
+    version: str | None = None
+    previous: Sequence[Pipeline] = field(default=(), compare=False)
+
+    def version_for(self, payload: Mapping[str, Any]) -> str:
+        """The version a job with this payload runs: declared, else derived from names."""
+        if self.version is not None:
+            return self.version
+        return stage_version([name for name, _ in self.stages_for(payload)])
+
+    def versions_for(self, payload: Mapping[str, Any]) -> dict[str, list[tuple[str, Stage]]]:
+        """Every version this pipeline still registers -> its stages for this payload,
+        this one first; a previous version that cannot plan the payload is left out."""
+        out = {self.version_for(payload): self.stages_for(payload)}
+        for old in self.previous:
+            try:
+                out.setdefault(old.version_for(payload), old.stages_for(payload))
+            except PermanentError:
+                continue
+        return out
 
     def stages_for(self, payload: Mapping[str, Any]) -> list[tuple[str, Stage]]:
         """The ordered stages this payload runs (checkpoint.next_stage indexes them)."""

@@ -9,7 +9,15 @@ from typing import Any
 
 import pytest
 
-from local.demo import DemoConfig, Rescue, progress_line, run, summary_lines
+from local.demo import (
+    DemoConfig,
+    Rescue,
+    Rollout,
+    progress_line,
+    rollout_lines,
+    run,
+    summary_lines,
+)
 from local.observe import all_terminal, handed_back_at, owner_pid, reclaimed_at, rescued_at
 
 T0 = datetime(2026, 7, 26, 12, 0, tzinfo=UTC)
@@ -124,6 +132,15 @@ def test_summary_lines_say_what_happened() -> None:
     assert "shutdowns: 3 exited, 1 killed" in text and "41.3 billable instance-seconds" in text
     assert "NOT TERMINAL     1 job(s)" in text
     assert not all_terminal(records)
+    rolled = {
+        "a": {"result": {"receipt": True}, "history": [{"event": "claimed", "resume": "by name"}]},
+        "b": {"result": {"receipt": True}, "history": [{"event": "claimed"}]},
+        "c": {"result": {}, "history": []},
+    }
+    told = "\n".join(rollout_lines(rolled, Rollout("claim-00002-abc", 1.0, 1.25)))
+    assert "claim-00002-abc (demo + stage 'receipt') took the traffic 1.2 s after" in told
+    assert "2 job(s) ran the added stage; 1 resumed mid-pipeline by stage name" in told
+    assert "before the rollout" in rollout_lines(rolled, Rollout())[0]
     quiet = summary_lines(records, [Rescue(graceful=True)], {}, 0, {}, DemoConfig(), 1.0)
     assert any("no job was running on the instance that got SIGTERM" in x for x in quiet)
 
@@ -141,6 +158,7 @@ def test_the_replay_finishes_every_job(tmp_path: Path) -> None:
         sleep_s=0.8,
         reclaim_after_s=1.0,
         kill_after_s=1.0,
+        rollout_after_s=0.5,
         timeout_s=90.0,
         log_dir=tmp_path,
     )
@@ -152,3 +170,4 @@ def test_the_replay_finishes_every_job(tmp_path: Path) -> None:
     assert "jobs done        8 / 8" in text, text
     assert "hand-back        " in text and "staleness rescue " in text, text
     assert "(no job was running" not in text, text
+    assert "rollout: claim-" in text and "rollout          claim-" in text, text

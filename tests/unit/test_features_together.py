@@ -57,13 +57,20 @@ def test_a_record_naming_no_pipeline_passes_the_gates_to_the_runner() -> None:
     whose object names refused it, and claim answered the push 400 (a dead letter)."""
     from shared import records
 
-    queue, store, _bell, _clock = make_queue()
+    queue, store, _bell, clock = make_queue()
     record = {**records.new_record("odd", "demo", {}, START), "pipeline": ";", "rate": "5/s"}
     store.create(record)
     store.add_pending("odd")
+    # no revision knows it: deferred (rollout skew, shared.resume), no attempt spent ...
     outcome = queue.handle_delivery("odd", owner="me", slots=Slots(1), gate=DrainGate())
-    assert outcome.kind == OutcomeKind.FAILED and "pipeline" in outcome.detail
-    assert store.read("odd").record["status"] == JobStatus.FAILED
+    assert outcome.kind == OutcomeKind.DEFERRED and outcome.redeliver
+    assert store.read("odd").record["attempts"] == 0
+    # ... and failed, naming the pipeline, once the skew bound has passed
+    clock.advance(queue.ctx.settings.rollout_skew_seconds + 1)
+    outcome = queue.handle_delivery("odd", owner="me", slots=Slots(1), gate=DrainGate())
+    assert outcome.kind == OutcomeKind.FAILED and "pipeline ';'" in outcome.detail
+    failed = store.read("odd").record
+    assert failed["status"] == JobStatus.FAILED and failed["attempts"] == 0
 
 
 def test_a_bulk_cancel_by_pipeline_finds_delayed_jobs_and_waiting_children() -> None:

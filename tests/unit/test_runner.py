@@ -17,7 +17,7 @@ from shared.claim.slots import Slots
 from shared.errors import Unavailable
 from shared.features import context
 from shared.outcome import Outcome, OutcomeKind
-from shared.pipelines import PermanentError, StageContext, Stopped
+from shared.pipelines import PermanentError, StageContext, Stopped, get_pipeline
 from shared.storage_memory import MemoryStore
 from tests.unit.unit_support import (
     Bell,
@@ -208,9 +208,17 @@ def test_a_deferred_checkpoint_is_flushed_by_the_heartbeat() -> None:
                 return
             time.sleep(0.02)
 
-    job_id = submit(store, pipeline([("first", first), ("second", second)]), now=clock())
+    name = pipeline([("first", first), ("second", second)])
+    job_id = submit(store, name, now=clock())
     assert handle(job_id, store, settings(), clock).kind == OutcomeKind.DONE
-    assert seen == {"next_stage": 1, "state": {"first": True}, "outputs": []}
+    version = get_pipeline(name).version_for({})
+    assert seen == {
+        "next_stage": 1,
+        "state": {"first": True},
+        "outputs": [],
+        "version": version,
+        "completed": ["first"],
+    }
 
 
 def test_resume_from_checkpoint_skips_finished_stages() -> None:
@@ -250,7 +258,13 @@ def test_stage_error_requeues_with_backoff_keeping_progress() -> None:
     assert job["status"] == "queued" and job["owner"] is None
     assert job["error"]["type"] == "RuntimeError" and job["error"]["retryable"] is True
     assert job["error"]["stage"] == "flaky" and job["error"]["attempt"] == 1
-    assert job["checkpoint"] == {"next_stage": 1, "state": {"ok": True}, "outputs": []}  # folded
+    assert job["checkpoint"] == {  # folded
+        "next_stage": 1,
+        "state": {"ok": True},
+        "outputs": [],
+        "version": job["pipeline_version"],
+        "completed": ["ok"],
+    }
     assert job_queue.parse_time(job["not_before"]) is not None
     assert bell.rung == []  # backing off: the sweep or drain rings when due
     assert pending(store) == [job_id]
@@ -312,11 +326,21 @@ def test_permanent_error_fails_at_once() -> None:
     assert job["error"]["retryable"] is False
 
 
-def test_unknown_pipeline_fails_permanently() -> None:
+def test_unknown_pipeline_is_handed_back_until_the_skew_bound_then_fails() -> None:
+    """Rollout skew (shared.resume): no attempt spent while a revision may still bring
+    the code; past RECLAIM_ROLLOUT_SKEW_SECONDS it fails, naming pipeline and revision."""
     store = MemoryStore()
-    job_id = submit(store, "no-such-pipeline")
-    assert handle(job_id, store, settings()).kind == OutcomeKind.FAILED
-    assert store.read(job_id).record["error"]["type"] == "UnknownPipeline"
+    clock = Clock(datetime(2026, 7, 26, 10, 0, tzinfo=UTC))
+    job_id = submit(store, "no-such-pipeline", now=clock())
+    outcome = handle(job_id, store, settings(rollout_skew_seconds=60.0), clock)
+    assert outcome.kind == OutcomeKind.DEFERRED and outcome.redeliver
+    job = store.read(job_id).record
+    assert job["status"] == "queued" and job["attempts"] == 0 and job["skew_since"]
+    clock.advance(60.0)
+    assert handle(job_id, store, settings(rollout_skew_seconds=60.0), clock).kind == "failed"
+    job = store.read(job_id).record
+    assert job["error"]["type"] == "PipelineUnavailable" and job["attempts"] == 0
+    assert "'no-such-pipeline'" in job["error"]["message"] and "revision" in job["error"]["message"]
 
 
 def test_bad_demo_payload_fails_permanently() -> None:

@@ -214,6 +214,56 @@ def test_same_id_other_content_is_a_conflict(changed: dict[str, Any]) -> None:
     assert store.writes == writes and store.read("same").generation == generation
 
 
+FULL = {
+    "pipeline": "demo",
+    "payload": {"stages": 1},
+    "id": "whole",
+    "run_at": "2026-11-30T10:00:00Z",
+    "expires_at": "2026-12-01T10:00:00Z",
+    "timeout_seconds": 60,
+    "unique_key": "nightly",
+    "concurrency_key": "customer-1",
+    "max_running": 2,
+    "rate": "5/s",
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"run_at": "2026-11-30T11:00:00Z"}, ["run_at"]),
+        ({"run_at": None}, ["run_at"]),
+        ({"expires_at": "2026-12-02T10:00:00Z"}, ["expires_at"]),
+        ({"timeout_seconds": 61}, ["timeout_seconds"]),
+        ({"unique_key": "weekly"}, ["unique_key"]),
+        ({"concurrency_key": "customer-2"}, ["concurrency_key"]),
+        ({"max_running": 3, "rate": None}, ["max_running", "rate"]),
+        ({"payload": {"stages": 2}, "timeout_seconds": None}, ["payload", "timeout_seconds"]),
+    ],
+)
+def test_a_replay_compares_every_field_and_names_each_that_differs(
+    change: dict[str, Any], named: list[str]
+) -> None:
+    store, bell = OrderedStore(), Bell()
+    run(store, bell, FULL)
+    assert run(store, bell, dict(FULL)).jobs[0].created is False  # the same request: 200
+    writes, generation = list(store.writes), store.read("whole").generation
+    replay = {k: v for k, v in {**FULL, **change}.items() if v is not None}
+    with pytest.raises(Conflict) as info:
+        run(store, bell, replay)
+    assert f"different {', '.join(named)};" in info.value.reason
+    assert store.writes == writes and store.read("whole").generation == generation
+
+
+def test_a_replay_of_a_relative_time_matches_the_time_it_resolved_to() -> None:
+    store, bell = MemoryStore(), Bell()
+    body = {"pipeline": "demo", "id": "later", "delay_seconds": 600, "ttl_seconds": 7200}
+    run(store, bell, body)
+    assert run(store, bell, body).jobs[0].created is False
+    with pytest.raises(Conflict, match="different run_at, expires_at;"):
+        run(store, bell, {"pipeline": "demo", "id": "later"})
+
+
 def test_corrupt_existing_record_is_a_conflict_and_untouched() -> None:
     store = MemoryStore()
     store.put_raw("broken", b"{not json")
