@@ -212,6 +212,15 @@ def refuse(
     return answer(status, {"error": error, "reason": reason}, headers)
 
 
+def author(request: flask.Request) -> str:
+    """Who an operator route's change is recorded as (cancel, retry, bulk, pause).
+
+    Today what the caller says in X-Reclaim-By, as pause has always recorded; the one
+    place where the identity the platform verified replaces it.
+    """
+    return "http:" + (request.headers.get("X-Reclaim-By") or "api")[:60]
+
+
 def require_method(request: flask.Request, allowed: tuple[str, ...]) -> None:
     if request.method not in allowed:
         raise Refusal(
