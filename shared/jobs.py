@@ -141,6 +141,8 @@ class JobRecord(TypedDict, total=False):
     write_id: str
     traceparent: str
     """The job's W3C trace context (shared.tracing); absent in records made before it."""
+    progress: JsonObject
+    """A stage's latest ctx.progress: done, total, message (absent until one reports)."""
     # --- time (shared.timing): absent in records made without them
     run_at: str | None
     """Not claimed before this UTC time (a delayed job)."""
