@@ -30,6 +30,7 @@ ORDER = (
     "imports",
     "flow",
     "workflows",
+    "client",
 )
 
 

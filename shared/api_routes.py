@@ -116,22 +116,12 @@ def get_job(queue: Queue, request: flask.Request, job_id: str) -> flask.Response
         raise InvalidInput(f"unknown parameters {', '.join(u[:40] for u in unknown[:5])}", "query")
     seconds = waiting.parse_wait(request.args.get("wait"))
     after = waiting.parse_after(request.args.get("after"))
-    if seconds > 0:
-        if after is None:  # no generation seen yet: a finished job answers at once
-            view = queue.get(job_id)
-            if view.record.get("status") in _ENDS:
-                return answer(200, view.to_json())
-            after = view.generation
-        waiting.wait_for_change(queue.store, job_id, seconds, after=after)
-    return answer(200, queue.get(job_id).to_json())
+    return answer(200, waiting.read_after_change(queue, job_id, seconds, after).to_json())
 
 
 def batch_progress_of(queue: Queue, batch_id: str) -> flask.Response:
     """GET /batches/<id>/progress: counts from the markers (shared.batch_progress)."""
     return answer(200, batch_progress.progress(queue.ctx, batch_id, queue.clock()).to_json())
-
-
-_ENDS = (JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED)
 
 
 def _check_keys(body: dict[str, Any], allowed: dict[str, int]) -> None:

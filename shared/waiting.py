@@ -14,10 +14,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from shared import records
+from shared import job_queue, records
 from shared.errors import InvalidInput, JobNotFound, NotFound
-from shared.storage import Store
+
+if TYPE_CHECKING:
+    from shared.queue import Queue
+    from shared.status import JobView
+    from shared.storage import Store
 
 WAIT_MAX_S = 60.0
 """The longest wait one request may ask for (submit's timeout must stay above it)."""
@@ -90,3 +95,16 @@ def wait_for_change(
             return Waited(generation, False, polls)
         sleep(min(interval, left))
         interval = min(interval * POLL_GROWTH, POLL_MAX_S)
+
+
+def read_after_change(queue: Queue, job_id: str, seconds: float, after: int | None) -> JobView:
+    """GET /jobs/<id>?wait=&after=: the job once its record is past `after` (without
+    `after`: at once if it ended, else once it changes), or when `seconds` pass."""
+    if seconds > 0:
+        if after is None:
+            view = queue.get(job_id)
+            if view.record.get("status") in job_queue.TERMINAL_STATUSES:
+                return view
+            after = view.generation
+        wait_for_change(queue.store, job_id, seconds, after=after)
+    return queue.get(job_id)
