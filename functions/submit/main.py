@@ -68,7 +68,7 @@ def submit(request: flask.Request) -> flask.Response:
         if request.method == "GET":
             return api_routes.list_jobs(_settings.queue(), request)
         return _post_jobs(request)
-    if head == "jobs" and rest and "/" in rest:  # a person's transition of one job
+    if head == "jobs" and rest and rest.endswith(("/cancel", "/retry")):  # a person's act
         require_method(request, ("POST",))
         return api_routes.job_action(_settings.queue(), request, *rest.split("/", 1))
     if head == "jobs" and rest:

@@ -73,7 +73,7 @@ def test_cancel_a_running_job_then_retry_it_to_done(cloud: LocalCloud) -> None:
 def test_one_job_refusals(cloud: LocalCloud) -> None:
     refused(call(cloud, "POST", "/jobs/no-such-job/cancel"), 404)
     refused(call(cloud, "POST", "/jobs/bad..id/retry"), 400)
-    refused(call(cloud, "POST", "/jobs/x/explode"), 404)
+    refused(call(cloud, "POST", "/jobs/x/explode"), 405)  # a read's path: GET only
     refused(call(cloud, "GET", "/jobs/x/cancel"), 405)
     refused(
         call(
