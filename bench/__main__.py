@@ -38,6 +38,7 @@ ORDER = (  # the order of the table; one name per line
     "workflows",
     "handback",
     "rollout",
+    "client",
 )
 
 

@@ -14,6 +14,8 @@ already moved no longer match.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -176,3 +178,30 @@ def _read_all(store: Store, ids: list[str]) -> list[JobRecord | None]:
         return [read(i) for i in ids]
     with ThreadPoolExecutor(max_workers=min(_READERS, len(ids))) as pool:
         return list(pool.map(read, ids))
+
+
+def count_token(action: str, selector: Selector, count: int) -> str:
+    """The token a count answers and an act must bring back: it ties the act to the count
+    a person saw for this action and selection (not a secret: a receipt)."""
+    shown = [
+        action,
+        selector.batch,
+        selector.status,
+        selector.pipeline,
+        selector.since.isoformat() if selector.since else None,
+        count,
+    ]
+    digest = hashlib.sha256(json.dumps(shown).encode()).hexdigest()[:16]
+    return f"{count}-{digest}"
+
+
+def confirmed_count(token: str, action: str, selector: Selector) -> int:
+    """The count a token confirms for this action and selection; InvalidInput when it was
+    given for another one (or made up)."""
+    head, _, _digest = token.partition("-")
+    if not head.isdigit() or len(head) > 9 or count_token(action, selector, int(head)) != token:
+        raise InvalidInput(
+            "confirm is not the token a count of this selection answered; count again",
+            "confirm",
+        )
+    return int(head)

@@ -156,6 +156,8 @@ class JobRecord(TypedDict, total=False):
     """The revision (K_REVISION) that stamped it."""
     skew_since: str | None
     """First time a revision without the job's code refused it (rollout skew)."""
+    progress: JsonObject
+    """A stage's latest ctx.progress: done, total, message (absent until one reports)."""
     # --- time (shared.timing): absent in records made without them
     run_at: str | None
     """Not claimed before this UTC time (a delayed job)."""

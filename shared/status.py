@@ -67,10 +67,12 @@ class JobView:
     max_attempts: int  # the job's own, else the deployment's
     watchdog: WatchdogAction | None = None
     features: dict[str, Any] = field(default_factory=dict)  # what each feature's view adds
+    generation: int = 0  # the record's version: GET /jobs/<id>?wait=&after= waits past it
 
     def to_json(self) -> dict[str, Any]:
         """The public view (GET /jobs/<id>, `reclaim status`)."""
         body = render_job(self.record, self.max_attempts)
+        body["generation"] = self.generation
         if self.watchdog:
             body["watchdog"] = self.watchdog
         body.update(self.features)
@@ -126,7 +128,7 @@ def read_job(ctx: Context, job_id: str, now: datetime) -> JobView:
     for feature in ctx.features:
         if feature.view is not None:
             shown.update(feature.view(ctx, stored.record))
-    return JobView(stored.record, max_attempts, action, shown)
+    return JobView(stored.record, max_attempts, action, shown, stored.generation)
 
 
 def read_batch(ctx: Context, batch_id: str, now: datetime) -> BatchView:
@@ -156,6 +158,8 @@ def render_job(record: JobRecord, max_attempts: int) -> dict[str, Any]:
     body["max_attempts"] = max_attempts
     body["outputs"] = _outputs(record)
     body["status_url"] = f"/jobs/{record.get('id')}"
+    if isinstance(record.get("progress"), dict):  # a stage's ctx.progress
+        body["progress"] = record.get("progress")
     return body
 
 
@@ -180,12 +184,19 @@ def _member(ctx: Context, batch_id: str, job_id: str, now: datetime) -> dict[str
     if stored.record.get("batch_id") != batch_id:  # a stray marker: not a member
         return None
     _action, stored = _watchdog(ctx, stored, now)
-    rec = stored.record
-    out: dict[str, Any] = {k: rec.get(k) for k in _MEMBER_FIELDS}
-    out["status_url"] = f"/jobs/{job_id}"
-    if rec.get("error") is not None:
-        out["error"] = rec.get("error")
-    out.update({k: rec.get(k) for k in ctx.summary_fields() if rec.get(k) is not None})
+    return summary(stored.record, tuple(ctx.summary_fields()))
+
+
+def summary(record: JobRecord, feature_fields: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A job in a list (a batch's members, GET /jobs): its state, not its history; with
+    the features' summary fields it has (Feature.summary_fields)."""
+    out: dict[str, Any] = {k: record.get(k) for k in _MEMBER_FIELDS}
+    out["status_url"] = f"/jobs/{record.get('id')}"
+    if record.get("error") is not None:
+        out["error"] = record.get("error")
+    if isinstance(record.get("progress"), dict):
+        out["progress"] = record.get("progress")
+    out.update({k: record.get(k) for k in feature_fields if record.get(k) is not None})
     return out
 
 

@@ -137,6 +137,7 @@ class Store(Protocol):
     calls: Counter[str]
 
     def read(self, job_id: str) -> Stored: ...
+    def generation(self, job_id: str) -> int: ...
     def create(self, record: JobRecord) -> Stored: ...
     def update(self, record: JobRecord, generation: int) -> Stored: ...
     def allow_index_prefixes(self, prefixes: Iterable[str]) -> None: ...
@@ -149,7 +150,9 @@ class Store(Protocol):
     def read_sweep_cursor(self) -> str | None: ...
     def write_sweep_cursor(self, start_at: str) -> None: ...
     def add_to_batch(self, batch_id: str, job_id: str) -> None: ...
-    def list_batch(self, batch_id: str, limit: int | None = None) -> list[str]: ...
+    def list_batch(
+        self, batch_id: str, limit: int | None = None, start_at: str | None = None
+    ) -> list[str]: ...
     def list_jobs(self, limit: int | None = None) -> list[str]: ...
     def write_output(
         self, job_id: str, attempt: int, name: str, data: bytes, content_type: str
@@ -461,6 +464,20 @@ class GcsStore(StoreBase):
         )
         return Stored(decode_record(job_id, data), int(blob.generation or 0))
 
+    def generation(self, job_id: str) -> int:
+        """The record's generation from its metadata alone (objects.get without the body,
+        https://cloud.google.com/storage/docs/json_api/v1/objects/get): what a waiting
+        status read polls. NotFound when there is no record."""
+        name = job_object(job_id)
+
+        def stat() -> int:
+            blob = self._bucket.get_blob(name, retry=self._retry, timeout=self._timeout)
+            if blob is None:
+                raise self._gexc.NotFound(name)
+            return int(blob.generation or 0)
+
+        return self._call("stat", f"record {job_id}", stat)
+
     def create(self, record: JobRecord) -> Stored:
         job_id = record_id(record)
         new = stamped(record)
@@ -557,9 +574,12 @@ class GcsStore(StoreBase):
     def add_to_batch(self, batch_id: str, job_id: str) -> None:
         self._create_marker(batch_object(batch_id, job_id))
 
-    def list_batch(self, batch_id: str, limit: int | None = None) -> list[str]:
+    def list_batch(
+        self, batch_id: str, limit: int | None = None, start_at: str | None = None
+    ) -> list[str]:
+        """Member ids in name order, from the first id >= start_at when given."""
         prefix = batch_prefix(batch_id)
-        return names_to_ids([b.name for b in self._list(prefix, limit)], prefix)
+        return names_to_ids([b.name for b in self._list(prefix, limit, start_at)], prefix)
 
     def list_jobs(self, limit: int | None = None) -> list[str]:
         """Every record id (operator tool only: this costs O(history))."""

@@ -135,6 +135,15 @@ class MemoryStore(StoreBase):
             raise NotFound(f"no record {job_id}")
         return Stored(decode_record(job_id, obj.data), obj.generation)
 
+    def generation(self, job_id: str) -> int:
+        name = job_object(job_id)
+        self._count("stat")
+        with self._lock:
+            obj = self._objects.get((self.bucket_name, name))
+        if obj is None:
+            raise NotFound(f"no record {job_id}")
+        return obj.generation
+
     def create(self, record: JobRecord) -> Stored:
         job_id = record_id(record)
         new = stamped(record)
@@ -200,9 +209,11 @@ class MemoryStore(StoreBase):
     def add_to_batch(self, batch_id: str, job_id: str) -> None:
         self._create_marker(batch_object(batch_id, job_id))
 
-    def list_batch(self, batch_id: str, limit: int | None = None) -> list[str]:
+    def list_batch(
+        self, batch_id: str, limit: int | None = None, start_at: str | None = None
+    ) -> list[str]:
         prefix = batch_prefix(batch_id)
-        return names_to_ids([n for n, _ in self._list(prefix, limit)], prefix)
+        return names_to_ids([n for n, _ in self._list(prefix, limit, start_at)], prefix)
 
     def list_jobs(self, limit: int | None = None) -> list[str]:
         names = [n for n, _ in self._list(JOBS_PREFIX, limit)]

@@ -17,6 +17,7 @@ import flask
 
 import shared
 import shared.errors
+from shared import api_routes
 from shared.events import upload_from_http
 from shared.http import (
     Refusal,
@@ -50,9 +51,9 @@ framework_errors()
 
 @entry_point("submit")
 def submit(request: flask.Request) -> flask.Response:
-    """The HTTP API: POST /jobs, GET /jobs/<id>, GET /batches/<id>, POST
-    /pipelines/<name>/pause|resume, GET /health and GET /openapi.json (the document
-    describing all of them)."""
+    """The HTTP API (docs/api.md): submit, read, list, wait for, cancel and retry jobs
+    (one or in bulk), batches and their progress, pause and resume pipelines, the cron
+    schedules, GET /health and GET /openapi.json (the document describing all of them)."""
     path = request.path.rstrip("/") or "/"
     parts = path.lstrip("/").split("/", 1)
     head, rest = parts[0], (parts[1] if len(parts) > 1 else None)
@@ -63,14 +64,25 @@ def submit(request: flask.Request) -> flask.Response:
         require_method(request, ("GET",))
         return answer(200, _openapi())
     if head == "jobs" and rest is None:
-        require_method(request, ("POST",))
+        require_method(request, ("GET", "POST"))
+        if request.method == "GET":
+            return api_routes.list_jobs(_settings.queue(), request)
         return _post_jobs(request)
+    if head == "jobs" and rest and rest.endswith(("/cancel", "/retry")):  # a person's act
+        require_method(request, ("POST",))
+        return api_routes.job_action(_settings.queue(), request, *rest.split("/", 1))
     if head == "jobs" and rest:
         require_method(request, ("GET",))
-        return answer(200, _settings.queue().get(rest).to_json())
+        return api_routes.get_job(_settings.queue(), request, rest)
+    if head == "bulk" and rest:
+        require_method(request, ("POST",))
+        return api_routes.bulk_action(_settings.queue(), request, rest)
     if head == "pipelines" and rest and rest.count("/") == 1:  # flow control
         require_method(request, ("POST",))
         return _pipeline_action(request, *rest.split("/"))
+    if head == "batches" and rest and rest.endswith("/progress"):
+        require_method(request, ("GET",))
+        return api_routes.batch_progress_of(_settings.queue(), rest.removesuffix("/progress"))
     if head == "batches" and rest:
         require_method(request, ("GET",))
         return answer(200, _settings.queue().get_batch(rest).to_json())

@@ -62,6 +62,7 @@ class OwnedRecord:
         ) = None
         self._last_write = self._seconds()
         self.writes = 0
+        self._progress: JsonObject | None = None  # a stage's report not yet written
 
     # --- reading
 
@@ -110,6 +111,12 @@ class OwnedRecord:
                 return False
             return self._flush_pending(transient_ok=True)
 
+    def report_progress(self, progress: JsonObject) -> None:
+        """Keep a stage's latest progress for the next write (never a write of its own
+        sooner than min_interval_s: the tick flushes it like a coalesced checkpoint)."""
+        with self._lock:
+            self._progress = dict(progress)
+
     def tick(self) -> None:
         """The heartbeat thread's step: flush a due checkpoint, else prove life if due."""
         with self._lock:
@@ -118,7 +125,9 @@ class OwnedRecord:
             elapsed = self._since_write()
             if self._pending is not None and elapsed >= self.min_interval_s:
                 self._flush_pending(transient_ok=True)
-            elif elapsed >= self.heartbeat_s:
+            elif elapsed >= self.heartbeat_s or (
+                self._progress is not None and elapsed >= self.min_interval_s
+            ):
                 self._write(lambda job: job_queue.heartbeat_fields(job, self._clock()), "heartbeat")
 
     def confirm(self, max_age_s: float) -> None:
@@ -186,6 +195,9 @@ class OwnedRecord:
     def _write(self, build: Build, event: Write) -> None:
         job = self._stored.record
         new: JobRecord = {**job, **build(job)}
+        progress = self._progress
+        if progress is not None:  # folded into whatever this owner writes next
+            new["progress"] = progress
         try:
             self._stored = self._store.update(new, self._stored.generation)
         except (LostRace, NotFound) as exc:
@@ -196,6 +208,8 @@ class OwnedRecord:
             raise OwnerLost(str(exc)) from None
         self.writes += 1
         self._last_write = self._seconds()
+        if self._progress is progress:
+            self._progress = None
         self._log.debug("record written", write=event, generation=self._stored.generation)
 
     def _seconds(self) -> float:

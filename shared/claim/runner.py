@@ -481,6 +481,7 @@ class _Job:
                 stopped=self._stopped,
                 result=result,
                 reads=workflows.reads_for(self.r.store, self.job),  # parents, the batch
+                report=self.owned.report_progress,
             )
             fn(ctx)
             _require_plain(state, result)

@@ -266,11 +266,12 @@ def _show_progress(
             "total": sum(counts.values()),
             "rate_per_s": rate,
             "eta_s": eta,
+            "running_progress": ctx.watched_running,
             "final": final,
         }
         print(cli_render.to_json(progress), flush=True)
         return
-    line = cli_render.progress_line(counts, rate, eta)
+    line = cli_render.progress_line(counts, rate, eta, running=ctx.watched_running)
     if tty:
         sys.stdout.write("\r\x1b[2K" + line + ("\n" if final else ""))
         sys.stdout.flush()
@@ -311,4 +312,5 @@ def _batch_snapshot(ctx: Context, batch: str) -> dict[str, str]:
     """job id -> status of every member, through the queue's batch read (O(batch))."""
     view = ctx.queue(ring=False).get_batch(batch)
     ctx.watched_callback = view.on_complete
+    ctx.watched_running = cli_render.running_progress(view.members)
     return {str(job["id"]): str(job.get("status")) for job in view.members}

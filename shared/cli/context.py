@@ -60,6 +60,7 @@ class Context:
         self.args = args
         self.as_json = bool(getattr(args, "json", False))
         self.watched_callback: dict[str, Any] | None = None  # workflows: `watch`'s on_complete
+        self.watched_running: float | None = None  # `watch`: how far running jobs say they are
         env = dict(os.environ)
         for flag, var in (
             ("project", "RECLAIM_PROJECT"),

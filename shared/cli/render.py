@@ -83,17 +83,48 @@ def progress_bar(done: int, total: int, width: int = 30) -> str:
 
 
 def progress_line(
-    counts: Mapping[str, int], rate: float | None, eta_s: float | None, width: int = 30
+    counts: Mapping[str, int],
+    rate: float | None,
+    eta_s: float | None,
+    width: int = 30,
+    running: float | None = None,
 ) -> str:
-    """One line of watch output: bar, finished/total, counts by status, rate, ETA."""
+    """One line of watch output: bar, finished/total, counts by status, how far the
+    running jobs' stages say they are (ctx.progress), rate, ETA."""
     total = sum(counts.values())
     finished = terminal_count(counts)
     shown = " ".join(f"{s} {counts[s]}" for s in _ordered(counts) if counts[s])
     rate_text = "rate ?" if rate is None else f"{rate * 60:.1f} jobs/min"
+    running_text = "" if running is None else f" ({running:.0%} along)"
     return (
         f"{progress_bar(finished, total, width)} {finished}/{total} | {shown or 'no jobs'}"
-        f" | {rate_text} | ETA {format_duration(eta_s)}"
+        f"{running_text} | {rate_text} | ETA {format_duration(eta_s)}"
     )
+
+
+def progress_text(progress: object) -> str | None:
+    """A stage's ctx.progress as `3/10 (30%) frames`, or None when it reported none."""
+    if not isinstance(progress, Mapping):
+        return None
+    done, total, message = progress.get("done"), progress.get("total"), progress.get("message")
+    if isinstance(total, int | float) and total > 0 and isinstance(done, int | float):
+        text = f"{done:g}/{total:g} ({min(done / total, 1.0):.0%})"
+    else:
+        text = f"{done}"
+    return f"{text} {message}" if message else text
+
+
+def running_progress(members: Sequence[Mapping[str, Any]]) -> float | None:
+    """The mean done/total of the running members that reported progress, or None."""
+    fractions = []
+    for member in members:
+        progress = member.get("progress")
+        if member.get("status") != "running" or not isinstance(progress, Mapping):
+            continue
+        done, total = progress.get("done"), progress.get("total")
+        if isinstance(done, int | float) and isinstance(total, int | float) and total > 0:
+            fractions.append(min(max(done / total, 0.0), 1.0))
+    return sum(fractions) / len(fractions) if fractions else None
 
 
 def _ordered(counts: Mapping[str, int]) -> list[str]:
@@ -160,6 +191,7 @@ def job_text(record: Mapping[str, Any], default_max_attempts: int | None = None)
         ("pipeline", record.get("pipeline")),
         ("batch", record.get("batch_id")),
         ("stage", record.get("stage")),
+        ("progress", progress_text(record.get("progress"))),
         ("attempts", f"{attempts}/{limit}" if limit else attempts),
         ("owner", record.get("owner")),
         ("created", record.get("created_at")),

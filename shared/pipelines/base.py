@@ -71,6 +71,7 @@ class StageContext:
         stopped: Callable[[], bool] | None = None,
         result: dict[str, Any] | None = None,
         reads: Reads | None = None,
+        report: Callable[[dict[str, Any]], None] | None = None,
     ):
         self.job_id = job_id
         self.payload: dict[str, Any] = copy.deepcopy(dict(payload))
@@ -82,6 +83,7 @@ class StageContext:
         self.result: dict[str, Any] = {} if result is None else result
         self._stopped = stopped or (lambda: False)
         self._reads = reads or Reads()
+        self._report = report or (lambda _progress: None)
 
     # --- workflows (docs/workflows.md): read when asked, so a plain stage pays nothing
 
@@ -98,6 +100,14 @@ class StageContext:
         """For an on_complete callback: each member's id, status and result reference."""
         return self._reads.batch_members()
 
+    def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        """Report how far this stage got (`done` of `total` units, and a short message).
+
+        Free to call often: the owner keeps the latest and folds it into its next write
+        (a checkpoint or heartbeat, at most one per RECLAIM_MIN_WRITE_INTERVAL_SECONDS),
+        fenced like them; GET /jobs/<id>, `reclaim watch` and the client show it."""
+        self._report(progress_of(done, total, message))
+
     def check(self) -> None:
         """Raise Stopped if this owner lost the job, or the instance is shutting down (the
         job is then handed back to another instance); long stages call it often."""
@@ -110,6 +120,27 @@ def stage_version(names: Sequence[str]) -> str:
     stage names, so inserting, removing, renaming or reordering a stage changes it."""
     digest = hashlib.sha256("\n".join(names).encode("utf-8")).hexdigest()
     return f"s-{digest[:10]}"
+
+
+PROGRESS_MESSAGE_MAX = 200
+
+
+def progress_of(done: float, total: float | None, message: str | None) -> dict[str, Any]:
+    """A progress report as the record keeps it; ValueError for numbers that mean nothing."""
+    for what, value in (("done", done), ("total", total)):
+        if value is None and what == "total":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+            raise ValueError(f"progress {what} must be a number >= 0, got {value!r}")
+        if value == float("inf"):
+            raise ValueError(f"progress {what} must be finite")
+    if message is not None and not isinstance(message, str):
+        raise ValueError("progress message must be a string")
+    return {
+        "done": done,
+        "total": total,
+        "message": message[:PROGRESS_MESSAGE_MAX] if message else None,
+    }
 
 
 @dataclass(frozen=True)

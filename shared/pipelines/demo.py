@@ -105,6 +105,7 @@ def _stage(index: int, opts: dict[str, Any]) -> Stage:
             **({"blocked": True} if opts["block"] else {}),
         }
         ctx.state.setdefault("completed", []).append(done)
+        ctx.progress(index + 1, opts["n"], f"stage {index + 1} of {opts['n']} done")
         if opts["output"]:
             body = {"job_id": ctx.job_id, "stage": index, "attempt": ctx.attempt}
             ctx.state.setdefault("outputs", []).append(

@@ -51,6 +51,25 @@ def test_update_with_current_generation_advances_it(store):
     assert updated.record["status"] == "running"
 
 
+def test_generation_is_the_records_without_reading_its_body(store):
+    created = store.create(new_job())
+    job_id = created.record["id"]
+    assert store.generation(job_id) == created.generation
+    reads = store.calls["read"]
+    updated = store.update({**created.record, "status": "running"}, created.generation)
+    assert store.generation(job_id) == updated.generation != created.generation
+    assert store.calls["read"] == reads and store.calls["stat"] == 2  # metadata calls only
+    with pytest.raises(NotFound):
+        store.generation("no-such-record")
+
+
+def test_batch_markers_list_from_a_start(store):
+    for job_id in ("m-1", "m-2", "m-3"):
+        store.add_to_batch("paged", job_id)
+    assert store.list_batch("paged", start_at="m-2") == ["m-2", "m-3"]
+    assert store.list_batch("paged", limit=1, start_at="m-2") == ["m-2"]
+
+
 def test_update_with_a_stale_generation_loses_and_changes_nothing(store):
     created = store.create(new_job())
     winner = store.update({**created.record, "status": "running", "owner": "a"}, created.generation)

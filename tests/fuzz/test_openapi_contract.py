@@ -89,8 +89,9 @@ def test_the_fields_are_the_codes() -> None:
     assert set(schema("BatchRequest")["properties"]) == submission.BATCH_KEYS
     assert schema("Status")["enum"] == list(JobStatus)
     view = {"id", *status._VIEW_FIELDS, "max_attempts", "outputs", "status_url", "watchdog"}
+    view.add("generation")
     # the features' fields (time, flow control, workflows): only when the job has them
-    optional = {"watchdog", *(v for f in features.FEATURES for v in f.view_fields)}
+    optional = {"watchdog", "progress", *(v for f in features.FEATURES for v in f.view_fields)}
     assert set(schema("Job")["properties"]) == view | optional
     assert set(schema("Job")["required"]) == view - optional
     error = job_queue.error_info(

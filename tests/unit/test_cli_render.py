@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from shared.cli import render as r
 
 
@@ -130,3 +132,20 @@ def test_job_row_and_json() -> None:
 def test_counts_text() -> None:
     assert r.counts_text({}) == "(nothing)"
     assert r.counts_text({"requeued": 2, "failed": 0}) == "requeued  2\nfailed    0"
+
+
+def test_progress_shows_in_a_job_and_in_the_watch_line() -> None:
+    progress = {"done": 3, "total": 10, "message": "frames"}
+    lines = [line.split() for line in r.job_text(_record(progress=progress)).splitlines()]
+    assert ["progress", "3/10", "(30%)", "frames"] in lines
+    assert "progress" not in r.job_text(_record())
+    members = [
+        {"status": "running", "progress": progress},
+        {"status": "running", "progress": {"done": 10, "total": 10, "message": None}},
+        {"status": "running"},  # reported nothing: not counted
+        {"status": "done", "progress": {"done": 0, "total": 10, "message": None}},
+    ]
+    assert r.running_progress(members) == pytest.approx(0.65)
+    assert r.running_progress([{"status": "queued"}]) is None
+    line = r.progress_line({"running": 2}, None, None, running=0.65)
+    assert "running 2 (65% along)" in line

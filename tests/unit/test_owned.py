@@ -184,3 +184,38 @@ def test_the_heartbeat_stops_once_the_job_is_lost() -> None:
         while not owned.lost and time.monotonic() < deadline:
             time.sleep(0.02)
     assert owned.lost
+
+
+def test_progress_rides_on_the_next_write_at_most_one_per_interval() -> None:
+    store, clock = MemoryStore(), Clock(START)
+    owned = claimed(store, clock, heartbeat_s=10.0)
+    writes = store.calls["write"]
+    clock.advance(0.5)
+    owned.report_progress({"done": 1, "total": 4, "message": "a"})
+    owned.report_progress({"done": 2, "total": 4, "message": "b"})  # the latest wins
+    owned.tick()
+    assert store.calls["write"] == writes  # within the write interval: kept for later
+    clock.advance(0.5)
+    owned.tick()  # one write, though no heartbeat was due yet
+    assert store.calls["write"] == writes + 1
+    assert store.read("j1").record["progress"] == {"done": 2, "total": 4, "message": "b"}
+    clock.advance(1.0)
+    owned.tick()
+    assert store.calls["write"] == writes + 1  # nothing new to say: no write
+
+
+def test_progress_is_folded_into_a_checkpoint_and_fenced_like_it() -> None:
+    store, clock = MemoryStore(), Clock(START)
+    owned = claimed(store, clock)
+    owned.report_progress({"done": 1, "total": 2, "message": None})
+    clock.advance(2.0)
+    writes = store.calls["write"]
+    assert owned.checkpoint("s0", 1, {}) is True
+    assert store.calls["write"] == writes + 1  # one write carries both
+    assert store.read("j1").record["progress"]["done"] == 1
+    steal(store)
+    owned.report_progress({"done": 2, "total": 2, "message": None})
+    clock.advance(2.0)
+    with pytest.raises(OwnerLost):
+        owned.checkpoint("s1", 2, {})
+    assert store.read("j1").record["progress"]["done"] == 1  # a lost owner's never lands

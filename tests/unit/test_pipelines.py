@@ -241,3 +241,28 @@ def test_pipeline_modules_setting_is_validated() -> None:
     assert Settings.from_env({}).pipeline_modules == ()
     with pytest.raises(ConfigError, match="RECLAIM_PIPELINE_MODULES"):
         Settings.from_env({"RECLAIM_PIPELINE_MODULES": "a/b"})
+
+
+def test_a_stage_reports_progress_through_its_context() -> None:
+    from shared.pipelines.base import StageContext
+
+    reports: list[dict[str, object]] = []
+    ctx = StageContext(
+        "j1",
+        {},
+        {},
+        1,
+        JobLogger("j1", "me", 1),
+        outputs=None,
+        store=None,  # type: ignore[arg-type]
+        report=reports.append,
+    )
+    ctx.progress(3, 10, "frames")
+    ctx.progress(4)
+    assert reports == [
+        {"done": 3, "total": 10, "message": "frames"},
+        {"done": 4, "total": None, "message": None},
+    ]
+    for bad in ((-1, 10), (True, 10), (1, float("inf")), ("1", 2)):
+        with pytest.raises(ValueError):
+            ctx.progress(*bad)  # type: ignore[arg-type]

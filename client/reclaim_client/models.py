@@ -1,0 +1,114 @@
+"""What the API answers, typed (each keeps the whole answer in `raw`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+ENDED = ("done", "failed", "cancelled")
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A stage's own report: `done` of `total` units, and a message."""
+
+    done: float
+    total: float | None
+    message: str | None
+
+    @property
+    def fraction(self) -> float | None:
+        return self.done / self.total if self.total else None
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job as GET /jobs/<id> shows it (or its summary in a list)."""
+
+    id: str
+    status: str
+    pipeline: str | None = None
+    stage: str | None = None
+    attempts: int = 0
+    generation: int | None = None
+    error: dict[str, Any] | None = None
+    result: Any = None
+    progress: Progress | None = None
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def ended(self) -> bool:
+        """done, failed or cancelled: nothing moves it but a retry."""
+        return self.status in ENDED
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Job:
+        shown = body.get("progress")
+        progress = (
+            Progress(shown.get("done", 0), shown.get("total"), shown.get("message"))
+            if isinstance(shown, dict)
+            else None
+        )
+        return cls(
+            id=str(body.get("id")),
+            status=str(body.get("status")),
+            pipeline=body.get("pipeline"),
+            stage=body.get("stage"),
+            attempts=int(body.get("attempts") or 0),
+            generation=body.get("generation"),
+            error=body.get("error"),
+            result=body.get("result"),
+            progress=progress,
+            raw=body,
+        )
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """What a submit answered: the jobs, and whether any was new."""
+
+    jobs: list[Job]
+    batch_id: str | None
+    created: int
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    """A batch's counts from its markers (GET /batches/<id>/progress)."""
+
+    batch_id: str
+    total: int
+    pending: int
+    done: int
+    failed: int
+    cancelled: int
+    finished: bool
+    fraction: float
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> BatchProgress:
+        fields = cls.__dataclass_fields__
+        return cls(**{k: body[k] for k in fields})
+
+
+@dataclass(frozen=True)
+class BulkCount:
+    """How many jobs a bulk action would move, and the token that confirms it."""
+
+    action: str
+    matching: int
+    jobs: list[str]
+    confirm: str
+
+
+@dataclass(frozen=True)
+class BulkDone:
+    """What one confirmed bulk request did (`remaining`: count and confirm again)."""
+
+    action: str
+    matching: int
+    acted: list[str]
+    skipped: list[str]
+    errors: dict[str, str]
+    remaining: int

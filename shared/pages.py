@@ -1,0 +1,184 @@
+"""GET /jobs: jobs listed a page at a time from the indexes, never by walking jobs/.
+
+A query names its sources, read one after the other in name order: a batch's markers
+(batches/<b>/), the pending index (pending/: queued, running and waiting jobs), time's
+delayed jobs (scheduled/) and flow control's ended index (ended/<status>/: failed and
+cancelled jobs). Done jobs have no index of their own (it would grow with history), so
+they are listed by batch. An index is only a hint: each listed id's record is read and the
+filters are checked on it, so a page may hold fewer jobs than asked; `next_page_token`
+says where the next page starts (an opaque, URL-safe string naming the source and the
+last name listed), and its absence says the listing is over.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from shared import job_queue, listing, records, status
+from shared.errors import InvalidInput
+from shared.flow_policy import ENDED_PREFIX
+from shared.jobs import JobRecord, JobStatus
+from shared.timing import SCHEDULED_PREFIX
+
+if TYPE_CHECKING:
+    from shared.storage import Store
+
+PAGE_SIZE = 50
+PAGE_SIZE_MAX = 200
+_PENDING = "pending"
+_BATCH = "batch"
+_KEY = re.compile(r"[A-Za-z0-9._:=@+/-]{1,400}")
+
+
+@dataclass(frozen=True)
+class Query:
+    """What GET /jobs asks: all filters must hold."""
+
+    batch: str | None = None
+    status: JobStatus | None = None
+    pipeline: str | None = None
+    page_size: int = PAGE_SIZE
+    page_token: str | None = None
+
+
+@dataclass
+class Page:
+    """One page: the jobs' summaries, and where the next page starts (None: the end)."""
+
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+    next_page_token: str | None = None
+    unreadable: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"jobs": self.jobs, "next_page_token": self.next_page_token}
+        if self.unreadable:
+            body["unreadable"] = self.unreadable
+        return body
+
+
+def parse_query(args: dict[str, str]) -> Query:
+    """The query string of GET /jobs, validated; InvalidInput names the bad parameter."""
+    unknown = sorted(set(args) - {"batch", "status", "pipeline", "page_size", "page_token"})
+    if unknown:
+        raise InvalidInput(f"unknown parameters {', '.join(u[:40] for u in unknown[:5])}", "query")
+    empty = sorted(k for k, v in args.items() if not v)
+    if empty:
+        raise InvalidInput(f"{empty[0]} is empty; leave it out instead", empty[0])
+    batch = args.get("batch") or None
+    if batch is not None:
+        records.validate_batch_id(batch)
+    raw_status = args.get("status") or ""
+    try:
+        job_status = JobStatus(raw_status) if raw_status else None
+    except ValueError:
+        known = ", ".join(JobStatus)
+        raise InvalidInput(
+            f"status must be one of {known}, got {raw_status[:40]!r}", "status"
+        ) from None
+    if job_status is JobStatus.DONE and batch is None:
+        raise InvalidInput(
+            "done jobs are listed by batch (no index holds every done job); add batch=", "status"
+        )
+    for key, longest in (("pipeline", 128), ("page_token", 600)):
+        if len(args.get(key) or "") > longest:
+            raise InvalidInput(f"{key} is longer than {longest} characters", key)
+    size_text = args.get("page_size") or str(PAGE_SIZE)
+    if not size_text.isdigit() or not 1 <= int(size_text[:6]) <= PAGE_SIZE_MAX:
+        raise InvalidInput(
+            f"page_size must be 1..{PAGE_SIZE_MAX}, got {size_text[:20]!r}", "page_size"
+        )
+    return Query(
+        batch,
+        job_status,
+        args.get("pipeline") or None,
+        int(size_text),
+        args.get("page_token") or None,
+    )
+
+
+def sources(query: Query) -> list[str]:
+    """The indexes this query reads, in order: 'batch', 'pending' or an index prefix."""
+    if query.batch is not None:
+        return [_BATCH]
+    wanted = (query.status,) if query.status is not None else tuple(JobStatus)
+    out: list[str] = []
+    if any(s in (*job_queue.PENDING_STATUSES, *job_queue.WAITING_STATUSES) for s in wanted):
+        out.append(_PENDING)
+    if any(s in (JobStatus.QUEUED, JobStatus.WAITING) for s in wanted):
+        out.append(SCHEDULED_PREFIX)
+    out += [f"{ENDED_PREFIX}{s}/" for s in (JobStatus.CANCELLED, JobStatus.FAILED) if s in wanted]
+    return out
+
+
+def page(store: Store, query: Query) -> Page:
+    """One page of jobs matching the query (see the module's docstring for the cost)."""
+    order = sources(query)
+    start_source, start_key = _decode(query.page_token, order)
+    ids: list[str] = []
+    last: tuple[str, str] | None = None
+    for source in order[order.index(start_source) :] if start_source else order:
+        key = start_key if source == start_source else None
+        for name in _names(store, source, query, key, query.page_size - len(ids)):
+            ids.append(name.rsplit("/", 1)[-1])
+            last = (source, name)
+        if len(ids) >= query.page_size:
+            break
+    found = listing.read_many(store, ids)
+    result = Page(unreadable=[*found.corrupt])
+    for record in found.records:
+        if _matches(record, query):
+            result.jobs.append(status.summary(record))
+    if last is not None and len(ids) >= query.page_size:
+        result.next_page_token = _encode(*last)
+    return result
+
+
+def _names(store: Store, source: str, query: Query, after: str | None, n: int) -> list[str]:
+    """Up to n names of one source after `after` (the names are ids, or keys under a prefix)."""
+    if n <= 0:
+        return []
+    extra = 1 if after is not None else 0  # start_at is inclusive: the last one is listed again
+    if source == _BATCH:
+        assert query.batch is not None
+        names = store.list_batch(query.batch, limit=n + extra, start_at=after)
+    elif source == _PENDING:
+        names = [e.job_id for e in store.list_pending(limit=n + extra, start_at=after)]
+    else:
+        start = source + after if after is not None else None
+        listed = store.list_blobs(source, start_at=start, limit=n + extra)
+        names = [b.name[len(source) :] for b in listed]
+    if after is not None and names[:1] == [after]:
+        names = names[1:]
+    return names[:n]
+
+
+def _matches(record: JobRecord, query: Query) -> bool:
+    if query.status is not None and record.get("status") != query.status:
+        return False
+    if query.pipeline is not None and record.get("pipeline") != query.pipeline:
+        return False
+    return query.batch is None or record.get("batch_id") == query.batch
+
+
+def _encode(source: str, key: str) -> str:
+    raw = json.dumps([source, key], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode(token: str | None, order: list[str]) -> tuple[str | None, str | None]:
+    """(source, last key) of a page token from the same query; InvalidInput otherwise."""
+    if token is None:
+        return None, None
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        source, key = json.loads(raw)
+    except (ValueError, TypeError, binascii.Error):
+        source, key = None, None
+    if source not in order or not isinstance(key, str) or not _KEY.fullmatch(key):
+        raise InvalidInput("page_token is not one this query gave; start without it", "page_token")
+    return source, key

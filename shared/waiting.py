@@ -1,0 +1,110 @@
+"""A status read that waits: answer as soon as a job's record changes, or the wait ends.
+
+The record's generation changes with every write (Cloud Storage gives each version a
+new one, https://cloud.google.com/storage/docs/metadata#generation-number), so a
+waiting read polls only the object's metadata, never its body, and never runs the
+watchdog while it waits: the one full read (with the watchdog) comes after the change.
+The polls start fast and back off, so a job that changes soon is seen at once and a
+long one costs a call every few seconds; a bounded wait stays below the function's
+timeout.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from shared import job_queue, records
+from shared.errors import InvalidInput, JobNotFound, NotFound
+
+if TYPE_CHECKING:
+    from shared.queue import Queue
+    from shared.status import JobView
+    from shared.storage import Store
+
+WAIT_MAX_S = 60.0
+"""The longest wait one request may ask for (submit's timeout must stay above it)."""
+POLL_FIRST_S = 0.25
+POLL_GROWTH = 2.0
+POLL_MAX_S = 4.0
+"""Metadata polls: 0.25 s, then twice as long each quiet time, at most every 4 s."""
+
+
+@dataclass(frozen=True)
+class Waited:
+    """What a wait saw: the generation it ended on, and whether it changed."""
+
+    generation: int
+    changed: bool
+    polls: int
+
+
+def parse_wait(text: str | None) -> float:
+    """`?wait=` as seconds in 0..WAIT_MAX_S; InvalidInput otherwise."""
+    if text is None:
+        return 0.0
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= WAIT_MAX_S:  # also NaN
+        raise InvalidInput(
+            f"wait must be seconds from 0 to {WAIT_MAX_S:g}, got {text[:20]!r}", "wait"
+        )
+    return seconds
+
+
+def parse_after(text: str | None) -> int | None:
+    """`?after=` (a generation the caller already saw) as a positive integer, or None."""
+    if text is None:
+        return None
+    if not text.isdigit() or len(text) > 20 or int(text) < 1:
+        raise InvalidInput(f"after must be a record generation, got {text[:24]!r}", "after")
+    return int(text)
+
+
+def wait_for_change(
+    store: Store,
+    job_id: str,
+    seconds: float,
+    *,
+    after: int | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> Waited:
+    """Poll the record's generation until it differs from `after` (else from the first
+    poll's) or `seconds` pass. JobNotFound when there is no record."""
+    records.validate_job_id(job_id)
+    deadline = monotonic() + seconds
+    polls, interval = 0, POLL_FIRST_S
+    seen = after
+    while True:
+        try:
+            generation = store.generation(job_id)
+        except NotFound:
+            raise JobNotFound(job_id) from None
+        polls += 1
+        if seen is None:
+            seen = generation
+        elif generation != seen:
+            return Waited(generation, True, polls)
+        left = deadline - monotonic()
+        if left <= 0:
+            return Waited(generation, False, polls)
+        sleep(min(interval, left))
+        interval = min(interval * POLL_GROWTH, POLL_MAX_S)
+
+
+def read_after_change(queue: Queue, job_id: str, seconds: float, after: int | None) -> JobView:
+    """GET /jobs/<id>?wait=&after=: the job once its record is past `after` (without
+    `after`: at once if it ended, else once it changes), or when `seconds` pass."""
+    if seconds > 0:
+        if after is None:
+            view = queue.get(job_id)
+            if view.record.get("status") in job_queue.TERMINAL_STATUSES:
+                return view
+            after = view.generation
+        wait_for_change(queue.store, job_id, seconds, after=after)
+    return queue.get(job_id)

@@ -1,0 +1,74 @@
+"""The waiting read's pure parts on the in-memory store: it polls only metadata, backs
+off, answers on the first change past `after`, and refuses a bad wait or after."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from shared import records, waiting
+from shared.errors import InvalidInput, JobNotFound
+from shared.storage_memory import MemoryStore
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+        self.on_sleep = lambda: None
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+        self.on_sleep()
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def stored_job(store: MemoryStore) -> int:
+    record = records.new_record("w1", "demo", {}, datetime(2026, 7, 26, tzinfo=UTC))
+    return store.create(record).generation
+
+
+def test_a_quiet_wait_backs_off_to_the_cap_and_reads_no_body() -> None:
+    store, t = MemoryStore(), FakeTime()
+    generation = stored_job(store)
+    reads = store.calls["read"]
+    got = waiting.wait_for_change(store, "w1", 20.0, sleep=t.sleep, monotonic=t.monotonic)
+    assert got.changed is False and got.generation == generation
+    assert t.slept[:5] == [0.25, 0.5, 1.0, 2.0, 4.0] and max(t.slept) == waiting.POLL_MAX_S
+    assert sum(t.slept) == pytest.approx(20.0)
+    assert store.calls["read"] == reads and store.calls["stat"] == got.polls
+
+
+def test_it_answers_on_the_first_change_past_after() -> None:
+    store, t = MemoryStore(), FakeTime()
+    generation = stored_job(store)
+
+    def write_once() -> None:
+        if len(t.slept) == 3:
+            current = store.read("w1")
+            store.update({**current.record, "stage": "s1"}, current.generation)
+
+    t.on_sleep = write_once
+    got = waiting.wait_for_change(
+        store, "w1", 50.0, after=generation, sleep=t.sleep, monotonic=t.monotonic
+    )
+    assert got.changed and got.generation != generation and got.polls == 4
+    stale = waiting.wait_for_change(store, "w1", 50.0, after=1, sleep=t.sleep)
+    assert stale.changed and stale.polls == 1  # already past what the caller saw
+
+
+def test_a_missing_job_and_bad_parameters_are_refused() -> None:
+    with pytest.raises(JobNotFound):
+        waiting.wait_for_change(MemoryStore(), "nope", 1.0, sleep=lambda _s: None)
+    assert waiting.parse_wait(None) == 0.0 and waiting.parse_wait("2.5") == 2.5
+    assert waiting.parse_after("17") == 17 and waiting.parse_after(None) is None
+    for bad in ("", "-1", "61", "nan", "inf", "x"):
+        with pytest.raises(InvalidInput):
+            waiting.parse_wait(bad)
+    for bad in ("", "0", "-3", "1.5", "9" * 21):
+        with pytest.raises(InvalidInput):
+            waiting.parse_after(bad)
