@@ -13,7 +13,10 @@ instance holding two running jobs is SIGSTOPped and unrouted past stale_s and
 SIGCONTed only after its jobs were re-claimed (the zombie); the Pub/Sub emulator
 duplicates deliveries and drops doorbell publishes; the fault proxy in front of
 fake-gcs-server answers 503/429 to a fraction of requests and loses the answer of a
-few it forwarded.
+few it forwarded; and a rollout: submit's new revision learns a new pipeline before
+claim's does (its jobs are handed back, no attempt spent), then claim's next release
+(one more demo stage) is deployed mid-pipeline with its old revision drained at once
+(tests/chaos/rollout_fault.py).
 
 Then, reading the bucket through the queue's front door: every job terminal, no
 unreadable record, attempts <= the job's budget (which grows by one per hand-back
@@ -59,6 +62,8 @@ from local.observe import (
 )
 from local.procs import free_port
 from shared.job_queue import TERMINAL_STATUSES
+from tests.chaos.rollout_fault import RolloutFault
+from tests.chaos.rollout_fault import check as check_rollout
 
 N_JOBS = 120
 BATCH = 30
@@ -102,10 +107,13 @@ class Chaos:
     """When the zombie was stopped, on the clock the functions stamp history with."""
     resumed_at: float | None = None
     extensions: int = 0
+    rollout: RolloutFault = field(default_factory=RolloutFault)
+    """Submit, then claim, deployed mid-storm (tests/chaos/rollout_fault.py)."""
 
     def faults_due(self) -> int:
-        """Planned faults that have not struck yet (reclaims, and the zombie's pause)."""
-        return len(RECLAIMS) - len(self.kills) + (self.zombie is None)
+        """Planned faults that have not struck yet (reclaims, the zombie's pause, the
+        rollout)."""
+        return len(RECLAIMS) - len(self.kills) + (self.zombie is None) + (not self.rollout.done)
 
     def say(self, what: str) -> str:
         return f"[chaos seed {self.seed}] {what}"
@@ -175,17 +183,36 @@ def _storm(
     t0 = time.monotonic()
     records: dict[str, dict[str, Any]] = {}
     while time.monotonic() - t0 < DEADLINE_S:
-        records = watch.snapshot(ids)
+        records = watch.snapshot(ids + chaos.rollout.fresh_ids)
         now = time.monotonic() - t0
         _maybe_pause(cloud, watch, records, chaos, now)
         _maybe_resume(cloud, records, chaos, now)
         _maybe_kill(cloud, records, rng, chaos, now)
+        _maybe_roll_out(cloud, watch, records, chaos, now)
         if _maybe_extend(cloud, records, jobs, ids, rng, chaos):
             continue
         if all_terminal(records) and chaos.resumed_at is not None and not chaos.faults_due():
             return records
         time.sleep(0.3)
     return records
+
+
+def _maybe_roll_out(
+    cloud: LocalCloud, watch: Watch, records: dict[str, Any], chaos: Chaos, now: float
+) -> None:
+    """The rollout's next step: submit learns a new pipeline first; claim's next release
+    (one more demo stage) is deployed once the zombie is awake again (a stopped process
+    cannot hand back) and a job is mid-pipeline, its old revision drained at once."""
+    line = chaos.rollout.step(
+        cloud,
+        watch,
+        ready=lambda: (
+            chaos.resumed_at is not None
+            and any(_checkpointed(r) for r in records.values() if r.get("status") == "running")
+        ),
+    )
+    if line:
+        print(chaos.say(f"t={now:.1f}s {line}"))
 
 
 def _maybe_extend(
@@ -332,7 +359,9 @@ def _check_done(job_id: str, rec: dict[str, Any], watch: Watch, chaos: Chaos) ->
     assert claims and claims[-1]["owner"] == rec["owner"], chaos.say(f"{job_id}: owner mismatch")
     completed = result.get("completed") or []
     assert [c["stage"] for c in completed] == [0, 1, 2], chaos.say(f"{job_id}: {completed}")
-    assert completed[-1]["attempt"] == attempts, chaos.say(f"{job_id}: last stage by old attempt")
+    if not result.get("receipt"):  # the release's added stage may be the final attempt's own
+        last = completed[-1]["attempt"]
+        assert last == attempts, chaos.say(f"{job_id}: last stage by old attempt")
     assert all(c["attempt"] <= attempts for c in completed)
     outputs = result.get("outputs") or []
     assert len(outputs) == 3, chaos.say(f"{job_id}: outputs {outputs}")
@@ -546,6 +575,7 @@ def test_every_job_survives_the_storm(
     # the storm really happened
     assert len(chaos.kills) == len(RECLAIMS), chaos.say("no storm")
     assert chaos.resumed_at is not None, chaos.say("the zombie never woke")
+    assert chaos.rollout.done, chaos.say(f"the rollout stopped at {chaos.rollout.state!r}")
     assert sum(proxy.faults().values()) > 0, chaos.say("the proxy injected no fault")
     stats = emulator_stats(ep["emulator_admin"])
     assert stats["totals"]["duplicated"] > 0, chaos.say("no duplicate delivery")
@@ -566,8 +596,10 @@ def test_every_job_survives_the_storm(
     assert all(c[0]["status"] == "done" for c in callbacks.values()), chaos.say(str(callbacks))
     cb_ids = {str(c[0]["id"]) for c in callbacks.values()}
     stored = watch.stored_ids()
-    extra = stored - set(ids) - cb_ids
+    extra = stored - set(ids) - cb_ids - set(chaos.rollout.fresh_ids)
     assert not extra, chaos.say(f"records beyond the jobs and callbacks: {extra}")
+    rolled = check_rollout(records, chaos.rollout)
+    assert rolled == [], chaos.say(f"the rollout broke: {rolled}")
     stale = _never_left_to_staleness(records, chaos)
     assert stale == [], chaos.say(f"gracefully reclaimed, yet rescued once stale: {stale}")
     assert _pending_drained(watch) == [], chaos.say("pending markers left over")
