@@ -20,7 +20,8 @@ from collections import Counter
 from typing import Any
 
 from bench.common import Bench, bench_cloud, row, wait_terminal
-from local import demo_release, wiring
+from local import wiring
+from local.demo import RELEASE_MODULE
 from local.observe import counts_by_status, emulator_stats, submit_batch
 
 JOBS = 200
@@ -38,7 +39,7 @@ def _batch(b: Bench, roll_out: bool) -> dict[str, Any]:
         while sum(1 for r in b.snapshot(ids).values() if r["status"] == "done") < JOBS // 2:
             time.sleep(0.2)
         revision = b.cloud.deploy_revision(
-            "claim", pipeline_modules=[demo_release.MODULE], drain_timeout_seconds=0
+            "claim", pipeline_modules=[RELEASE_MODULE], drain_timeout_seconds=0
         )
         deployed = time.monotonic()
         while b.cloud.revisions("claim")["serving"] != revision:

@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from local import demo_release, wiring
+from local import wiring
 from local.cloud import ROOT, CloudConfig, LocalCloud
 from local.faultproxy import FaultProxy
 from local.observe import (
@@ -54,6 +54,11 @@ from local.observe import (
 )
 from local.procs import free_port
 from shared.job_queue import TERMINAL_STATUSES
+
+RELEASE_MODULE = "local.demo_release"
+"""The demo pipeline's next release (demo plus one stage), rolled out mid-batch: named, not
+imported, because importing it registers it and would replace this process's own demo."""
+RELEASE_STAGE = "receipt"  # the stage it appends (local/demo_release.py, ADDED)
 
 
 @dataclass(frozen=True)
@@ -153,7 +158,7 @@ def rollout_lines(records: Mapping[str, Mapping[str, Any]], rollout: Rollout) ->
     receipts = sum(1 for r in records.values() if (r.get("result") or {}).get("receipt"))
     serving = rollout.serving_after_s
     return [
-        f"{head}{rollout.revision} (demo + stage {demo_release.ADDED!r}) took the traffic "
+        f"{head}{rollout.revision} (demo + stage {RELEASE_STAGE!r}) took the traffic "
         + (f"{serving:.1f} s after the deploy" if serving is not None else "(never)"),
         " " * 17 + f"{receipts} job(s) ran the added stage; {resumes.count('by name')} resumed "
         "mid-pipeline by stage name, "
@@ -489,11 +494,11 @@ class _Replay:
         if r.at is None:
             r.at = time.monotonic()
             r.revision = self.cloud.deploy_revision(
-                "claim", pipeline_modules=[demo_release.MODULE], drain_timeout_seconds=0
+                "claim", pipeline_modules=[RELEASE_MODULE], drain_timeout_seconds=0
             )
             self.screen.event(
                 self.elapsed(),
-                f"rollout: {r.revision} deployed (demo + stage {demo_release.ADDED!r}); the "
+                f"rollout: {r.revision} deployed (demo + stage {RELEASE_STAGE!r}); the "
                 "old revision is drained at once, its jobs handed back",
             )
         elif r.serving_after_s is None and self.cloud.revisions("claim")["serving"] == r.revision:

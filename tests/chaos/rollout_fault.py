@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from local import demo_release
 from local.cloud import LocalCloud
+from local.demo import RELEASE_MODULE, RELEASE_STAGE
 from local.observe import Watch
 
 FRESH_MODULE = "tests.integration.versioned_fresh"
@@ -86,13 +86,13 @@ class RolloutFault:
         records = watch.snapshot(self.fresh_ids)
         if not all(_deferred(r) for r in records.values()):
             return None
-        modules = [*self.modules, demo_release.MODULE, FRESH_MODULE]
+        modules = [*self.modules, RELEASE_MODULE, FRESH_MODULE]
         self.claim_revision = cloud.deploy_revision(
             "claim", pipeline_modules=modules, drain_timeout_seconds=0
         )
         self.state = "claim deploying"
         return (
-            f"rollout: claim {self.claim_revision} (demo + {demo_release.ADDED!r}, 'fresh') "
+            f"rollout: claim {self.claim_revision} (demo + {RELEASE_STAGE!r}, 'fresh') "
             "deployed, the old revision drained at once"
         )
 

@@ -6,7 +6,8 @@ $FAKE_OUT_DIR/<K_SERVICE>.jsonl when set, so a test can see pushes arrive.
 
 For the platform tests it also counts, from inside the instance, how many
 requests it is serving at once (`active`, `max_active`), holds a request for
-?hold=S seconds, and with FAKE_SIGTERM=ignore starts a helper process in its own
+?hold=S seconds (touching $FAKE_OUT_DIR/holding-<pid><path> once it holds), and with
+FAKE_SIGTERM=ignore starts a helper process in its own
 process group that ignores SIGTERM, so only a SIGKILL ends the instance.
 """
 
@@ -80,12 +81,16 @@ def _echo(request: flask.Request, entered: int) -> tuple[str, int, dict[str, str
         except threading.BrokenBarrierError:
             return json.dumps({"error": "peers never arrived", "active": entered}), 500, {}
     hold = float(request.args.get("hold", "0"))
+    out_dir = os.environ.get("FAKE_OUT_DIR")
     if hold > 0:
+        if out_dir:  # the app itself has it (the front's in_flight counts it earlier)
+            open(
+                os.path.join(out_dir, f"holding-{os.getpid()}{request.path.replace('/', '-')}"), "a"
+            ).close()
         time.sleep(hold)
     seen = _seen(request)
     with _lock:
         seen.update(active=entered, max_active=_max_active)
-    out_dir = os.environ.get("FAKE_OUT_DIR")
     if out_dir and key is None:
         with _lock, open(os.path.join(out_dir, f"{seen['service']}.jsonl"), "a") as f:
             f.write(json.dumps(seen) + "\n")

@@ -206,12 +206,15 @@ def test_min_instances_are_warm_and_never_scaled_in(make: Make) -> None:
     assert _stats(p)["instances"]["serving"] == 1 and _stats(p)["scale_ins"] == 0
 
 
-def test_a_busy_instance_reclaimed_gracefully_then_hard(make: Make) -> None:
+def test_a_busy_instance_reclaimed_gracefully_then_hard(make: Make, tmp_path: Path) -> None:
     p = make(concurrency=1, max_instances=1, shutdown_grace_s=1.0, pending_timeout_s=20)
     svc, url = p.service("svc"), p.url("svc")
     with ThreadPoolExecutor(2) as pool:
         held = pool.submit(_get, f"{url}/held?hold=30")
         _until("a request in flight", lambda: _stats(p)["in_flight"] == 1)
+        # the app itself holds it (the front counts it in flight before it is proxied on):
+        # only then can the instance not finish it within the grace
+        _until("the instance holding it", lambda: any(tmp_path.glob("holding-*-held")))
         (first,) = svc.pids()
         svc.reclaim(first, graceful=True)
         # unrouted at once: the next request gets a replacement, not the reclaimed one
