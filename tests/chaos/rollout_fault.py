@@ -26,6 +26,7 @@ from typing import Any
 from local.cloud import LocalCloud
 from local.demo import RELEASE_MODULE, RELEASE_STAGE
 from local.observe import Watch
+from tests.integration.cloud_support import roll_out
 
 FRESH_MODULE = "tests.integration.versioned_fresh"
 FRESH_JOBS = 4
@@ -65,22 +66,12 @@ class RolloutFault:
         submit = cloud.revisions("submit")
         if submit["serving"] != submit["latest"]:
             return None
-        revision = cloud.deploy_revision("submit", pipeline_modules=[*self.modules, FRESH_MODULE])
         self.state = "submit deploying"
-        self._wait_submit(cloud, revision)
+        modules = [*self.modules, FRESH_MODULE]
+        revision = roll_out(cloud, "submit", timeout=60, pipeline_modules=modules)
         self.fresh_ids = _submit(cloud.endpoints["jobs"], FRESH_JOBS)
         self.state = "submit first"
         return f"rollout: submit {revision} knows 'fresh' first; {FRESH_JOBS} jobs of it submitted"
-
-    def _wait_submit(self, cloud: LocalCloud, revision: str) -> None:
-        from tests import polling
-
-        polling.wait_for(
-            f"submit {revision} serving",
-            lambda: cloud.revisions("submit")["serving"] == revision,
-            timeout=60,
-            interval=0.1,
-        )
 
     def _claim_after(self, cloud: LocalCloud, watch: Watch) -> str | None:
         records = watch.snapshot(self.fresh_ids)

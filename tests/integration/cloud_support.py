@@ -13,6 +13,7 @@ import requests
 
 from local.cloud import LocalCloud
 from local.procs import group_pids
+from tests import polling
 
 
 def fast_cloud(
@@ -95,3 +96,16 @@ def bucket_state(cloud: LocalCloud) -> dict[str, int]:
     """Every object of the records bucket -> its generation: equal before and after a
     request means the request wrote nothing."""
     return {b.name: int(b.generation) for b in records_bucket(cloud).list_blobs()}
+
+
+def roll_out(cloud: LocalCloud, service: str, *, timeout: float = 120, **deploy: Any) -> str:
+    """Deploy a revision of `service` and wait until it takes the traffic (by state: the
+    platform's `serving`); the old one drains on its own. Its name."""
+    name = cloud.deploy_revision(service, **deploy)
+    polling.wait_for(
+        f"{service} {name} serving",
+        lambda: cloud.revisions(service)["serving"] == name,
+        timeout=timeout,
+        interval=0.1,
+    )
+    return name

@@ -25,6 +25,7 @@ from local.cloud import LocalCloud
 from local.observe import Watch, instance_pids, running_on, submit_batch
 from shared.job_queue import checkpoint_of
 from tests import polling
+from tests.integration.cloud_support import roll_out
 
 JOBS = 12
 MORE_JOBS = 4
@@ -118,8 +119,7 @@ def test_claim_rolled_out_twice_mid_batch_ends_every_job_once(cloud: LocalCloud)
         return bool(queued) and running_in_long_stage(cloud, watch, ids, first)
 
     wait_for("jobs in their middle stage on the first revision, others queued", mid_batch)
-    second = cloud.deploy_revision("claim", env={"ROLLOUT_MARK": "2"}, pipeline_modules=[PIPELINES])
-    wait_for("the second revision serving", lambda: cloud.revisions("claim")["serving"] == second)
+    second = roll_out(cloud, "claim", env={"ROLLOUT_MARK": "2"}, pipeline_modules=[PIPELINES])
     # the first revision's instances end what they run (and may take queued jobs meanwhile:
     # a claim slot that frees takes due jobs itself), then stop
     wait_for("the first revision drained", lambda: drained(cloud, first))

@@ -17,6 +17,7 @@ from local import wiring
 from local.cloud import LocalCloud
 from local.observe import Watch, submit_batch
 from tests import polling
+from tests.integration.cloud_support import roll_out
 
 MODULE = "tests.integration.versioned_pipelines"
 FRESH = "tests.integration.versioned_fresh"
@@ -42,13 +43,6 @@ def cloud() -> Iterator[LocalCloud]:
 
 def wait_for(what: str, fn: Any) -> Any:
     return polling.wait_for(what, fn, timeout=120, interval=0.1)
-
-
-def roll_out(cloud: LocalCloud, service: str, **deploy: Any) -> str:
-    """Deploy a revision and wait until it serves (the old one drains on its own)."""
-    name = cloud.deploy_revision(service, **deploy)
-    wait_for(f"{name} serving", lambda: cloud.revisions(service)["serving"] == name)
-    return name
 
 
 def completed(record: dict[str, Any]) -> list[str]:
