@@ -109,14 +109,17 @@ def list_jobs(queue: Queue, request: flask.Request) -> flask.Response:
 
 
 def get_job(queue: Queue, request: flask.Request, job_id: str) -> flask.Response:
-    """GET /jobs/<id>[?wait=<s>[&after=<generation>]]: at once, or as soon as the record
-    changes past `after` (else past what it was), or when the wait ends."""
-    unknown = sorted(set(request.args) - {"wait", "after"})
+    """GET /jobs/<id>[?wait=<s>[&after=<generation>][&until=ended]]: at once, or as soon
+    as the record changes past `after` (else past what it was), or with until=ended as
+    soon as the job ends, or when the wait ends."""
+    unknown = sorted(set(request.args) - {"wait", "after", "until"})
     if unknown:
         raise InvalidInput(f"unknown parameters {', '.join(u[:40] for u in unknown[:5])}", "query")
     seconds = waiting.parse_wait(request.args.get("wait"))
     after = waiting.parse_after(request.args.get("after"))
-    return answer(200, waiting.read_after_change(queue, job_id, seconds, after).to_json())
+    until = waiting.parse_until(request.args.get("until"))
+    view = waiting.read_after_change(queue, job_id, seconds, after, until)
+    return answer(200, view.to_json())
 
 
 def batch_progress_of(queue: Queue, batch_id: str) -> flask.Response:

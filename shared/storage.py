@@ -61,6 +61,9 @@ JOBS_PREFIX = "jobs/"
 PENDING_PREFIX = "pending/"
 DUE_METADATA = "due"
 """A pending marker's custom metadata key: when its job was last sent back due."""
+STATUS_METADATA = "reclaim-status"
+"""A record's custom metadata key: its status, written with the record in the same
+upload, so a waiting read learns the job ended from object metadata alone."""
 BATCHES_PREFIX = "batches/"
 OUTPUTS_PREFIX = "outputs/"
 SWEEP_CURSOR = "sweep/cursor"  # where the next sweep resumes when the backlog exceeds one run
@@ -101,6 +104,15 @@ class Stored:
 
 
 @dataclass(frozen=True)
+class RecordStat:
+    """A record's metadata without its body: its generation, and its status when the
+    writer recorded it (None for a record written before STATUS_METADATA existed)."""
+
+    generation: int
+    status: str | None
+
+
+@dataclass(frozen=True)
 class Blob:
     """A small index object as read, with the generation that fences the next write
 
@@ -138,6 +150,7 @@ class Store(Protocol):
 
     def read(self, job_id: str) -> Stored: ...
     def generation(self, job_id: str) -> int: ...
+    def stat(self, job_id: str) -> RecordStat: ...
     def create(self, record: JobRecord) -> Stored: ...
     def update(self, record: JobRecord, generation: int) -> Stored: ...
     def allow_index_prefixes(self, prefixes: Iterable[str]) -> None: ...
@@ -174,6 +187,12 @@ class Store(Protocol):
 
 
 # --- object names and record coding, shared by both stores ---------------------------
+
+
+def status_metadata(record: JobRecord) -> dict[str, str]:
+    """The custom metadata a record is written with (STATUS_METADATA)."""
+    status = record.get("status")
+    return {STATUS_METADATA: status} if isinstance(status, str) else {}
 
 
 def due_of(metadata: Mapping[str, str] | None) -> datetime | None:
@@ -438,10 +457,13 @@ class GcsStore(StoreBase):
         content_type: str,
         generation: int,
         custom_time: datetime | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> Any:
         blob = self._bucket.blob(name)
         if custom_time is not None:
             blob.custom_time = custom_time
+        if metadata:
+            blob.metadata = dict(metadata)  # sent in the same multipart upload
         blob.upload_from_string(
             data,
             content_type=content_type,
@@ -465,16 +487,19 @@ class GcsStore(StoreBase):
         return Stored(decode_record(job_id, data), int(blob.generation or 0))
 
     def generation(self, job_id: str) -> int:
-        """The record's generation from its metadata alone (objects.get without the body,
-        https://cloud.google.com/storage/docs/json_api/v1/objects/get): what a waiting
-        status read polls. NotFound when there is no record."""
+        return self.stat(job_id).generation
+
+    def stat(self, job_id: str) -> RecordStat:
+        """The record's generation and status from its metadata alone (objects.get without
+        the body, https://cloud.google.com/storage/docs/json_api/v1/objects/get): what a
+        waiting status read polls. NotFound when there is no record."""
         name = job_object(job_id)
 
-        def stat() -> int:
+        def stat() -> RecordStat:
             blob = self._bucket.get_blob(name, retry=self._retry, timeout=self._timeout)
             if blob is None:
                 raise self._gexc.NotFound(name)
-            return int(blob.generation or 0)
+            return RecordStat(int(blob.generation or 0), (blob.metadata or {}).get(STATUS_METADATA))
 
         return self._call("stat", f"record {job_id}", stat)
 
@@ -522,7 +547,9 @@ class GcsStore(StoreBase):
         blob = self._call(
             "write",
             f"record {job_id}",
-            lambda: self._upload(name, data, RECORD_CONTENT_TYPE, generation, expires),
+            lambda: self._upload(
+                name, data, RECORD_CONTENT_TYPE, generation, expires, status_metadata(record)
+            ),
         )
         return Stored(records.decode(data, job_id), int(blob.generation or 0))
 

@@ -18,10 +18,12 @@ from shared.storage import (
     JOBS_PREFIX,
     PENDING_PREFIX,
     RECORD_CONTENT_TYPE,
+    STATUS_METADATA,
     SWEEP_CURSOR,
     Blob,
     BlobInfo,
     PendingEntry,
+    RecordStat,
     StoreBase,
     Stored,
     batch_object,
@@ -37,6 +39,7 @@ from shared.storage import (
     pending_object,
     record_id,
     stamped,
+    status_metadata,
 )
 
 __all__ = ["MemoryObject", "MemoryStore"]
@@ -70,6 +73,7 @@ class MemoryStore(StoreBase):
         self.bucket_name = bucket_name
         self._objects: dict[tuple[str, str], MemoryObject] = {}
         self._due: dict[str, datetime] = {}  # pending marker name -> its "due" metadata
+        self._status: dict[str, str] = {}  # record name -> its STATUS_METADATA
         self._generation = 0
         self._lock = threading.RLock()
         self._faults: list[_Fault] = []
@@ -103,6 +107,7 @@ class MemoryStore(StoreBase):
     def put_raw(self, job_id: str, data: bytes) -> int:
         """Plant raw bytes as a job's record (e.g. corrupt ones); returns the generation."""
         with self._lock:
+            self._keep_status(job_object(job_id), None)
             return self._put(self.bucket_name, job_object(job_id), data, RECORD_CONTENT_TYPE)
 
     def put_object(
@@ -136,13 +141,17 @@ class MemoryStore(StoreBase):
         return Stored(decode_record(job_id, obj.data), obj.generation)
 
     def generation(self, job_id: str) -> int:
+        return self.stat(job_id).generation
+
+    def stat(self, job_id: str) -> RecordStat:
         name = job_object(job_id)
         self._count("stat")
         with self._lock:
             obj = self._objects.get((self.bucket_name, name))
+            status = self._status.get(name)
         if obj is None:
             raise NotFound(f"no record {job_id}")
-        return obj.generation
+        return RecordStat(obj.generation, status)
 
     def create(self, record: JobRecord) -> Stored:
         job_id = record_id(record)
@@ -154,6 +163,7 @@ class MemoryStore(StoreBase):
             if key in self._objects:
                 raise AlreadyExists(f"record {job_id} already exists")
             gen = self._put(*key, data, RECORD_CONTENT_TYPE)
+            self._keep_status(key[1], new)
         self._fire("write", after=True)
         return Stored(records.decode(data, job_id), gen)
 
@@ -170,8 +180,17 @@ class MemoryStore(StoreBase):
             if current is None or current.generation != generation:
                 raise LostRace(f"record {job_id} changed since generation {generation}")
             gen = self._put(*key, data, RECORD_CONTENT_TYPE)
+            self._keep_status(key[1], new)
         self._fire("write", after=True)
         return Stored(records.decode(data, job_id), gen)
+
+    def _keep_status(self, name: str, record: JobRecord | None) -> None:
+        """What GcsStore writes as the record's custom metadata (none for planted bytes)."""
+        status = None if record is None else status_metadata(record).get(STATUS_METADATA)
+        if status is None:
+            self._status.pop(name, None)
+        else:
+            self._status[name] = status
 
     # markers
 

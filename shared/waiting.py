@@ -7,6 +7,12 @@ watchdog while it waits: the one full read (with the watchdog) comes after the c
 The polls start fast and back off, so a job that changes soon is seen at once and a
 long one costs a call every few seconds; a bounded wait stays below the function's
 timeout.
+
+`until=ended` waits for the end only: the record's writer keeps its status in the
+object's custom metadata (shared.storage.STATUS_METADATA), so the heartbeats and
+checkpoints of a running job cost one metadata poll each, no answer and no body read,
+and the polls back off further (to POLL_MAX_ENDED_S: a job that has run for a while is
+likely to run a while longer).
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ POLL_FIRST_S = 0.25
 POLL_GROWTH = 2.0
 POLL_MAX_S = 4.0
 """Metadata polls: 0.25 s, then twice as long each quiet time, at most every 4 s."""
+POLL_MAX_ENDED_S = 8.0
+"""With until=ended: at most every 8 s (an ended job is seen at most 8 s late)."""
+UNTIL_VALUES = ("changed", "ended")
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,7 @@ class Waited:
     generation: int
     changed: bool
     polls: int
+    ended: bool = False
 
 
 def parse_wait(text: str | None) -> float:
@@ -63,6 +73,58 @@ def parse_after(text: str | None) -> int | None:
     if not text.isdigit() or len(text) > 20 or int(text) < 1:
         raise InvalidInput(f"after must be a record generation, got {text[:24]!r}", "after")
     return int(text)
+
+
+def parse_until(text: str | None) -> str:
+    """`?until=` as "changed" (the default: any write) or "ended"; InvalidInput otherwise."""
+    if text is None:
+        return "changed"
+    if text not in UNTIL_VALUES:
+        raise InvalidInput(
+            f"until must be one of {', '.join(UNTIL_VALUES)}, got {text[:20]!r}", "until"
+        )
+    return text
+
+
+def wait_for_end(
+    store: Store,
+    job_id: str,
+    seconds: float,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> Waited:
+    """Poll the record's metadata until its status is terminal or `seconds` pass. A record
+    written without the status in its metadata (an older writer) costs a body read, on
+    each change only. JobNotFound when there is no record."""
+    records.validate_job_id(job_id)
+    deadline = monotonic() + seconds
+    polls, interval, seen = 0, POLL_FIRST_S, None
+    while True:
+        try:
+            stat = store.stat(job_id)
+        except NotFound:
+            raise JobNotFound(job_id) from None
+        polls += 1
+        status = stat.status
+        if status is None and stat.generation != seen:
+            status = _status_from_body(store, job_id)
+        seen = stat.generation
+        if status in job_queue.TERMINAL_STATUSES:
+            return Waited(stat.generation, True, polls, ended=True)
+        left = deadline - monotonic()
+        if left <= 0:
+            return Waited(stat.generation, False, polls)
+        sleep(min(interval, left))
+        interval = min(interval * POLL_GROWTH, POLL_MAX_ENDED_S)
+
+
+def _status_from_body(store: Store, job_id: str) -> str | None:
+    try:
+        status = store.read(job_id).record.get("status")
+    except NotFound:
+        raise JobNotFound(job_id) from None
+    return status if isinstance(status, str) else None
 
 
 def wait_for_change(
@@ -97,10 +159,15 @@ def wait_for_change(
         interval = min(interval * POLL_GROWTH, POLL_MAX_S)
 
 
-def read_after_change(queue: Queue, job_id: str, seconds: float, after: int | None) -> JobView:
-    """GET /jobs/<id>?wait=&after=: the job once its record is past `after` (without
-    `after`: at once if it ended, else once it changes), or when `seconds` pass."""
-    if seconds > 0:
+def read_after_change(
+    queue: Queue, job_id: str, seconds: float, after: int | None, until: str = "changed"
+) -> JobView:
+    """GET /jobs/<id>?wait=&after=&until=: at once, or (until=changed) as soon as the
+    record changes past `after` (without `after`: at once if it ended, else once it
+    changes), or (until=ended) as soon as the job ends; else when `seconds` pass."""
+    if seconds > 0 and until == "ended":
+        wait_for_end(queue.store, job_id, seconds)
+    elif seconds > 0:
         if after is None:
             view = queue.get(job_id)
             if view.record.get("status") in job_queue.TERMINAL_STATUSES:

@@ -101,14 +101,22 @@ class Client:
             job = changed
 
     def wait(self, job_id: str, *, timeout: float | None = None) -> Job:
-        """Block until the job is done, failed or cancelled; WaitTimeout after `timeout`."""
-        last: Job | None = None
-        for seen in self.changes(job_id, timeout=timeout):
-            last = seen
-        if last is None or not last.ended:
-            shown = last.status if last else "unknown"
-            raise WaitTimeout(0, "wait timeout", f"job {job_id} still {shown} after {timeout}s")
-        return last
+        """Block until the job is done, failed or cancelled; WaitTimeout after `timeout`.
+
+        Asks for the end only (`until=ended`): the server polls the status from the
+        record's metadata, so a running job's heartbeats cost neither an answer nor a read."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        path = f"/jobs/{_segment(job_id)}"
+        job: Job | None = None
+        while job is None or not job.ended:
+            left = WAIT_PER_REQUEST_S if deadline is None else deadline - time.monotonic()
+            if job is not None and left <= 0:
+                raise WaitTimeout(
+                    0, "wait timeout", f"job {job_id} still {job.status} after {timeout}s"
+                )
+            params = {"wait": f"{max(0.0, min(left, WAIT_PER_REQUEST_S)):.2f}", "until": "ended"}
+            job = Job.from_json(self._call("GET", path, params=params, safe=True))
+        return job
 
     def list(
         self,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import requests
-from reclaim_client import Client, InvalidRequest, Job, NotAllowed, NotFound
+from reclaim_client import Client, InvalidRequest, Job, NotAllowed, NotFound, WaitTimeout
 
 from local.cloud import LocalCloud
 from tests.integration.cloud_support import fast_cloud
@@ -46,6 +46,17 @@ def test_submit_then_wait_for_done_following_progress(client: Client) -> None:
     assert [r.done for r in reports] == sorted(r.done for r in reports)  # never backwards
     done = client.wait(job.id, timeout=30)
     assert done.ended and done.result is not None and done.result["stages"] == 3
+
+
+def test_wait_blocks_on_a_running_job_until_it_ends_and_times_out_when_asked(
+    client: Client,
+) -> None:
+    job = client.submit("demo", {"stages": 3, "sleep_s": 1.0}, id=new_id("waits"))
+    wait_for("running", lambda: client.get(job.id).status == "running")
+    with pytest.raises(WaitTimeout):  # a wait shorter than the job
+        client.wait(job.id, timeout=0.3)
+    done = client.wait(job.id, timeout=120)  # one request per 50 s, until=ended
+    assert done.status == "done" and done.result is not None and done.result["stages"] == 3
 
 
 def test_cancel_a_running_job(client: Client) -> None:

@@ -13,6 +13,7 @@ from shared.storage import (
     CorruptRecord,
     LostRace,
     NotFound,
+    RecordStat,
     Stored,
     job_object,
 )
@@ -61,6 +62,16 @@ def test_generation_is_the_records_without_reading_its_body(store):
     assert store.calls["read"] == reads and store.calls["stat"] == 2  # metadata calls only
     with pytest.raises(NotFound):
         store.generation("no-such-record")
+
+
+def test_stat_carries_the_status_written_with_the_record(store):
+    created = store.create(new_job())
+    job_id = created.record["id"]
+    assert store.stat(job_id) == RecordStat(created.generation, created.record["status"])
+    done = store.update({**created.record, "status": "done"}, created.generation)
+    reads = store.calls["read"]
+    assert store.stat(job_id) == RecordStat(done.generation, "done")
+    assert store.calls["read"] == reads  # from the object's metadata, not its body
 
 
 def test_batch_markers_list_from_a_start(store):

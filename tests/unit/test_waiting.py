@@ -72,3 +72,49 @@ def test_a_missing_job_and_bad_parameters_are_refused() -> None:
     for bad in ("", "0", "-3", "1.5", "9" * 21):
         with pytest.raises(InvalidInput):
             waiting.parse_after(bad)
+
+
+def finish(store: MemoryStore) -> None:
+    current = store.read("w1")
+    store.update({**current.record, "status": "done"}, current.generation)
+
+
+def test_until_ended_sees_writes_without_answering_and_ends_on_the_status() -> None:
+    store, t = MemoryStore(), FakeTime()
+    stored_job(store)
+    reads = store.calls["read"]
+
+    def heartbeat_then_finish() -> None:
+        if len(t.slept) < 6:  # a running job's writes: seen, not answered
+            current = store.read("w1")
+            store.update({**current.record, "stage": f"s{len(t.slept)}"}, current.generation)
+        elif len(t.slept) == 6:
+            finish(store)
+
+    t.on_sleep = heartbeat_then_finish
+    got = waiting.wait_for_end(store, "w1", 60.0, sleep=t.sleep, monotonic=t.monotonic)
+    assert got.ended and got.polls == 7
+    assert t.slept == [0.25, 0.5, 1.0, 2.0, 4.0, 8.0]  # backs off to POLL_MAX_ENDED_S
+    assert store.calls["read"] - reads == 6  # the test's own reads: the wait read no body
+
+
+def test_until_ended_reads_the_body_of_a_record_written_without_status_metadata() -> None:
+    store, t = MemoryStore(), FakeTime()
+    done = records.new_record("w1", "demo", {}, datetime(2026, 7, 26, tzinfo=UTC))
+    store.put_raw("w1", records.encode({**done, "status": "done"}))  # no metadata
+    reads = store.calls["read"]
+    got = waiting.wait_for_end(store, "w1", 10.0, sleep=t.sleep, monotonic=t.monotonic)
+    assert got.ended and got.polls == 1 and store.calls["read"] == reads + 1
+
+
+def test_until_ended_times_out_on_a_running_job_and_refuses_bad_values() -> None:
+    store, t = MemoryStore(), FakeTime()
+    stored_job(store)
+    got = waiting.wait_for_end(store, "w1", 20.0, sleep=t.sleep, monotonic=t.monotonic)
+    assert not got.ended and not got.changed and sum(t.slept) == pytest.approx(20.0)
+    assert waiting.parse_until(None) == "changed" and waiting.parse_until("ended") == "ended"
+    for bad in ("", "done", "ENDED"):
+        with pytest.raises(InvalidInput):
+            waiting.parse_until(bad)
+    with pytest.raises(JobNotFound):
+        waiting.wait_for_end(MemoryStore(), "nope", 1.0, sleep=lambda _s: None)
