@@ -121,6 +121,7 @@ def _measure() -> dict[str, Any]:
         stats = emulator_stats(b.cloud.endpoints["emulator_admin"])
         publishes = topic_count(stats, b.cloud.endpoints["jobs_topic"], "published")
         calls = b.proxy.counts()
+        by_prefix = b.proxy.by_prefix()
     subs = stats.get("subscriptions") or {}
     pushes = sum(int(v.get("push_attempts") or 0) for v in subs.values())
     return {
@@ -129,6 +130,7 @@ def _measure() -> dict[str, Any]:
         "instance_seconds": {n: b_["instance_seconds"] for n, b_ in billing.items()},
         "requests": requests,
         "gcs": calls,
+        "gcs_by_prefix": by_prefix,
         "publishes": publishes,
         "pushes": pushes,
     }

@@ -12,6 +12,8 @@ make a seeded fraction of requests fail the way Cloud Storage does under load:
 
 Kinds: GET of an object or its metadata = read, upload POST/PUT and PATCH =
 write, DELETE = delete, GET of an object listing = list, the rest = other.
+Each call is also attributed to the top-level prefix of the object name it
+touches or lists (``by_prefix``, local.gcs_names), with the status it was answered.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from local.forwarding import ProxyHandler, end_to_end
+from local.gcs_names import name_prefix, object_name
 
 KINDS = ("read", "write", "delete", "list", "other")
 FAULT_STATUSES = (503, 429)
@@ -74,11 +77,16 @@ class _State:
     calls: Counter[str] = field(default_factory=Counter)
     answers: Counter[str] = field(default_factory=Counter)
     faults: Counter[str] = field(default_factory=Counter)
+    touched: Counter[tuple[str, str, int]] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def answered(self, kind: str, status: int) -> None:
         with self.lock:
             self.answers[f"{kind}:{status}"] += 1
+
+    def touch(self, kind: str, prefix: str, status: int) -> None:
+        with self.lock:
+            self.touched[(kind, prefix, status)] += 1
 
     def decide(self, kind: str) -> tuple[int | None, bool]:
         """(status to inject or None, forward first?) for one request; counts it."""
@@ -170,9 +178,20 @@ class FaultProxy:
         with self._state.lock:
             return dict(self._state.answers)
 
+    def by_prefix(self, statuses: bool = False) -> dict[str, int]:
+        """Requests by "kind prefix" ("write jobs/", "list pending/"), the prefix being
+        the top level of the name touched or listed; with ``statuses``, by
+        "kind prefix status" as answered to the caller (faults included)."""
+        out: Counter[str] = Counter()
+        with self._state.lock:
+            for (kind, prefix, status), n in self._state.touched.items():
+                out[f"{kind} {prefix} {status}" if statuses else f"{kind} {prefix}"] += n
+        return dict(sorted(out.items()))
+
     def reset(self) -> None:
         """Zero the counters (a benchmark measures one phase at a time)."""
         with self._state.lock:
+            self._state.touched.clear()
             self._state.calls.clear()
             self._state.faults.clear()
             self._state.answers.clear()
@@ -235,6 +254,8 @@ class _Handler(ProxyHandler):
             headers = [("Content-Type", "application/json")]
             data = _error_body(injected, "injected by local.faultproxy")
             status = injected
+        prefix = name_prefix(object_name(self.command, self.path, body))
+        self.server.state.touch(kind, prefix, status)
         self._reply(status, headers, data)
 
     def finish(self) -> None:

@@ -69,9 +69,18 @@ def test_counts_each_kind_on_the_wire(
     assert [b.name for b in client.list_blobs(bucket, prefix="jobs/")] == ["jobs/a.json"]
     bucket.blob("jobs/a.json").delete()
     assert proxy.counts() == {"read": 1, "write": 1, "delete": 1, "list": 1, "other": 1}
+    assert proxy.by_prefix() == {  # the upload's name is in its multipart body
+        "delete jobs/": 1,
+        "list jobs/": 1,
+        "other -": 1,
+        "read jobs/": 1,
+        "write jobs/": 1,
+    }
+    assert proxy.by_prefix(statuses=True)["write jobs/ 200"] == 1
     assert proxy.faults() == {}
     proxy.reset()
     assert sum(proxy.counts().values()) == 0
+    assert proxy.by_prefix() == {}
 
 
 def test_injected_fault_changes_nothing_upstream(
