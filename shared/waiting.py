@@ -11,8 +11,8 @@ timeout.
 `until=ended` waits for the end only: the record's writer keeps its status in the
 object's custom metadata (shared.storage.STATUS_METADATA), so the heartbeats and
 checkpoints of a running job cost one metadata poll each, no answer and no body read,
-and the polls back off further (to POLL_MAX_ENDED_S: a job that has run for a while is
-likely to run a while longer).
+and the polls start slower and back off further (POLL_FIRST_ENDED_S, POLL_MAX_ENDED_S:
+a job that has run for a while is likely to run a while longer).
 """
 
 from __future__ import annotations
@@ -36,8 +36,10 @@ POLL_FIRST_S = 0.25
 POLL_GROWTH = 2.0
 POLL_MAX_S = 4.0
 """Metadata polls: 0.25 s, then twice as long each quiet time, at most every 4 s."""
+POLL_FIRST_ENDED_S = 0.5
 POLL_MAX_ENDED_S = 8.0
-"""With until=ended: at most every 8 s (an ended job is seen at most 8 s late)."""
+"""With until=ended: 0.5 s, doubling, at most every 8 s (an ended job is seen at most
+8 s late; one that ends at once, 0.5 s late)."""
 UNTIL_VALUES = ("changed", "ended")
 
 
@@ -99,7 +101,7 @@ def wait_for_end(
     each change only. JobNotFound when there is no record."""
     records.validate_job_id(job_id)
     deadline = monotonic() + seconds
-    polls, interval, seen = 0, POLL_FIRST_S, None
+    polls, interval, seen = 0, POLL_FIRST_ENDED_S, None
     while True:
         try:
             stat = store.stat(job_id)

@@ -6,6 +6,8 @@ anything is written (shared.submission), and the index-object names the storage 
 
   workflows/seal/<batch>.json          the batch's on_complete spec (create-only)
   workflows/open/<batch>/<job>         a member of a batch with on_complete not yet ended
+  workflows/parents/<parent>           the parent has children (written before the first
+                                       edge): a job without it ends without listing
   workflows/children/<parent>/<child>  reverse edge: who to release when a parent ends
   workflows/waiting/<child>/<parent>   a parent the child still waits for
   workflows/open/<batch>/upload-batch-open   an upload batch not yet closed (its hold)
@@ -68,6 +70,10 @@ def hold_name(batch_id: str) -> str:
 
 def closed_name(batch_id: str) -> str:
     return f"{PREFIX}closed/{records.validate_batch_id(batch_id)}"
+
+
+def parent_mark_name(parent: str) -> str:
+    return f"{PREFIX}parents/{records.validate_job_id(parent)}"
 
 
 def children_prefix(parent: str) -> str:

@@ -12,14 +12,16 @@ Layout and pure rules: shared.workflow_graph. Why it is crash-proof and exactly-
   strongly consistent (https://cloud.google.com/storage/docs/consistency), so whoever
   lists last sees every delete. Each member costs one delete and one one-item list,
   never a read of the batch.
-- Dependencies. Submit writes, for each parent of a new child, a reverse edge
-  ``children/<parent>/<child>`` and a ``waiting/<child>/<parent>`` marker before the
-  child's record (created ``waiting``, with its pending marker so the sweep sees it). A
-  parent's hook lists its children: a failed parent cancels a "cancel" child at once;
-  otherwise it deletes the child's waiting marker for itself and lists what is left with
-  limit 1; none left: the parents are read once, the child is released (CAS to queued)
-  and rung, so it starts within seconds. A child created after its parents ended is
-  settled by submit itself; anything a crash leaves is settled by the sweep.
+- Dependencies. Submit writes, for each parent of a new child, a ``parents/<parent>``
+  mark, a reverse edge ``children/<parent>/<child>`` and a ``waiting/<child>/<parent>``
+  marker before the child's record (created ``waiting``, with its pending marker so the
+  sweep sees it). A parent's hook reads its mark (a class B read; most jobs have no
+  children and stop there) and only then lists its children: a failed parent cancels a
+  "cancel" child at once; otherwise it deletes the child's waiting marker for itself
+  and lists what is left with limit 1; none left: the parents are read once, the child
+  is released (CAS to queued) and rung, so it starts within seconds. A child created
+  after its parents ended is settled by submit itself; anything a crash leaves (and an
+  edge an older submit wrote without the mark) is settled by the sweep.
 
 Deletes here are unconditional (fake-gcs-server ignores delete preconditions anyway): a
 marker deleted twice is harmless, and nothing is ever deleted that is still needed.
@@ -100,8 +102,12 @@ def marker_names(
 ) -> list[str]:
     """The markers a new job needs before its record is written."""
     names = [graph.open_name(batch_id, job_id)] if with_callback and batch_id else []
-    for parent in parents:
-        names += [graph.child_name(parent, job_id), graph.waiting_name(job_id, parent)]
+    for parent in parents:  # the mark first: a parent that sees no mark has no child yet
+        names += [
+            graph.parent_mark_name(parent),
+            graph.child_name(parent, job_id),
+            graph.waiting_name(job_id, parent),
+        ]
     return names
 
 
@@ -130,11 +136,10 @@ def batch_hook(ctx: Context, record: JobRecord) -> None:
 
 
 def release_hook(ctx: Context, record: JobRecord) -> None:
-    """A job ended: settle each child waiting on it (one list when it has none)."""
+    """A job ended: settle each child waiting on it (one read when it has none)."""
     parent = str(record["id"])
     status = str(record.get("status"))
-    for info in ctx.store.list_blobs(graph.children_prefix(parent)):
-        child = graph.last_segment(info.name)
+    for child in children_of(ctx.store, parent):
         try:
             stored = ctx.store.read(child)
         except NotFound:  # submit in flight: it settles the child once the record exists
@@ -395,7 +400,14 @@ def reads_for(store: Store, record: Mapping[str, Any]) -> Reads:
 
 
 def children_of(store: Store, job_id: str) -> list[str]:
-    """Jobs that named this one in depends_on (from the reverse edges)."""
+    """Jobs that named this one in depends_on (from the reverse edges), listed only when
+    its parent mark says it has any: a read (class B) instead of a list (class A) for the
+    jobs that have none. An edge an older submit wrote without the mark is missed here;
+    the sweep settles its child (sweep_check)."""
+    try:
+        store.read_blob(graph.parent_mark_name(job_id))
+    except NotFound:
+        return []
     return [graph.last_segment(b.name) for b in store.list_blobs(graph.children_prefix(job_id))]
 
 

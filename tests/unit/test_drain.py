@@ -263,10 +263,10 @@ def test_drain_reads_no_record_whose_marker_is_too_young_to_be_overdue() -> None
     store.calls.clear()
     outcome = handle(trigger, store, settings(drain_max_jobs=3), clock)
     assert outcome.kind == OutcomeKind.DONE and outcome.drained == []
-    assert store.calls["read"] == 1  # the trigger's own record only
-    # the pending listing, and the trigger's children (workflows: the after-terminal hook
-    # lists children/<id>/ once per ended job to release what waits on it)
-    assert store.calls["list"] == 2
+    # the trigger's own record, and its parent mark (workflows: the after-terminal hook
+    # reads workflows/parents/<id>, absent for a job without children, and lists nothing)
+    assert store.calls["read"] == 2
+    assert store.calls["list"] == 1  # the pending listing
 
 
 def test_overdue_policy() -> None:

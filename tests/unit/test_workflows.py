@@ -197,9 +197,10 @@ def test_a_member_costs_one_delete_and_one_short_list_not_a_batch_read() -> None
     store.calls.clear()
     end(store, ids[0])
     # read+update of the member itself, the open marker's delete, one list of limit 1, the
-    # children listing, the pending marker's delete: nothing scales with the batch
-    assert store.calls["read"] == 1
-    assert store.calls["list"] == 2
+    # read of its parent mark (absent: no children, no listing), the pending marker's
+    # delete: nothing scales with the batch
+    assert store.calls["read"] == 2
+    assert store.calls["list"] == 1
 
 
 def test_a_crash_before_the_hook_is_repaired_by_the_sweep() -> None:
