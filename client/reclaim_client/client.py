@@ -116,6 +116,7 @@ class Client:
         batch: str | None = None,
         status: str | None = None,
         pipeline: str | None = None,
+        tag: str | None = None,
         page_size: int = 50,
     ) -> Iterator[Job]:
         """Every matching job, page after page (the server reads its indexes)."""
@@ -123,6 +124,7 @@ class Client:
             "batch": batch,
             "status": status,
             "pipeline": pipeline,
+            "tag": tag,
             "page_size": str(page_size),
         }
         token: str | None = None

@@ -23,7 +23,6 @@ from shared.http import (
     Refusal,
     SettingsOnce,
     answer,
-    author,
     entry_point,
     framework_errors,
     read_body,
@@ -79,7 +78,7 @@ def submit(request: flask.Request) -> flask.Response:
         return api_routes.bulk_action(_settings.queue(), request, rest)
     if head == "pipelines" and rest and rest.count("/") == 1:  # flow control
         require_method(request, ("POST",))
-        return _pipeline_action(request, *rest.split("/"))
+        return api_routes.pipeline_action(_settings.queue(), request, *rest.split("/"))
     if head == "batches" and rest and rest.endswith("/progress"):
         require_method(request, ("GET",))
         return api_routes.batch_progress_of(_settings.queue(), rest.removesuffix("/progress"))
@@ -140,19 +139,6 @@ def _schedules(request: flask.Request, rest: str | None) -> flask.Response:
     except shared.errors.InvalidInput as exc:
         raise Refusal(400, "invalid request", exc.reason) from None
     return answer(202 if done.created else 200, done.to_json())
-
-
-def _pipeline_action(request: flask.Request, pipeline: str, action: str) -> flask.Response:
-    """POST /pipelines/<name>/pause|resume (docs/flow-control.md): 200 with what changed,
-    400 for an unknown pipeline, 404 for another action."""
-    queue = _settings.queue()
-    if action == "pause":
-        changed = queue.pause(pipeline, by=author(request, "http", _settings.get()))
-        return answer(200, {"pipeline": pipeline, "paused": True, "changed": changed})
-    if action == "resume":
-        resumed = queue.resume(pipeline)
-        return answer(200, {"pipeline": pipeline, "paused": False, **resumed.to_json()})
-    raise Refusal(404, "not found", f"no action {action[:40]!r}; try pause or resume")
 
 
 def _require_json(request: flask.Request) -> None:
