@@ -2,6 +2,10 @@
 cancel and retry with a count first, listing by page, a waiting status read and a batch's
 progress (docs/api.md). Each handler validates, calls the queue, and answers JSON; the
 refusals are shared.http's.
+
+The operator routes (a job's cancel and retry, bulk cancel and retry, a pipeline's pause
+and resume) are served by the admin function alone (functions/admin), whose invokers are
+the operators; submit refuses them with a 404 naming it (docs/api.md, "Operator routes").
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import flask
 
 from shared import batch_progress, bulk, pages, waiting
 from shared.errors import IllegalTransition, InvalidInput
-from shared.http import Refusal, answer, author, read_body
+from shared.http import Refusal, answer, author, read_body, require_method
 from shared.jobs import JobRecord, JobStatus
 from shared.queue import Queue
 from shared.submission import decode_body
@@ -34,6 +38,36 @@ _BULK_KEYS = {
 _ONE_JOB_KEYS: dict[str, dict[str, int]] = {"cancel": {"reason": 500}, "retry": {}}
 SHOWN = 20
 """Ids a count shows."""
+
+
+OPERATOR_ROUTES = (
+    "POST /jobs/<id>/cancel|retry, POST /bulk/cancel|retry, POST /pipelines/<name>/pause|resume"
+)
+ADMIN_POINTER = (
+    "it is an operator route, served by the admin function to operators only (terraform "
+    'output admin_url; docs/api.md, "Operator routes")'
+)
+
+
+def operator_route(path: str) -> tuple[str, str] | None:
+    """(head, rest) of an operator route's path (a job's, bulk or a pipeline's action), or
+    None for any other path."""
+    head, _, rest = path.strip("/").partition("/")
+    if head == "jobs" and rest.endswith(("/cancel", "/retry")):
+        return head, rest
+    if (head == "bulk" and rest) or (head == "pipelines" and rest.count("/") == 1):
+        return head, rest
+    return None
+
+
+def operator_action(queue: Queue, request: flask.Request, head: str, rest: str) -> flask.Response:
+    """Serve one operator route (operator_route's split of its path); each is a POST."""
+    require_method(request, ("POST",))
+    if head == "jobs":
+        return job_action(queue, request, *rest.rsplit("/", 1))
+    if head == "bulk":
+        return bulk_action(queue, request, rest)
+    return pipeline_action(queue, request, *rest.split("/"))
 
 
 def job_action(queue: Queue, request: flask.Request, job_id: str, action: str) -> flask.Response:

@@ -50,9 +50,10 @@ framework_errors()
 
 @entry_point("submit")
 def submit(request: flask.Request) -> flask.Response:
-    """The HTTP API (docs/api.md): submit, read, list, wait for, cancel and retry jobs
-    (one or in bulk), batches and their progress, pause and resume pipelines, the cron
-    schedules, GET /health and GET /openapi.json (the document describing all of them)."""
+    """The HTTP API (docs/api.md): submit, read, list and wait for jobs, batches and their
+    progress, the cron schedules, GET /health and GET /openapi.json (the document of the
+    whole API). The operator routes (cancel, retry, bulk, pause, resume) are the admin
+    function's (functions/admin): here they answer 404 naming it."""
     path = request.path.rstrip("/") or "/"
     parts = path.lstrip("/").split("/", 1)
     head, rest = parts[0], (parts[1] if len(parts) > 1 else None)
@@ -67,18 +68,11 @@ def submit(request: flask.Request) -> flask.Response:
         if request.method == "GET":
             return api_routes.list_jobs(_settings.queue(), request)
         return _post_jobs(request)
-    if head == "jobs" and rest and rest.endswith(("/cancel", "/retry")):  # a person's act
-        require_method(request, ("POST",))
-        return api_routes.job_action(_settings.queue(), request, *rest.split("/", 1))
+    if api_routes.operator_route(path) is not None:  # the admin function's, not ours
+        raise Refusal(404, "operator route", f"no route {path} here: {api_routes.ADMIN_POINTER}")
     if head == "jobs" and rest:
         require_method(request, ("GET",))
         return api_routes.get_job(_settings.queue(), request, rest)
-    if head == "bulk" and rest:
-        require_method(request, ("POST",))
-        return api_routes.bulk_action(_settings.queue(), request, rest)
-    if head == "pipelines" and rest and rest.count("/") == 1:  # flow control
-        require_method(request, ("POST",))
-        return api_routes.pipeline_action(_settings.queue(), request, *rest.split("/"))
     if head == "batches" and rest and rest.endswith("/progress"):
         require_method(request, ("GET",))
         return api_routes.batch_progress_of(_settings.queue(), rest.removesuffix("/progress"))
