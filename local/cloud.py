@@ -65,6 +65,7 @@ DEFAULT_FUNCTIONS: Mapping[str, FunctionSpec] = {
     "claim": FunctionSpec("functions/claim/main.py", "claim"),
     "sweep": FunctionSpec("functions/sweep/main.py", "sweep"),
     "dashboard": FunctionSpec("functions/dashboard/main.py", "dashboard"),
+    "admin": FunctionSpec("functions/admin/main.py", "admin"),  # the operator routes
 }
 
 
@@ -87,6 +88,7 @@ DEFAULT_SIZING: Mapping[str, Sizing] = {
     "submit_upload": Sizing(concurrency=16, max_instances=1, timeout_seconds=60),
     "sweep": Sizing(concurrency=1, max_instances=1, timeout_seconds=120),
     "dashboard": Sizing(concurrency=8, max_instances=1, timeout_seconds=60),
+    "admin": Sizing(concurrency=8, max_instances=1, timeout_seconds=60),
 }
 """Sizing of the functions other than claim (claim's is CloudConfig's own fields)."""
 
@@ -104,6 +106,8 @@ class CloudConfig:
     """The claim service's one URL (its front), as Cloud Functions gives."""
     sweep_port: int = 0
     dashboard_port: int = 0
+    admin_port: int = 0
+    """The admin function (the operator routes), not an emulator's admin port."""
     emulator_admin_port: int | None = None
     """The emulator's GET /stats, POST /faults port (None: off, 0: free)."""
     cloudrun_admin_port: int | None = None
@@ -116,7 +120,7 @@ class CloudConfig:
     """Claim's max_instance_request_concurrency; also THREADS and RECLAIM_MAX_CONCURRENT,
     as terraform sets them: one number."""
     sizing: Mapping[str, Sizing] = field(default_factory=lambda: dict(DEFAULT_SIZING))
-    """The other functions' sizing (submit, submit_upload, sweep, dashboard)."""
+    """The other functions' sizing (submit, submit_upload, sweep, dashboard, admin)."""
     idle_timeout_seconds: float = 60.0
     """An instance without a request for this long is shut down (Cloud Run: up to ~15 min)."""
     shutdown_grace_seconds: float = 10.0
@@ -541,6 +545,7 @@ class LocalCloud:
             "claim": c.claim_port,
             "sweep": c.sweep_port,
             "dashboard": c.dashboard_port,
+            "admin": c.admin_port,
         }
         for name in DEFAULT_FUNCTIONS:
             source = ROOT / c.functions[name].source

@@ -2,18 +2,23 @@
 cancel and retry with a count first, listing by page, a waiting status read and a batch's
 progress (docs/api.md). Each handler validates, calls the queue, and answers JSON; the
 refusals are shared.http's.
+
+The operator routes (a job's cancel and retry, bulk cancel and retry, a pipeline's pause
+and resume) are served by the admin function alone (functions/admin), whose invokers are
+the operators; submit refuses them with a 404 naming it (docs/api.md, "Operator routes").
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import flask
 
 from shared import batch_progress, bulk, pages, waiting
 from shared.errors import IllegalTransition, InvalidInput
-from shared.http import Refusal, answer, author, read_body
-from shared.jobs import JobStatus
+from shared.http import Refusal, answer, author, read_body, require_method
+from shared.jobs import JobRecord, JobStatus
 from shared.queue import Queue
 from shared.submission import decode_body
 
@@ -31,7 +36,38 @@ _BULK_KEYS = {
 }
 """The keys a body may hold (string values), each with its longest value."""
 _ONE_JOB_KEYS: dict[str, dict[str, int]] = {"cancel": {"reason": 500}, "retry": {}}
-_SHOWN = 20
+SHOWN = 20
+"""Ids a count shows."""
+
+
+OPERATOR_ROUTES = (
+    "POST /jobs/<id>/cancel|retry, POST /bulk/cancel|retry, POST /pipelines/<name>/pause|resume"
+)
+ADMIN_POINTER = (
+    "it is an operator route, served by the admin function to operators only (terraform "
+    'output admin_url; docs/api.md, "Operator routes")'
+)
+
+
+def operator_route(path: str) -> tuple[str, str] | None:
+    """(head, rest) of an operator route's path (a job's, bulk or a pipeline's action), or
+    None for any other path."""
+    head, _, rest = path.strip("/").partition("/")
+    if head == "jobs" and rest.endswith(("/cancel", "/retry")):
+        return head, rest
+    if (head == "bulk" and rest) or (head == "pipelines" and rest.count("/") == 1):
+        return head, rest
+    return None
+
+
+def operator_action(queue: Queue, request: flask.Request, head: str, rest: str) -> flask.Response:
+    """Serve one operator route (operator_route's split of its path); each is a POST."""
+    require_method(request, ("POST",))
+    if head == "jobs":
+        return job_action(queue, request, *rest.rsplit("/", 1))
+    if head == "bulk":
+        return bulk_action(queue, request, rest)
+    return pipeline_action(queue, request, *rest.split("/"))
 
 
 def job_action(queue: Queue, request: flask.Request, job_id: str, action: str) -> flask.Response:
@@ -52,54 +88,99 @@ def job_action(queue: Queue, request: flask.Request, job_id: str, action: str) -
     return answer(200, queue.get(job_id).to_json())
 
 
+@dataclass
+class BulkCount:
+    """A count: the selection, the records it matches now, and the token confirming it."""
+
+    action: str
+    selector: bulk.Selector
+    chosen: list[JobRecord]
+    token: str
+
+    @property
+    def ids(self) -> list[str]:
+        return [str(r.get("id")) for r in self.chosen]
+
+    def to_json(self) -> dict[str, Any]:
+        ids = self.ids
+        return {
+            "action": self.action,
+            "matching": len(ids),
+            "jobs": ids[:SHOWN],
+            "confirm": self.token,
+        }
+
+
 def bulk_action(queue: Queue, request: flask.Request, action: str) -> flask.Response:
     """POST /bulk/cancel|retry: without `confirm`, the count and its token (nothing
     changes); with the token, act on up to BULK_MAX_PER_REQUEST of the selection."""
-    if action not in bulk.ACTS_ON:
-        raise Refusal(404, "not found", f"no bulk action {action[:40]!r}; try cancel or retry")
+    _known_bulk_action(action)
     body = _json_object(request, queue, required=True)
+    counted = bulk_count(queue, action, body)
+    confirm = body.get("confirm")
+    if confirm is None:
+        return answer(200, counted.to_json())
+    reason = body.get("reason") if isinstance(body.get("reason"), str) else None
+    by = author(request, "http", queue.settings)
+    return answer(200, bulk_confirm(queue, counted, confirm, by=by, reason=reason))
+
+
+def bulk_count(queue: Queue, action: str, body: dict[str, Any]) -> BulkCount:
+    """Select the jobs `body` names (the CLI's selection: batch, status, pipeline, since)
+    for `action`, as a count a person confirms; InvalidInput or a 404 Refusal."""
+    _known_bulk_action(action)
     _check_keys(body, _BULK_KEYS)
     now = queue.clock()
     selector = _selector(body, now)
     bulk.check(selector, action)
     chosen = bulk.select(queue.ctx, selector, action, now)
-    ids = [str(r.get("id")) for r in chosen]
-    token = bulk.count_token(action, selector, len(ids))
-    confirm = body.get("confirm")
-    if confirm is None:
-        return answer(
-            200,
-            {"action": action, "matching": len(ids), "jobs": ids[:_SHOWN], "confirm": token},
-        )
+    return BulkCount(action, selector, chosen, bulk.count_token(action, selector, len(chosen)))
+
+
+def bulk_confirm(
+    queue: Queue, counted: BulkCount, confirm: object, *, by: str, reason: str | None
+) -> dict[str, Any]:
+    """Act on a fresh count of the selection `confirm` was given for: 400 when the token
+    is not that count's, 409 when more jobs match now than were counted."""
     if not isinstance(confirm, str):
         raise InvalidInput("confirm must be the token a count answered", "confirm")
-    confirmed = bulk.confirmed_count(confirm, action, selector)
+    action, ids = counted.action, counted.ids
+    confirmed = bulk.confirmed_count(confirm, action, counted.selector)
     if len(ids) > confirmed:
         raise Refusal(
             409,
             "selection grew",
             f"{len(ids)} jobs match now, {confirmed} were counted; count again and confirm",
         )
-    by = author(request, "http", queue.settings)
-    reason = body.get("reason") if isinstance(body.get("reason"), str) else None
-    now_acting = chosen[:BULK_MAX_PER_REQUEST]
+    now_acting = counted.chosen[:BULK_MAX_PER_REQUEST]
     if action == "retry":
         result = bulk.act(now_acting, lambda i: queue.retry(i, by=by), per_s=BULK_PACE)
     else:
         result = bulk.act(
             now_acting, lambda i: queue.cancel(i, by=by, reason=reason), per_s=BULK_PACE
         )
-    return answer(
-        200,
-        {
-            "action": action,
-            "matching": len(ids),
-            "acted": result.acted,
-            "skipped": result.skipped,
-            "errors": result.errors,
-            "remaining": len(ids) - len(now_acting),
-        },
-    )
+    return {
+        "action": action,
+        "matching": len(ids),
+        "acted": result.acted,
+        "skipped": result.skipped,
+        "errors": result.errors,
+        "remaining": len(ids) - len(now_acting),
+    }
+
+
+def pipeline_action(
+    queue: Queue, request: flask.Request, pipeline: str, action: str
+) -> flask.Response:
+    """POST /pipelines/<name>/pause|resume (docs/flow-control.md): 200 with what changed,
+    400 for an unknown pipeline, 404 for another action."""
+    if action == "pause":
+        changed = queue.pause(pipeline, by=author(request, "http", queue.settings))
+        return answer(200, {"pipeline": pipeline, "paused": True, "changed": changed})
+    if action == "resume":
+        resumed = queue.resume(pipeline)
+        return answer(200, {"pipeline": pipeline, "paused": False, **resumed.to_json()})
+    raise Refusal(404, "not found", f"no action {action[:40]!r}; try pause or resume")
 
 
 def list_jobs(queue: Queue, request: flask.Request) -> flask.Response:
@@ -125,6 +206,11 @@ def get_job(queue: Queue, request: flask.Request, job_id: str) -> flask.Response
 def batch_progress_of(queue: Queue, batch_id: str) -> flask.Response:
     """GET /batches/<id>/progress: counts from the markers (shared.batch_progress)."""
     return answer(200, batch_progress.progress(queue.ctx, batch_id, queue.clock()).to_json())
+
+
+def _known_bulk_action(action: str) -> None:
+    if action not in bulk.ACTS_ON:
+        raise Refusal(404, "not found", f"no bulk action {action[:40]!r}; try cancel or retry")
 
 
 def _check_keys(body: dict[str, Any], allowed: dict[str, int]) -> None:

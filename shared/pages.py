@@ -1,7 +1,8 @@
 """GET /jobs: jobs listed a page at a time from the indexes, never by walking jobs/.
 
 A query names its sources, read one after the other in name order: a batch's markers
-(batches/<b>/), the pending index (pending/: queued, running and waiting jobs), time's
+(batches/<b>/), else a tag's markers (tags/<tag>/: every job submitted with the tag,
+done ones too), else the pending index (pending/: queued, running and waiting jobs), time's
 delayed jobs (scheduled/) and flow control's ended index (ended/<status>/: failed and
 cancelled jobs). Done jobs have no index of their own (it would grow with history), so
 they are listed by batch. An index is only a hint: each listed id's record is read and the
@@ -19,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from shared import job_queue, listing, records, status
+from shared import job_queue, listing, records, status, tags
 from shared.errors import InvalidInput
 from shared.flow_policy import ENDED_PREFIX
 from shared.jobs import JobRecord, JobStatus
@@ -42,6 +43,7 @@ class Query:
     batch: str | None = None
     status: JobStatus | None = None
     pipeline: str | None = None
+    tag: str | None = None
     page_size: int = PAGE_SIZE
     page_token: str | None = None
 
@@ -63,7 +65,7 @@ class Page:
 
 def parse_query(args: dict[str, str]) -> Query:
     """The query string of GET /jobs, validated; InvalidInput names the bad parameter."""
-    unknown = sorted(set(args) - {"batch", "status", "pipeline", "page_size", "page_token"})
+    unknown = sorted(set(args) - {"batch", "status", "pipeline", "tag", "page_size", "page_token"})
     if unknown:
         raise InvalidInput(f"unknown parameters {', '.join(u[:40] for u in unknown[:5])}", "query")
     empty = sorted(k for k, v in args.items() if not v)
@@ -72,6 +74,10 @@ def parse_query(args: dict[str, str]) -> Query:
     batch = args.get("batch") or None
     if batch is not None:
         records.validate_batch_id(batch)
+    tag = args.get("tag") or None
+    problem = tags.tag_problem(tag) if tag is not None else None
+    if problem is not None:
+        raise InvalidInput(problem, "tag")
     raw_status = args.get("status") or ""
     try:
         job_status = JobStatus(raw_status) if raw_status else None
@@ -80,9 +86,10 @@ def parse_query(args: dict[str, str]) -> Query:
         raise InvalidInput(
             f"status must be one of {known}, got {raw_status[:40]!r}", "status"
         ) from None
-    if job_status is JobStatus.DONE and batch is None:
+    if job_status is JobStatus.DONE and batch is None and tag is None:
         raise InvalidInput(
-            "done jobs are listed by batch (no index holds every done job); add batch=", "status"
+            "done jobs are listed by batch or tag (no index holds every done job); add batch=",
+            "status",
         )
     for key, longest in (("pipeline", 128), ("page_token", 600)):
         if len(args.get(key) or "") > longest:
@@ -96,6 +103,7 @@ def parse_query(args: dict[str, str]) -> Query:
         batch,
         job_status,
         args.get("pipeline") or None,
+        tag,
         int(size_text),
         args.get("page_token") or None,
     )
@@ -105,6 +113,8 @@ def sources(query: Query) -> list[str]:
     """The indexes this query reads, in order: 'batch', 'pending' or an index prefix."""
     if query.batch is not None:
         return [_BATCH]
+    if query.tag is not None:
+        return [f"{tags.PREFIX}{query.tag}/"]
     wanted = (query.status,) if query.status is not None else tuple(JobStatus)
     out: list[str] = []
     if any(s in (*job_queue.PENDING_STATUSES, *job_queue.WAITING_STATUSES) for s in wanted):
@@ -115,8 +125,9 @@ def sources(query: Query) -> list[str]:
     return out
 
 
-def page(store: Store, query: Query) -> Page:
-    """One page of jobs matching the query (see the module's docstring for the cost)."""
+def page(store: Store, query: Query, fields: tuple[str, ...] = ()) -> Page:
+    """One page of jobs matching the query (see the module's docstring for the cost); each
+    summary has the record's `fields` too (status.summary), as the dashboard shows them."""
     order = sources(query)
     start_source, start_key = _decode(query.page_token, order)
     ids: list[str] = []
@@ -132,7 +143,7 @@ def page(store: Store, query: Query) -> Page:
     result = Page(unreadable=[*found.corrupt])
     for record in found.records:
         if _matches(record, query):
-            result.jobs.append(status.summary(record))
+            result.jobs.append(status.summary(record, fields))
     if last is not None and len(ids) >= query.page_size:
         result.next_page_token = _encode(*last)
     return result
@@ -161,6 +172,8 @@ def _matches(record: JobRecord, query: Query) -> bool:
     if query.status is not None and record.get("status") != query.status:
         return False
     if query.pipeline is not None and record.get("pipeline") != query.pipeline:
+        return False
+    if query.tag is not None and not tags.has(record, query.tag):
         return False
     return query.batch is None or record.get("batch_id") == query.batch
 

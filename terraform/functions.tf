@@ -35,7 +35,8 @@ locals {
   # first so a function folder's own copy wins; the function folder comes last so
   # nothing can shadow its main.py.
   archives = {
-    for src in distinct([for f in values(local.functions) : f.source]) : src => merge(
+    # (admin: the operator routes' function, admin.tf)
+    for src in distinct(concat([for f in values(local.functions) : f.source], ["admin"])) : src => merge(
       { "requirements.txt" = "${local.repo_root}/requirements.txt" },
       { for f in local.shared_files : "shared/${f}" => "${local.repo_root}/shared/${f}" },
       {

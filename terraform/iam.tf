@@ -227,5 +227,7 @@ resource "time_sleep" "grants_propagate" {
     google_pubsub_topic_iam_member.gcs_agent_publishes_uploads,
     google_project_iam_member.dashboard_reads_metrics,
     google_secret_manager_secret_iam_member.claim_reads_webhook_secrets,
+    google_storage_bucket_iam_member.admin_records,   # admin.tf
+    google_pubsub_topic_iam_member.admin_rings_jobs, # admin.tf
   ]
 }

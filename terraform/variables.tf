@@ -1,6 +1,19 @@
 # Inputs, alphabetical. Defaults of `queue` mirror shared/config.py ENV_VARS
 # (tests/terraform checks both the names and the defaults).
 
+variable "admin_function" {
+  description = "Sizing of admin (the operator routes: cancel, retry, bulk, pause, resume; admin.tf)."
+  type = object({
+    concurrency     = optional(number, 8)
+    cpu             = optional(string, "1")
+    memory          = optional(string, "512Mi")
+    timeout_seconds = optional(number, 60)
+    min_instances   = optional(number, 0)
+    max_instances   = optional(number, 2)
+  })
+  default = {}
+}
+
 variable "alerts" {
   description = "Alert thresholds (terraform/monitoring.tf): how long a due job may wait, the failure ratio over 10 min, how many minutes the sweep may be silent, claim 5xx per 5 min, Cloud Run 5xx and 429 per 5 min."
   type = object({
@@ -178,6 +191,16 @@ variable "notification_channels" {
   validation {
     condition     = alltrue([for c in var.notification_channels : can(regex("^projects/[^/]+/notificationChannels/[^/]+$", c))])
     error_message = "notification_channels entries must be projects/<project>/notificationChannels/<id>."
+  }
+}
+
+variable "operators" {
+  description = "Principals allowed to call the operator routes (run.invoker on the admin function: cancel, retry, bulk retry and cancel, pause and resume; user:, group:, serviceAccount:, domain:). Nobody by default. Never public."
+  type        = list(string)
+  default     = []
+  validation {
+    condition     = alltrue([for m in var.operators : can(regex("^(user|group|serviceAccount|domain):[^ ]+$", m))])
+    error_message = "operators entries must be user:, group:, serviceAccount: or domain: members (allUsers and allAuthenticatedUsers are refused)."
   }
 }
 

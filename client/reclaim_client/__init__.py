@@ -1,7 +1,7 @@
 """reclaim-client: your application's side of a reclaim queue, over its HTTP API.
 
 from reclaim_client import Client
-queue = Client("https://reclaim-submit-xyz.a.run.app")
+queue = Client("https://reclaim-submit-xyz.a.run.app")  # admin_url=...: cancel, retry, bulk
 job = queue.submit("render", {"scene": 7})
 print(queue.wait(job.id).result)
 """
@@ -10,6 +10,7 @@ from reclaim_client.client import Client
 from reclaim_client.errors import (
     Conflict,
     InvalidRequest,
+    NoAdminUrl,
     NotAllowed,
     NotFound,
     ReclaimError,
@@ -28,6 +29,7 @@ __all__ = [
     "Conflict",
     "InvalidRequest",
     "Job",
+    "NoAdminUrl",
     "NotAllowed",
     "NotFound",
     "Progress",

@@ -1,4 +1,5 @@
-"""The client: one object per reclaim deployment (its submit function's URL).
+"""The client: one object per reclaim deployment (its submit function's URL, and for the
+operator calls its admin function's: docs/api.md, "Operator routes").
 
 On GCP each request carries a Google ID token for the function's URL (its audience),
 minted by google-auth from the environment's credentials
@@ -18,7 +19,7 @@ from urllib.parse import quote, urlsplit
 
 import requests
 
-from reclaim_client.errors import Unavailable, WaitTimeout, from_answer
+from reclaim_client.errors import NoAdminUrl, Unavailable, WaitTimeout, from_answer
 from reclaim_client.models import BatchProgress, BulkCount, BulkDone, Job, Submitted
 
 WAIT_PER_REQUEST_S = 50.0
@@ -27,21 +28,30 @@ _LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
 class Client:
-    """Submit, follow, cancel, retry and list the jobs of one reclaim deployment."""
+    """Submit, follow, cancel, retry and list the jobs of one reclaim deployment.
+
+    `url` is the submit function's; `admin_url` the admin function's, which alone serves
+    the operator calls (cancel, retry, count, confirm) to its invokers (the operators):
+    without it those calls raise NoAdminUrl, before any request."""
 
     def __init__(
         self,
         url: str,
         *,
+        admin_url: str | None = None,
         audience: str | None = None,
         session: requests.Session | None = None,
         timeout: float = 30.0,
         attempts: int = 4,
     ) -> None:
         self.url = url.rstrip("/")
+        self.admin_url = admin_url.rstrip("/") if admin_url else None
         self.timeout = timeout
         self.attempts = max(1, attempts)
         self._session = session if session is not None else _session_for(self.url, audience)
+        self._admin_session: requests.Session | None = session
+        if session is None and self.admin_url is not None:  # a token for its own audience
+            self._admin_session = _session_for(self.admin_url, None)
 
     # --- submitting
 
@@ -124,6 +134,7 @@ class Client:
         batch: str | None = None,
         status: str | None = None,
         pipeline: str | None = None,
+        tag: str | None = None,
         page_size: int = 50,
     ) -> Iterator[Job]:
         """Every matching job, page after page (the server reads its indexes)."""
@@ -131,6 +142,7 @@ class Client:
             "batch": batch,
             "status": status,
             "pipeline": pipeline,
+            "tag": tag,
             "page_size": str(page_size),
         }
         token: str | None = None
@@ -148,27 +160,33 @@ class Client:
         path = f"/batches/{_segment(batch_id)}/progress"
         return BatchProgress.from_json(self._call("GET", path, safe=True))
 
-    # --- a person's actions (operator routes)
+    # --- a person's actions (operator routes: the admin function's)
 
     def cancel(self, job_id: str, reason: str | None = None) -> Job:
         """queued, running or waiting → cancelled; NotAllowed once it ended."""
         body = {"reason": reason} if reason else {}
-        return Job.from_json(self._call("POST", f"/jobs/{_segment(job_id)}/cancel", body=body))
+        path = f"/jobs/{_segment(job_id)}/cancel"
+        return Job.from_json(self._call("POST", path, body=body, admin=True))
 
     def retry(self, job_id: str) -> Job:
         """failed or cancelled → queued with a fresh attempt budget; NotAllowed otherwise."""
-        return Job.from_json(self._call("POST", f"/jobs/{_segment(job_id)}/retry", body={}))
+        path = f"/jobs/{_segment(job_id)}/retry"
+        return Job.from_json(self._call("POST", path, body={}, admin=True))
 
     def count(self, action: str, **selection: str) -> BulkCount:
         """How many jobs `action` ("cancel" or "retry") would move: batch, status,
         pipeline, since; nothing changes."""
-        body = self._call("POST", f"/bulk/{_segment(action)}", body=selection, safe=True)
+        path = f"/bulk/{_segment(action)}"
+        body = self._call("POST", path, body=selection, safe=True, admin=True)
         return BulkCount(body["action"], body["matching"], body["jobs"], body["confirm"])
 
     def confirm(self, count: BulkCount, **selection: str) -> BulkDone:
         """Act on the selection a count was made of (at most 100 jobs per call)."""
         body = self._call(
-            "POST", f"/bulk/{_segment(count.action)}", body={**selection, "confirm": count.confirm}
+            "POST",
+            f"/bulk/{_segment(count.action)}",
+            body={**selection, "confirm": count.confirm},
+            admin=True,
         )
         return BulkDone(
             body["action"],
@@ -189,14 +207,26 @@ class Client:
         body: Any = None,
         params: Mapping[str, str] | None = None,
         safe: bool = False,
+        admin: bool = False,
     ) -> dict[str, Any]:
-        """One request; a dropped connection or a 503 is sent again when `safe`."""
+        """One request (to the admin function when `admin`); a dropped connection or a 503
+        is sent again when `safe`."""
+        base, session = self.url, self._session
+        if admin:
+            if self.admin_url is None or self._admin_session is None:
+                raise NoAdminUrl(
+                    0,
+                    "no admin url",
+                    f"{method} {path} is an operator route, served by the admin function: "
+                    "make the Client with admin_url= (terraform output admin_url)",
+                )
+            base, session = self.admin_url, self._admin_session
         tries = self.attempts if safe else 1
         for attempt in range(1, tries + 1):
             try:
-                response = self._session.request(
+                response = session.request(
                     method,
-                    self.url + path,
+                    base + path,
                     json=body,
                     params=params,
                     timeout=self.timeout + float((params or {}).get("wait", 0)),

@@ -44,6 +44,11 @@ class Unavailable(ReclaimError):
     """503 (storage or Pub/Sub outage), or the connection kept dropping: retry later."""
 
 
+class NoAdminUrl(ReclaimError):
+    """An operator call (cancel, retry, count, confirm) on a Client made without admin_url:
+    the admin function alone serves them (nothing was sent)."""
+
+
 class WaitTimeout(ReclaimError):
     """wait() gave up before the job finished."""
 

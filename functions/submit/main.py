@@ -23,7 +23,6 @@ from shared.http import (
     Refusal,
     SettingsOnce,
     answer,
-    author,
     entry_point,
     framework_errors,
     read_body,
@@ -51,9 +50,10 @@ framework_errors()
 
 @entry_point("submit")
 def submit(request: flask.Request) -> flask.Response:
-    """The HTTP API (docs/api.md): submit, read, list, wait for, cancel and retry jobs
-    (one or in bulk), batches and their progress, pause and resume pipelines, the cron
-    schedules, GET /health and GET /openapi.json (the document describing all of them)."""
+    """The HTTP API (docs/api.md): submit, read, list and wait for jobs, batches and their
+    progress, the cron schedules, GET /health and GET /openapi.json (the document of the
+    whole API). The operator routes (cancel, retry, bulk, pause, resume) are the admin
+    function's (functions/admin): here they answer 404 naming it."""
     path = request.path.rstrip("/") or "/"
     parts = path.lstrip("/").split("/", 1)
     head, rest = parts[0], (parts[1] if len(parts) > 1 else None)
@@ -68,18 +68,11 @@ def submit(request: flask.Request) -> flask.Response:
         if request.method == "GET":
             return api_routes.list_jobs(_settings.queue(), request)
         return _post_jobs(request)
-    if head == "jobs" and rest and rest.endswith(("/cancel", "/retry")):  # a person's act
-        require_method(request, ("POST",))
-        return api_routes.job_action(_settings.queue(), request, *rest.split("/", 1))
+    if api_routes.operator_route(path) is not None:  # the admin function's, not ours
+        raise Refusal(404, "operator route", f"no route {path} here: {api_routes.ADMIN_POINTER}")
     if head == "jobs" and rest:
         require_method(request, ("GET",))
         return api_routes.get_job(_settings.queue(), request, rest)
-    if head == "bulk" and rest:
-        require_method(request, ("POST",))
-        return api_routes.bulk_action(_settings.queue(), request, rest)
-    if head == "pipelines" and rest and rest.count("/") == 1:  # flow control
-        require_method(request, ("POST",))
-        return _pipeline_action(request, *rest.split("/"))
     if head == "batches" and rest and rest.endswith("/progress"):
         require_method(request, ("GET",))
         return api_routes.batch_progress_of(_settings.queue(), rest.removesuffix("/progress"))
@@ -140,19 +133,6 @@ def _schedules(request: flask.Request, rest: str | None) -> flask.Response:
     except shared.errors.InvalidInput as exc:
         raise Refusal(400, "invalid request", exc.reason) from None
     return answer(202 if done.created else 200, done.to_json())
-
-
-def _pipeline_action(request: flask.Request, pipeline: str, action: str) -> flask.Response:
-    """POST /pipelines/<name>/pause|resume (docs/flow-control.md): 200 with what changed,
-    400 for an unknown pipeline, 404 for another action."""
-    queue = _settings.queue()
-    if action == "pause":
-        changed = queue.pause(pipeline, by=author(request, "http", _settings.get()))
-        return answer(200, {"pipeline": pipeline, "paused": True, "changed": changed})
-    if action == "resume":
-        resumed = queue.resume(pipeline)
-        return answer(200, {"pipeline": pipeline, "paused": False, **resumed.to_json()})
-    raise Refusal(404, "not found", f"no action {action[:40]!r}; try pause or resume")
 
 
 def _require_json(request: flask.Request) -> None:

@@ -1,13 +1,19 @@
 """Routing and rendering of the dashboard: one request in, one page (or redirect) out.
 
 GET  /                      overview        GET  /batches, /batches/<id>
+GET  /jobs?status=&pipeline=&batch=&tag=    search, a page at a time (shared.pages)
 GET  /jobs/<id>             one job         POST /jobs/<id>/retry, /jobs/<id>/cancel
+GET  /pipelines             pause flags     POST /pipelines/<name>/pause, .../resume
+GET  /bulk?action=&batch=&status=&pipeline=&since=   the count and its confirm form
+POST /bulk/retry, /bulk/cancel              act on a confirmed count (shared.api_routes)
 GET  /dead-letters          peek            GET  /metrics  (JSON: gauges now, counts)
 GET  /assets/<file>         the page's CSS and script (served here: no CDN)
 
-A POST that passes the CSRF checks (shared.dashboard.csrf) calls the facade
-(Queue.retry / Queue.cancel, as `reclaim retry` / `reclaim cancel` do) and answers 303
-to the job's page. The history's author is what the platform verified (shared.identity).
+A POST that passes the CSRF checks (shared.dashboard.csrf) calls the same code as the
+CLI and the HTTP API (Queue.retry / cancel / pause / resume; a bulk action through
+shared.api_routes' count and confirm) and answers 303 to a page that says what it did.
+Every GET only reads. The author in a history or a pause flag is what the platform
+verified (shared.identity), never a header the caller chose.
 
 A browser's app answers refusals as pages: every refusal (the library's errors,
 a bug, and what functions-framework refuses before the function runs) is the
@@ -27,17 +33,18 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import flask
 import jinja2
 
-from shared import identity, job_queue, metrics, records, tracing
+from shared import api_routes, bulk, identity, job_queue, metrics, pages, records, tracing
 from shared.clock import Clock, utcnow
 from shared.dashboard import charts, csrf, deadletters, views
 from shared.dashboard.figures import Figures
-from shared.errors import AlreadyExists, IllegalTransition, NotFound, ReclaimError
+from shared.errors import AlreadyExists, IllegalTransition, InvalidInput, NotFound, ReclaimError
 from shared.http import Refusal, refusal_for
+from shared.jobs import JobStatus
 from shared.logs import get_logger
 from shared.pipelines import pipeline_names
 from shared.queue import Queue
@@ -46,6 +53,8 @@ log = get_logger(__name__)
 HERE = Path(__file__).resolve().parent
 STATIC = {"dashboard.css": "text/css", "dashboard.js": "text/javascript"}
 _JOB_ACTION = re.compile(r"jobs/([^/]+)/(retry|cancel)")
+_PIPELINE_ACTION = re.compile(r"pipelines/([^/]+)/([^/]+)")
+_BULK_ACTION = re.compile(r"bulk/([^/]+)")
 CSRF_KEY_OBJECT = "dashboard/csrf-key"
 """The HMAC key of the CSRF tokens: random, created once (create-only) in the records
 bucket, so every instance of the dashboard, and the next one after a scale to zero,
@@ -197,29 +206,31 @@ class _Page:
     def route(self) -> flask.Response:
         path = self.request.path.strip("/")
         method = self.request.method
-        action = _JOB_ACTION.fullmatch(path)
-        if action:
-            _allow(method, "POST")
-            return self.job_action(action.group(1), action.group(2))
+        for pattern, press in (
+            (_JOB_ACTION, self.job_action),
+            (_PIPELINE_ACTION, self.pipeline_action),
+            (_BULK_ACTION, self.bulk_action),
+        ):
+            button = pattern.fullmatch(path)
+            if button:
+                _allow(method, "POST")
+                return press(*button.groups())
         _allow(method, "GET", "HEAD")
-        if path == "":
-            return self.overview()
-        if path == "batches":
-            batch_id = self.request.args.get("id", "").strip()
-            if batch_id:
-                return _redirect(f"/batches/{quote(batch_id)}", 303)
-            return self.render("batches.html", batches=views.active_batches(self.queue))
+        pages_here: dict[str, Callable[[], flask.Response]] = {
+            "": self.overview,
+            "jobs": self.jobs,
+            "batches": self.batches,
+            "pipelines": self.pipelines,
+            "bulk": self.bulk_count,
+            "dead-letters": self.dead_letters,
+            "metrics": self.metrics_json,
+        }
+        if path in pages_here:
+            return pages_here[path]()
         if path.startswith("batches/"):
             return self.batch(path.removeprefix("batches/"))
-        if path == "jobs":
-            job_id = self.request.args.get("id", "").strip()
-            return _redirect(f"/jobs/{quote(job_id)}" if job_id else "/", 303)
         if path.startswith("jobs/"):
             return self.job(path.removeprefix("jobs/"))
-        if path == "dead-letters":
-            return self.dead_letters()
-        if path == "metrics":
-            return self.metrics_json()
         if path.startswith("assets/") and path.removeprefix("assets/") in STATIC:
             name = path.removeprefix("assets/")
             response = flask.Response((HERE / "static" / name).read_bytes(), mimetype=STATIC[name])
@@ -276,6 +287,64 @@ class _Page:
             facts=views.feature_facts(record, self.queue.ctx.summary_fields()),
         )
 
+    def batches(self) -> flask.Response:
+        batch_id = self.request.args.get("id", "").strip()
+        if batch_id:
+            return _redirect(f"/batches/{quote(batch_id)}", 303)
+        return self.render("batches.html", batches=views.active_batches(self.queue))
+
+    def jobs(self) -> flask.Response:
+        job_id = self.request.args.get("id", "").strip()
+        return _redirect(f"/jobs/{quote(job_id)}", 303) if job_id else self.search()
+
+    def search(self) -> flask.Response:
+        """Jobs by status, pipeline, batch and tag, a page at a time from the indexes, as
+        GET /jobs pages them (shared.pages): never a walk of jobs/."""
+        asked = views.filled(self.request.args, drop=("id",))
+        query = pages.parse_query(asked)
+        found = pages.page(self.queue.store, query, self.queue.ctx.summary_fields())
+        next_url = None
+        if found.next_page_token is not None:
+            next_url = "/jobs?" + urlencode({**asked, "page_token": found.next_page_token})
+        return self.render(
+            "jobs.html",
+            q=query,
+            found=found,
+            next_url=next_url,
+            statuses=[s.value for s in JobStatus],
+            pipelines=pipeline_names(),
+            bulk_links=views.bulk_links(query),
+        )
+
+    def pipelines(self) -> flask.Response:
+        return self.render(
+            "pipelines.html",
+            rows=views.pipelines(self.queue),
+            message=self.request.args.get("done"),
+        )
+
+    def bulk_count(self) -> flask.Response:
+        """GET /bulk: without a selection, its form; with one, the count, the first ids and
+        the confirm form (a count changes nothing)."""
+        asked = views.filled(self.request.args, drop=("done",))
+        counted = None
+        if asked:
+            action = asked.pop("action", "")
+            if action not in bulk.ACTS_ON:
+                raise InvalidInput(f"action must be one of {', '.join(bulk.ACTS_ON)}", "action")
+            if "confirm" in asked:
+                raise InvalidInput("a count confirms nothing; press the form's Confirm", "confirm")
+            counted = api_routes.bulk_count(self.queue, action, asked)
+        return self.render(
+            "bulk.html",
+            counted=counted,
+            asked=asked,
+            statuses=[s.value for s in JobStatus],
+            pipelines=pipeline_names(),
+            shown=api_routes.SHOWN,
+            message=self.request.args.get("done"),
+        )
+
     def dead_letters(self) -> flask.Response:
         s = self.queue.settings
         letters = self.peek(s.project, s.dead_letter_subscription)
@@ -313,8 +382,8 @@ class _Page:
 
     # --- buttons
 
-    def job_action(self, job_id: str, action: str) -> flask.Response:
-        records.validate_job_id(job_id)
+    def check_form(self, what: str) -> None:
+        """A 403 for a POST that fails a CSRF check (shared.dashboard.csrf); nothing runs."""
         problem = csrf.problem(
             self.request.headers,
             self.request.cookies,
@@ -324,8 +393,12 @@ class _Page:
             host=self.request.host,
         )
         if problem is not None:
-            log.warning("dashboard refused a form", job_id=job_id, action=action, reason=problem)
+            log.warning("dashboard refused a form", form=what[:200], reason=problem)
             raise Refusal(403, "forbidden", problem)
+
+    def job_action(self, job_id: str, action: str) -> flask.Response:
+        records.validate_job_id(job_id)
+        self.check_form(f"{action} {job_id}")
         by = self.caller.by
         if action == "retry":
             retried = self.queue.retry(job_id, by=by)
@@ -334,6 +407,43 @@ class _Page:
             self.queue.cancel(job_id, by=by, reason="cancelled from the dashboard")
             note = "cancelled"
         return _redirect(f"/jobs/{quote(job_id)}?done={quote(note)}", 303)
+
+    def pipeline_action(self, pipeline: str, action: str) -> flask.Response:
+        """Pause or resume a pipeline (flow control, as `reclaim pause|resume`)."""
+        if action not in ("pause", "resume"):
+            raise Refusal(404, "not found", f"no action {action[:40]!r}; try pause or resume")
+        self.check_form(f"{action} {pipeline}")
+        by = self.caller.by
+        if action == "pause":
+            changed = self.queue.pause(pipeline, by=by)
+            note = f"paused {pipeline}" if changed else f"{pipeline} was paused already"
+        else:
+            resumed = self.queue.resume(pipeline)
+            log.warning("pipeline resumed", pipeline=pipeline, by=by, rung=resumed.rung)
+            more = "; the sweep rings the rest" if resumed.more else ""
+            note = f"resumed {pipeline}: {resumed.rung} parked job(s) rung{more}"
+        return _redirect(f"/pipelines?done={quote(note)}", 303)
+
+    def bulk_action(self, action: str) -> flask.Response:
+        """Act on the selection of a confirmed count; 409 when more jobs match now than the
+        count showed, 400 for a token of another selection. Then back to a fresh count."""
+        self.check_form(f"bulk {action}")
+        fields = views.filled(self.request.form, drop=(csrf.FIELD,))
+        confirm = fields.pop("confirm", None)
+        if confirm is None:
+            raise InvalidInput("confirm is missing; count the selection first, then confirm")
+        counted = api_routes.bulk_count(self.queue, action, fields)
+        reason = fields.get("reason") or "cancelled from the dashboard"
+        done = api_routes.bulk_confirm(
+            self.queue, counted, confirm, by=self.caller.by, reason=reason
+        )
+        note = (
+            f"{action}: {len(done['acted'])} of {done['matching']} job(s); "
+            f"{len(done['skipped'])} changed meanwhile; {len(done['errors'])} error(s)"
+            + (f"; {done['remaining']} left: confirm again" if done["remaining"] else "")
+        )
+        selection = {k: v for k, v in fields.items() if k != "reason"}
+        return _redirect("/bulk?" + urlencode({"action": action, **selection, "done": note}), 303)
 
 
 def _redirect(location: str, code: int) -> flask.Response:

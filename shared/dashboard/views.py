@@ -8,14 +8,17 @@ time come from the Figures source, never from walking the history.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import urlencode
 
-from shared import job_queue, metrics
+from shared import bulk, job_queue, metrics, pages
 from shared.dashboard.figures import Figures
-from shared.errors import BatchNotFound, InvalidInput
+from shared.errors import BatchNotFound, InvalidInput, NotFound
 from shared.jobs import JobRecord
 from shared.pipelines import pipeline_names
 from shared.queue import Queue
@@ -335,3 +338,58 @@ def feature_facts(record: JobRecord, names: tuple[str, ...]) -> list[tuple[str, 
         text = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
         shown.append((name, text))
     return shown
+
+
+@dataclass
+class PipelineState:
+    """A registered pipeline as the pipelines page shows it: paused or not, by whom."""
+
+    name: str
+    paused: bool
+    by: str | None = None
+    at: str | None = None
+
+
+def pipelines(queue: Queue) -> list[PipelineState]:
+    """Every registered pipeline with its pause flag (docs/flow-control.md): one listing of
+    the flags, one read per paused pipeline."""
+    from shared.flow_policy import PAUSED_PREFIX
+
+    flags = {b.name[len(PAUSED_PREFIX) :] for b in queue.store.list_blobs(PAUSED_PREFIX)}
+    out = []
+    for name in pipeline_names():
+        if name not in flags:
+            out.append(PipelineState(name, False))
+            continue
+        try:
+            flag = json.loads(queue.store.read_blob(f"{PAUSED_PREFIX}{name}").data)
+        except (NotFound, ValueError):  # resumed meanwhile, or a flag written by hand
+            flag = {}
+        flag = flag if isinstance(flag, dict) else {}
+        out.append(PipelineState(name, True, _text(flag.get("by")), _text(flag.get("at"))))
+    return out
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)[:120]
+
+
+def filled(fields: Mapping[str, str], *, drop: tuple[str, ...] = ()) -> dict[str, str]:
+    """A form's or query's fields without the empty ones (a browser sends every field of a
+    form, a blank one as ""; the API refuses an empty value) and without `drop`."""
+    return {k: v.strip() for k, v in fields.items() if v.strip() and k not in drop}
+
+
+def bulk_links(query: pages.Query) -> list[tuple[str, str]]:
+    """(action, /bulk URL) for the bulk actions a search's filters can also select (the
+    CLI's selection: batch, status, pipeline; a tag is no bulk selection)."""
+    if query.tag is not None or not (query.batch or query.status or query.pipeline):
+        return []
+    out = []
+    for action, statuses in bulk.ACTS_ON.items():
+        if query.status is not None and query.status not in statuses:
+            continue
+        selection = {"batch": query.batch, "status": query.status, "pipeline": query.pipeline}
+        args = {"action": action, **{k: str(v) for k, v in selection.items() if v}}
+        out.append((action, "/bulk?" + urlencode(args)))
+    return out

@@ -1,6 +1,8 @@
 """The dashboard in a real browser against the local cloud: a batch's progress bar
 advances as its jobs finish, a failed job's error shows, and the Retry button
-requeues it (the page then refreshes itself until the job is done).
+requeues it (the page then refreshes itself until the job is done); search by tag,
+batch and status, pause and resume, and a bulk retry counted first, each acting as the
+verified operator whatever identity header the browser also sends.
 
 Screenshots go to $RECLAIM_SCREENSHOT_DIR (default .local-cloud/screenshots, so a test
 run leaves the tree clean); `RECLAIM_SCREENSHOT_DIR=docs .venv/bin/python -m pytest
@@ -8,7 +10,9 @@ tests/browser` refreshes the ones docs/seeing.md and the README show."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -210,3 +214,146 @@ def test_a_page_on_another_local_port_planting_a_token_pair_is_refused(
         server.server_close()
     status = requests.get(cloud.endpoints["jobs"] + "/keep-2", timeout=30).json()["status"]
     assert status != "cancelled"
+
+
+OPS_EMAIL = "ops@example.com"
+CLAIMED = {  # what a caller may send to pose as someone else: never believed
+    "X-Goog-Authenticated-User-Email": "accounts.google.com:boss@example.com",
+    "X-Reclaim-By": "boss@example.com",
+}
+
+
+@contextlib.contextmanager
+def as_operator(cloud: LocalCloud, browser: Any) -> Iterator[None]:
+    """The browser carries the operator's verified identity (as behind `gcloud run services
+    proxy`) and headers claiming another one."""
+    token = "Bearer " + cloud.platform.identity_token("dashboard", OPS_EMAIL)
+    browser.execute_cdp_cmd("Network.enable", {})
+    headers = {"Authorization": token, **CLAIMED}
+    browser.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": headers})
+    try:
+        yield
+    finally:
+        browser.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {}})
+
+
+def records(cloud: LocalCloud) -> Any:
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    client = storage.Client(
+        project=cloud.endpoints["project"],
+        credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": cloud.endpoints["storage_emulator_host"]},
+    )
+    return client.bucket(cloud.endpoints["records_bucket"])
+
+
+def job_of(cloud: LocalCloud, job_id: str) -> dict[str, Any]:
+    return dict(requests.get(f"{cloud.endpoints['jobs']}/{job_id}", timeout=30).json())
+
+
+def listed(browser: Any) -> list[str]:
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    try:
+        rows = browser.find_elements(By.CSS_SELECTOR, "#results tr[data-job]")
+        return sorted(str(r.get_attribute("data-job")) for r in rows)
+    except StaleElementReferenceException:
+        return []
+
+
+def search(browser: Any, **fields: str) -> None:
+    """Fill the search form as a person does and press Search."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    for name, value in fields.items():
+        element = browser.find_element(By.CSS_SELECTOR, f"#search [name={name}]")
+        if element.tag_name == "select":
+            Select(element).select_by_value(value)
+        else:
+            element.clear()
+            element.send_keys(value)
+    browser.find_element(By.ID, "search-button").click()
+
+
+def test_search_finds_jobs_by_tag_batch_and_status(cloud: LocalCloud, browser: Any) -> None:
+    jobs = [
+        {"pipeline": "demo", "id": f"find-{i}", "payload": {"stages": 1}, "tags": tags}
+        for i, tags in enumerate((["nightly"], ["nightly", "team-a"], []))
+    ]
+    submit(cloud, {"batch_id": "find-demo", "jobs": jobs})
+    for i in range(3):
+        until(f"find-{i} done", lambda i=i: job_of(cloud, f"find-{i}")["status"] == "done")
+    browser.get(cloud.endpoints["dashboard"] + "/jobs")
+    search(browser, tag="nightly")
+    until("the tagged jobs", lambda: listed(browser) == ["find-0", "find-1"])
+    browser.get(cloud.endpoints["dashboard"] + "/jobs")
+    search(browser, batch="find-demo", status="done", pipeline="demo")
+    until("the batch's done jobs", lambda: listed(browser) == ["find-0", "find-1", "find-2"])
+    search(browser, batch="find-demo", status="failed")
+    until("none failed", lambda: "No job" in text_of(browser, "#no-results"))
+    search(browser, batch="", status="done")  # done jobs have no index of their own
+    until("the refusal", lambda: "400" in text_of(browser, "h1"))
+    assert "batch" in text_of(browser, "#reason")
+
+
+def test_pause_and_resume_a_pipeline_as_the_verified_operator(
+    cloud: LocalCloud, browser: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    from shared import flow
+
+    bucket = records(cloud)
+    dashboard = cloud.endpoints["dashboard"]
+    with as_operator(cloud, browser):
+        try:
+            browser.get(dashboard + "/pipelines")
+            browser.find_element(By.CSS_SELECTOR, 'tr[data-pipeline="demo"] button').click()
+            until("paused", lambda: "paused demo" in text_of(browser, "#message"))
+            by = text_of(browser, 'tr[data-pipeline="demo"] .by')
+            assert by == f"dashboard:{OPS_EMAIL}", by  # the verified caller, not "boss"
+            time.sleep(flow.PAUSE_CACHE_S)  # the documented bound of an instance's cached read
+            submit(cloud, {"pipeline": "demo", "id": "parked-1", "payload": {"stages": 1}})
+            until("parked", lambda: bucket.get_blob("parked/demo/parked-1") is not None)
+            assert job_of(cloud, "parked-1")["attempts"] == 0
+            browser.find_element(By.CSS_SELECTOR, 'tr[data-pipeline="demo"] button').click()
+            until("resumed", lambda: "resumed demo" in text_of(browser, "#message"))
+        finally:
+            if bucket.get_blob("paused/demo") is not None:  # leave demo running for the rest
+                bucket.blob("paused/demo").delete()
+    until("the parked job done", lambda: job_of(cloud, "parked-1")["status"] == "done")
+    assert 'data-paused="no"' in browser.page_source.replace("'", '"')
+
+
+def test_a_bulk_retry_counts_first_then_confirms_as_the_verified_operator(
+    cloud: LocalCloud, browser: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    payload = {"stages": 1, "fail_at": 0, "fail_attempts": 1, "permanent": True}
+    ids = [f"bulk-{i}" for i in range(3)]
+    jobs = [{"pipeline": "demo", "id": i, "payload": payload} for i in ids]
+    submit(cloud, {"batch_id": "bulk-demo", "jobs": jobs})
+    for i in ids:
+        until(f"{i} failed", lambda i=i: job_of(cloud, i)["status"] == "failed")
+    with as_operator(cloud, browser):
+        browser.get(cloud.endpoints["dashboard"] + "/jobs")
+        search(browser, batch="bulk-demo", status="failed")
+        until("the failed jobs", lambda: listed(browser) == ids)
+        browser.find_element(By.ID, "bulk-retry").click()
+        until("the count", lambda: text_of(browser, "#matching") == "3")
+        shown = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#first-ids a")]
+        assert sorted(shown) == ids
+        assert all(job_of(cloud, i)["status"] == "failed" for i in ids)  # counting did nothing
+        browser.save_screenshot(str(DOCS / "dashboard-bulk-count.png"))
+        browser.find_element(By.ID, "confirm").click()
+        until("the result", lambda: "retry: 3 of 3" in text_of(browser, "#message"))
+    for i in ids:
+        view = until(f"{i} done", lambda i=i: (v := job_of(cloud, i))["status"] == "done" and v)
+        retried = [h for h in view["history"] if h["event"] == "retried"]
+        assert [h.get("by") for h in retried] == [f"dashboard:{OPS_EMAIL}"]
+        assert "boss" not in json.dumps(view["history"])  # no header the caller chose

@@ -28,7 +28,7 @@ def cloud() -> Iterator[LocalCloud]:
 
 @pytest.fixture(scope="module")
 def client(cloud: LocalCloud) -> Client:
-    return Client(cloud.endpoints["submit"])
+    return Client(cloud.endpoints["submit"], admin_url=cloud.endpoints["admin"])
 
 
 def new_id(tag: str) -> str:
@@ -164,3 +164,22 @@ def test_a_submit_whose_answer_was_lost_is_sent_again_safely(cloud: LocalCloud) 
         assert via.wait(job.id, timeout=60).status == "done"
     finally:
         server.shutdown()
+
+
+def test_operator_calls_go_to_the_admin_function_and_need_its_url(cloud: LocalCloud) -> None:
+    """Submit no longer serves cancel, retry or bulk (the admin function does, to its
+    invokers): a Client without admin_url refuses them before sending anything, and
+    submit itself answers 404 naming the admin function."""
+    from reclaim_client import NoAdminUrl, NotFound
+
+    plain = Client(cloud.endpoints["submit"])
+    job = plain.submit("demo", {"stages": 1, "sleep_s": 5}, id=new_id("no-admin"))
+    with pytest.raises(NoAdminUrl, match="admin_url"):
+        plain.cancel(job.id)
+    with pytest.raises(NoAdminUrl):
+        plain.count("retry", batch="anything")
+    on_submit = Client(cloud.endpoints["submit"], admin_url=cloud.endpoints["submit"])
+    with pytest.raises(NotFound) as refused:
+        on_submit.cancel(job.id)
+    assert refused.value.error == "operator route" and "admin function" in refused.value.reason
+    assert plain.get(job.id).status != "cancelled"

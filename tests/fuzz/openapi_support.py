@@ -48,3 +48,22 @@ def validate_answer(path: str, method: str, status: int, body: Any) -> None:
     """AssertionError naming every way `body` breaks the documented answer."""
     errors = [e.message for e in validator(answer_schema(path, method, status)).iter_errors(body)]
     assert not errors, f"{method.upper()} {path} {status}: {errors[:5]} in {str(body)[:500]}"
+
+
+METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+"""The keys of a path item that are operations (a path item may hold `servers` too)."""
+OPERATOR_TAG = "operators"
+
+
+def operations(path_item: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A path item's operations by method (its other keys, `servers`, left out)."""
+    return {m: op for m, op in path_item.items() if m in METHODS}
+
+
+def operator_paths() -> set[str]:
+    """The paths of the operator routes: the admin function's, not submit's."""
+    return {
+        path
+        for path, item in document()["paths"].items()
+        if any(OPERATOR_TAG in op.get("tags", []) for op in operations(item).values())
+    }

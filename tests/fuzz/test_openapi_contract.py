@@ -15,11 +15,17 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from shared import features, job_queue, records, status, submission
+from shared import api_routes, features, job_queue, records, status, submission
 from shared.config import ENV_VARS
 from shared.jobs import JobStatus
 from tests.fuzz.fuzz_support import ROOT, fuzz
-from tests.fuzz.openapi_support import answer_schema, document, resolve
+from tests.fuzz.openapi_support import (
+    answer_schema,
+    document,
+    operations,
+    operator_paths,
+    resolve,
+)
 
 README = (ROOT / "README.md").read_text()
 API_DOC = (ROOT / "docs" / "api.md").read_text()
@@ -145,11 +151,28 @@ def test_every_route_submit_serves_is_documented_and_no_other() -> None:
     checked over HTTP in test_submit_api.py)."""
     exact, heads = _routes_matched_by_submit()
     assert "/health" in exact and {"jobs", "batches"} <= heads  # the reader found the router
-    documented = set(document()["paths"])
+    documented = set(document()["paths"]) - operator_paths()  # the admin function's
     assert exact <= documented
     by_head = {path for path in documented - exact if path.split("/")[1] in heads}
     assert documented == exact | by_head
     assert heads <= {path.split("/")[1] for path in by_head}
+
+
+def test_the_operator_routes_are_the_admin_functions_and_marked_so() -> None:
+    """The operations tagged `operators` are the paths shared.api_routes.operator_route
+    recognises (the admin function serves them, submit refuses them), each with the
+    admin function as its server; no other path is one."""
+    concrete = {"{id}": "a-job", "{name}": "demo"}
+    for path, item in document()["paths"].items():
+        example_path = path
+        for name, value in concrete.items():
+            example_path = example_path.replace(name, value)
+        is_operator = path in operator_paths()
+        assert (api_routes.operator_route(example_path) is not None) is is_operator, path
+        if is_operator:
+            assert "admin function" in item["servers"][0]["description"], path
+            assert set(operations(item)) == {"post"}, path
+    assert len(operator_paths()) == 6
 
 
 def test_no_documented_route_ends_in_z() -> None:
@@ -187,7 +210,7 @@ def test_the_api_doc_routes_table_is_the_documents() -> None:
     documented = {
         (method, path): {int(code) for code in op["responses"]} - {500, 503}
         for path, item in document()["paths"].items()
-        for method, op in item.items()
+        for method, op in operations(item).items()
     }
     assert readme == documented
 
@@ -212,7 +235,7 @@ def test_the_docs_link_the_document() -> None:
     [
         (path, method, int(code))
         for path, item in document()["paths"].items()
-        for method, op in item.items()
+        for method, op in operations(item).items()
         for code in op["responses"]
     ],
 )

@@ -1,4 +1,5 @@
-"""The submit function attacked through its own OpenAPI document (schemathesis),
+"""The submit function attacked through its own OpenAPI document (schemathesis), and the
+admin function through the document's operator routes (tag `operators`),
 and with raw bodies the document's generator cannot write (numbers outside the
 double range, deep nesting), over HTTP against functions-framework on
 fake-gcs-server and the Pub/Sub emulator.
@@ -21,10 +22,18 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests.fuzz.fuzz_support import ROOT, Functions, functions, fuzz
-from tests.fuzz.openapi_support import document, validate_answer
+from tests.fuzz.openapi_support import (
+    OPERATOR_TAG,
+    document,
+    operations,
+    operator_paths,
+    validate_answer,
+)
 from tests.fuzz.strategies import EDGE_NUMBERS, any_json_text, deep_text, nest, object_text
 
 SCHEMA = schemathesis.openapi.from_path(ROOT / "shared" / "openapi.json")
+SUBMIT_SCHEMA = SCHEMA.exclude(tag=OPERATOR_TAG)  # the operator routes are admin's
+ADMIN_SCHEMA = SCHEMA.include(tag=OPERATOR_TAG)
 MAX_BODY = 262_144  # small enough that schemathesis finds 413 too, big enough for a payload
 
 
@@ -37,7 +46,7 @@ def submit_fn(
         gcs_client,
         publisher,
         log_dir,
-        (("submit", "submit"),),
+        (("submit", "submit"), ("admin", "admin")),  # one bucket, both functions
         {"RECLAIM_MAX_BODY_BYTES": str(MAX_BODY), "RECLAIM_STALE_SECONDS": "600"},
     ) as fns:
         yield fns
@@ -48,8 +57,13 @@ def url(submit_fn: Functions) -> str:
     return submit_fn.urls["submit"]
 
 
+@pytest.fixture
+def admin_url(submit_fn: Functions) -> str:
+    return submit_fn.urls["admin"]
+
+
 @fuzz(examples=150)
-@SCHEMA.parametrize()
+@SUBMIT_SCHEMA.parametrize()
 def test_every_operation_answers_the_document(
     case: schemathesis.Case, submit_fn: Functions, url: str
 ) -> None:
@@ -63,6 +77,22 @@ def test_every_operation_answers_the_document(
     before = submit_fn.snapshot()
     response = case.call_and_validate(
         base_url=url, excluded_checks=[positive_data_acceptance], timeout=30
+    )
+    if response.status_code >= 400:
+        assert submit_fn.snapshot() == before, f"refused ({response.status_code}) yet wrote"
+
+
+@fuzz(examples=100)
+@ADMIN_SCHEMA.parametrize()
+def test_every_operator_operation_answers_the_document_from_the_admin_function(
+    case: schemathesis.Case, submit_fn: Functions, admin_url: str
+) -> None:
+    """The same checks on the admin function, which serves the operator routes."""
+    from schemathesis.specs.openapi.checks import positive_data_acceptance
+
+    before = submit_fn.snapshot()
+    response = case.call_and_validate(
+        base_url=admin_url, excluded_checks=[positive_data_acceptance], timeout=30
     )
     if response.status_code >= 400:
         assert submit_fn.snapshot() == before, f"refused ({response.status_code}) yet wrote"
@@ -175,23 +205,30 @@ _METHODS = ("get", "post", "put", "patch", "delete")
 
 
 def test_every_documented_operation_is_served_and_other_methods_are_refused(
-    submit_fn: Functions, url: str
+    submit_fn: Functions, url: str, admin_url: str
 ) -> None:
-    """The document's routes are the function's: each documented operation answers one
-    of its documented statuses (never the router's "no route" 404), and every other
-    method on the path is a 405 whose Allow header lists exactly the documented ones."""
+    """The document's routes are the functions': each documented operation answers one
+    of its documented statuses (never the router's "no route" 404) from submit, or from
+    the admin function for an operator route (which submit answers 404 naming it), and
+    every other method on the path is a 405 whose Allow header lists exactly the
+    documented ones."""
     for path, item in document()["paths"].items():
-        concrete = url + path.replace("{id}", "doc-probe")
-        for method, operation in item.items():
+        operator = path in operator_paths()
+        concrete = (admin_url if operator else url) + path.replace("{id}", "doc-probe")
+        if operator:
+            on_submit = requests.post(url + path.replace("{id}", "doc-probe"), timeout=30)
+            assert on_submit.status_code == 404, (path, on_submit.text)
+            assert on_submit.json()["error"] == "operator route", path
+        for method, operation in operations(item).items():
             body = {"pipeline": "demo"} if method == "post" else None
             response = requests.request(method, concrete, json=body, timeout=30)
             assert str(response.status_code) in operation["responses"], (path, response.text)
             assert "no route" not in response.text, (path, method)
-        for method in set(_METHODS) - set(item):
+        for method in set(_METHODS) - set(operations(item)):
             refused = requests.request(method, concrete, timeout=30)
             assert refused.status_code == 405, (path, method, refused.text)
             allowed = {m.strip().lower() for m in refused.headers["Allow"].split(",")}
-            assert allowed == set(item), (path, refused.headers["Allow"])
+            assert allowed == set(operations(item)), (path, refused.headers["Allow"])
 
 
 @pytest.mark.parametrize("path", ["/jobs/a%0Ab", "/batches/%0A", "/%0A", "/jobs/x%0D%0Ay"])

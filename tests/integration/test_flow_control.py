@@ -32,7 +32,9 @@ def cloud() -> Iterator[LocalCloud]:
 
 
 def post(cloud: LocalCloud, path: str, body: Any = None) -> requests.Response:
-    return requests.post(cloud.endpoints["submit"] + path, json=body, timeout=60)
+    """To submit, or to the admin function for an operator route (pause, resume, bulk)."""
+    served_by = "admin" if path.startswith(("/pipelines/", "/bulk/")) else "submit"
+    return requests.post(cloud.endpoints[served_by] + path, json=body, timeout=60)
 
 
 def submit_batch(cloud: LocalCloud, jobs: list[dict[str, Any]]) -> tuple[str, list[str]]:

@@ -46,7 +46,7 @@ def paused_by(cloud: LocalCloud, pipeline: str) -> str | None:
 
 
 def pipeline_action(cloud: LocalCloud, action: str, headers: dict[str, str]) -> requests.Response:
-    url = f"{cloud.endpoints['submit']}/pipelines/demo/{action}"
+    url = f"{cloud.endpoints['admin']}/pipelines/demo/{action}"  # an operator route
     return requests.post(url, headers=headers, timeout=60)
 
 
@@ -61,13 +61,13 @@ def test_a_pause_records_the_verified_caller_and_never_a_header_the_caller_chose
         # service, and a real one with its signature altered: the front refuses each
         forged = {"Authorization": "Bearer " + cloud_run_token({"email": "boss@example.com"})}
         other = bearer(cloud, "dashboard")
-        altered = bearer(cloud, "submit")
+        altered = bearer(cloud, "admin")
         altered["Authorization"] = altered["Authorization"][:-4] + "AAAA"
         for headers in (forged, other, altered):
             refused = pipeline_action(cloud, "pause", {**CALLER_CHOSEN, **headers})
             assert refused.status_code == 401, refused.text
             assert paused_by(cloud, "demo") is None
-        verified = pipeline_action(cloud, "pause", {**CALLER_CHOSEN, **bearer(cloud, "submit")})
+        verified = pipeline_action(cloud, "pause", {**CALLER_CHOSEN, **bearer(cloud, "admin")})
         assert verified.status_code == 200 and verified.json()["changed"] is True
         assert paused_by(cloud, "demo") == f"http:{OPS}"
     finally:

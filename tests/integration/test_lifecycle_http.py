@@ -12,6 +12,7 @@ import pytest
 import requests
 
 from local.cloud import LocalCloud
+from shared import api_routes
 from tests.integration.cloud_support import fast_cloud, job
 from tests.polling import wait_for
 
@@ -25,14 +26,16 @@ def cloud() -> Iterator[LocalCloud]:
 def call(
     cloud: LocalCloud, method: str, path: str, body: Any = None, **kw: Any
 ) -> requests.Response:
-    url = cloud.endpoints["submit"] + path
+    """To submit, or to the admin function for an operator route (docs/api.md)."""
+    served_by = "admin" if api_routes.operator_route(path) or path == "/health" else "submit"
+    url = cloud.endpoints[served_by] + path
     return requests.request(method, url, json=body, timeout=90, **kw)
 
 
 def _as_ops(cloud: LocalCloud) -> dict[str, str]:
     """The headers of a caller the platform verified (the local IAM check's token): the
     history names it, whatever a header says (docs/api.md, "Who did it")."""
-    token = cloud.platform.identity_token("submit", "ops@example.com")
+    token = cloud.platform.identity_token("admin", "ops@example.com")
     return {"Authorization": f"Bearer {token}", "X-Reclaim-By": "someone-else"}
 
 
@@ -56,7 +59,9 @@ def refused(resp: requests.Response, status: int) -> dict[str, Any]:
 
 def test_cancel_a_running_job_then_retry_it_to_done(cloud: LocalCloud) -> None:
     job_id = new_id("c")
-    submit(cloud, [{"pipeline": "demo", "id": job_id, "payload": {"stages": 2, "sleep_s": 1}}])
+    # the admin function up first (it scales from zero), so the cancel meets the job running
+    wait_for("the admin function up", lambda: call(cloud, "GET", "/health").ok)
+    submit(cloud, [{"pipeline": "demo", "id": job_id, "payload": {"stages": 2, "sleep_s": 3}}])
     wait_for("the job running", lambda: job(cloud, job_id)["status"] == "running")
     resp = call(
         cloud,
@@ -92,6 +97,30 @@ def test_one_job_refusals(cloud: LocalCloud) -> None:
         ),
         400,
     )
+
+
+def test_the_operator_routes_are_the_admin_functions_alone(cloud: LocalCloud) -> None:
+    """Submit answers each operator route 404 naming the admin function, and changes
+    nothing; the admin function serves nothing else."""
+    job_id = new_id("o")
+    submit(cloud, [{"pipeline": "demo", "id": job_id, "payload": {"stages": 1, "sleep_s": 5}}])
+    for path, body in (
+        (f"/jobs/{job_id}/cancel", {}),
+        (f"/jobs/{job_id}/retry", {}),
+        ("/bulk/cancel", {"batch": "b"}),
+        ("/bulk/retry", {"batch": "b"}),
+        ("/pipelines/demo/pause", None),
+        ("/pipelines/demo/resume", None),
+    ):
+        url = cloud.endpoints["submit"] + path
+        answer = refused(requests.post(url, json=body, timeout=30), 404)
+        assert answer["error"] == "operator route" and "admin function" in answer["reason"]
+    assert job(cloud, job_id)["status"] != "cancelled"
+    for method, path in (("POST", "/jobs"), ("GET", f"/jobs/{job_id}"), ("GET", "/jobs")):
+        url = cloud.endpoints["admin"] + path
+        answer = refused(requests.request(method, url, json={}, timeout=30), 404)
+        assert "operator routes" in answer["reason"] and "submit" in answer["reason"]
+    assert requests.get(cloud.endpoints["admin"] + "/health", timeout=30).json() == {"ok": True}
 
 
 def test_a_waiting_read_answers_when_the_record_changes(cloud: LocalCloud) -> None:

@@ -258,6 +258,7 @@ def test_the_platform_admin_api_is_wired(cloud: LocalCloud):
         "claim",
         "sweep",
         "dashboard",
+        "admin",
     }
     assert stats["services"]["claim"]["config"]["concurrency"] == 4
 

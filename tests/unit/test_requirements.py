@@ -15,7 +15,7 @@ def _pins(path: Path) -> list[str]:
     return sorted(line for line in lines if line)
 
 
-@pytest.mark.parametrize("function", ["submit", "claim", "sweep", "dashboard"])
+@pytest.mark.parametrize("function", ["submit", "claim", "sweep", "dashboard", "admin"])
 def test_each_function_folder_pins_what_the_repo_pins(function: str) -> None:
     assert _pins(ROOT / "functions" / function / "requirements.txt") == _pins(
         ROOT / "requirements.txt"
