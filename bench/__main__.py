@@ -39,6 +39,7 @@ ORDER = (  # the order of the table; one name per line
     "handback",
     "rollout",
     "client",
+    "run_jobs",
 )
 
 
