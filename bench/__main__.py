@@ -40,6 +40,7 @@ ORDER = (  # the order of the table; one name per line
     "rollout",
     "client",
     "capacity",
+    "run_jobs",
 )
 
 

@@ -40,6 +40,7 @@ from local import wiring
 from local.cloudrun import ConfigError, Platform, Revision, Service, ServiceConfig
 from local.gcs import start_fake_gcs
 from local.procs import free_port, function_args, spawn, stop_all, wait_for_port
+from local.runjobs.cloud import LocalJobs
 from shared import upload_routes
 from shared.errors import InvalidInput, PipelineModuleError
 from shared.upload_routes import Routes
@@ -151,6 +152,11 @@ class CloudConfig:
     schedules_file: Path | None = None
     """Cron schedules ticked as Cloud Scheduler would (time); None: no ticks
     (tests); `make dev`: pipelines/schedules.json or $RECLAIM_SCHEDULES_FILE."""
+    claim_runner: str = "push"
+    """"job": claim runs gates and the claim, and its stages run on the local Cloud Run jobs
+    runner (local/runjobs; RECLAIM_RUNNER=job, docs/long-stages.md)."""
+    job_task_timeout_seconds: float = 600.0
+    """The local Cloud Run job's task timeout (Cloud Run's default: 10 minutes)."""
     uploads_file: Path | None = None
     """Upload routes (docs/pipelines.md, "Uploads"): checked at start, handed to the
     functions as RECLAIM_UPLOADS_FILE, and fake-gcs-server notifies what they need; None:
@@ -172,6 +178,8 @@ class CloudConfig:
             raise ValueError("sweep_interval_seconds must be >= 0")
         if self.push_window not in PUSH_WINDOWS:
             raise ValueError(f"push_window={self.push_window!r} must be one of {PUSH_WINDOWS}")
+        if self.claim_runner not in ("push", "job"):
+            raise ValueError(f"claim_runner={self.claim_runner!r} must be 'push' or 'job'")
         if self.push_max_window < 1:
             raise ValueError(f"push_max_window={self.push_max_window} must be >= 1")
         for name in ("duplicate_fraction", "drop_publish_fraction"):
@@ -238,6 +246,8 @@ class LocalCloud:
         """HTTP status of each scheduler tick (-1: no answer), newest last."""
         self.started = False
         self.routes = Routes()
+        self.run_jobs: LocalJobs | None = None
+        """The local Cloud Run jobs runner (claim_runner "job"), else None."""
 
     # ------------------------------------------------------------ factories
 
@@ -310,6 +320,7 @@ class LocalCloud:
             )
             storage = wiring.storage_client(self.gcs_url, t.project)
             wiring.ensure_buckets(t, storage, extra=self.routes.buckets)
+            self._start_run_jobs()
             self._start_platform()
             wiring.ensure_subscriptions(t, sub, self.function_urls())
         finally:
@@ -367,6 +378,8 @@ class LocalCloud:
                 stops.append(pool.submit(self._platform.stop))
                 for done in stops:
                     done.result()
+        if self.run_jobs is not None:  # its tasks talk to the emulators too
+            self.run_jobs.stop()
         stop_all([self._procs[n] for n in ("fake-gcs", "pubsub") if n in self._procs])
         if self._scheduler is not None:  # its POST ended with the sweep front
             self._scheduler.join(timeout=10)
@@ -413,6 +426,8 @@ class LocalCloud:
             out["emulator_admin"] = self._url("admin")
         if self.platform.admin_url is not None:
             out["cloudrun_admin"] = self.platform.admin_url
+        if self.run_jobs is not None:
+            out["run_jobs"] = self.run_jobs.url
         return out
 
     def client_env(self) -> dict[str, str]:
@@ -499,6 +514,8 @@ class LocalCloud:
         out = {name: p.pid for name, p in self._procs.items()}
         if self._platform is not None:
             out.update(self._platform.all_pids())
+        if self.run_jobs is not None:
+            out.update(self.run_jobs.runner.pids())
         return out
 
     def dead_children(self) -> dict[str, int | None]:
@@ -529,6 +546,20 @@ class LocalCloud:
         _wait_logged(c.host, self._ports["pubsub"], proc, log, c.start_timeout)
         if "admin" in self._ports:
             _wait_logged(c.host, self._ports["admin"], proc, log, c.start_timeout)
+
+    def _start_run_jobs(self) -> None:
+        """The local Cloud Run jobs runner, when claim runs on a job (a separate hook)."""
+        c = self.config
+        if c.claim_runner != "job":
+            return
+        self.run_jobs = LocalJobs(
+            c.host,
+            c.topology.project,
+            c.log_dir,
+            task_timeout_s=c.job_task_timeout_seconds,
+            grace_s=c.shutdown_grace_seconds,
+        )
+        self.run_jobs.start(self._function_env(threads=1))
 
     def _start_platform(self) -> None:
         c = self.config
@@ -606,6 +637,8 @@ class LocalCloud:
         if c.uploads_file is not None:  # the same file the launcher checked
             env["RECLAIM_UPLOADS_FILE"] = str(c.uploads_file.resolve())
         env["RECLAIM_UPLOADS_BUCKET"] = t.uploads_bucket
+        if self.run_jobs is not None:  # RECLAIM_RUNNER, RECLAIM_RUN_JOB, RECLAIM_RUN_API
+            env.update(self.run_jobs.env)
         env.update(c.function_env)
         return env
 

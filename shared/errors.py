@@ -183,6 +183,11 @@ class AttemptsExhausted(ReclaimError):
     """The job's owner went silent and no attempt is left (the watchdog's failure)."""
 
 
+class OwnerGone(ReclaimError):
+    """The job's owner is known to be gone before its stale time: the Cloud Run execution
+    that ran it ended with the job still running (shared.executions)."""
+
+
 class PipelineChanged(PermanentError):
     """The job's pipeline changed beyond resuming (shared.resume): it ends unrun, and a
     retry runs it from the start."""

@@ -7,7 +7,7 @@ docs/adding-a-feature.md walks the row of flow control.
 
 from __future__ import annotations
 
-from shared import delayed, expiry, flow, tags, timing, uniqueness, workflows
+from shared import delayed, executions, expiry, flow, tags, timing, uniqueness, workflows
 from shared import flow_policy as fp
 from shared import workflow_graph as graph
 from shared.clock import Clock, utcnow
@@ -80,7 +80,13 @@ TAGS = Feature(
     summary_fields=(tags.KEY,),  # a batch's members, the dashboard's job page
 )
 
-FEATURES: tuple[Feature, ...] = (TIME, FLOW_CONTROL, WORKFLOWS, TAGS)
+RUN_JOBS = Feature(
+    name="cloud run jobs",  # docs/long-stages.md
+    record_fields=("execution",),  # the execution that runs the claimed attempt
+    sweep_checks=(executions.sweep_check,),  # its execution ended: rescued at once
+)
+
+FEATURES: tuple[Feature, ...] = (TIME, FLOW_CONTROL, WORKFLOWS, TAGS, RUN_JOBS)
 
 INDEX_PREFIXES: tuple[str, ...] = tuple(p for f in FEATURES for p in f.index_prefixes)
 """What a store serves for the table (a Context hands them in; a bare store in a test

@@ -61,6 +61,8 @@ HistoryEvent = Literal[
     "retried",
     "released",
     "deferred",
+    "dispatched",
+    "adopted",
 ]
 """The events a record's history lists, oldest first."""
 
@@ -110,6 +112,7 @@ HistoryEntry = TypedDict(
         "version": str,
         "resume": str,
         "from_version": str | None,
+        "execution": str,
     },
     total=False,
 )
@@ -158,6 +161,10 @@ class JobRecord(TypedDict, total=False):
     """First time a revision without the job's code refused it (rollout skew)."""
     progress: JsonObject
     """A stage's latest ctx.progress: done, total, message (absent until one reports)."""
+    # --- Cloud Run jobs (shared.claim.dispatch; docs/long-stages.md)
+    execution: JsonObject | None
+    """The Cloud Run job execution that runs the claimed attempt: job, name,
+    claim_generation, dispatched_at, adopted_at (absent for a push runner's claim)."""
     # --- time (shared.timing): absent in records made without them
     run_at: str | None
     """Not claimed before this UTC time (a delayed job)."""

@@ -35,6 +35,12 @@ class OutcomeKind(StrEnum):
     DEFERRED = "deferred"
     """This revision lacks the job's pipeline or version (rollout skew): left queued, no
     attempt spent, the push redelivered for a revision that has it (shared.resume)."""
+    DISPATCHED = "dispatched"
+    """Claimed, and its stages started on a Cloud Run job execution (the detail names
+    it: shared.claim.dispatch); the execution's task runs and ends the job."""
+    FENCED = "fenced"
+    """A Cloud Run job's task found its claim adopted by another execution, claimed again
+    or ended (shared.claim.task): it wrote nothing and exits."""
     HANDED_BACK = "handed back"
     """The instance is shutting down: the job was queued again at no cost (or, not yet
     claimed, passed on) and its doorbell rung for a live instance."""

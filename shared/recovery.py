@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from shared import finish, job_queue, metrics
 from shared.claim.drain import mark_due
 from shared.doorbell import ring_or_leave
-from shared.errors import AttemptsExhausted, LostRace, NotFound
+from shared.errors import AttemptsExhausted, LostRace, NotFound, OwnerGone
 from shared.jobs import JobRecord, JobStatus, WatchdogAction
 from shared.logs import get_logger
 
@@ -71,13 +71,36 @@ def recover(ctx: Context, stored: Stored, now: datetime, *, clean_marker: bool =
     return Recovery(None, stored)
 
 
-def _requeue(ctx: Context, stored: Stored, now: datetime) -> Recovery:
+def rescue_now(ctx: Context, stored: Stored, now: datetime, why: str) -> Recovery:
+    """A running job whose owner is known to be gone (its Cloud Run execution ended with
+    the job still running: shared.executions): requeued at once, or failed when out of
+    attempts, without waiting out the stale time. Generation-matched like the rest."""
+    job = stored.record
+    if job.get("status") != JobStatus.RUNNING:
+        return Recovery(None, stored)
+    max_attempts = job_queue.max_attempts_of(job, ctx.settings.max_attempts)
+    if job_queue.attempts_of(job) >= max_attempts:
+        return _fail(ctx, stored, now, max_attempts, why)
+    return _requeue(ctx, stored, now, why)
+
+
+def _requeue(ctx: Context, stored: Stored, now: datetime, why: str | None = None) -> Recovery:
     """A silent owner's job (rescue) or a queued job whose doorbell was lost (refresh),
-    back to queued with a fresh updated_at, then rung."""
+    back to queued with a fresh updated_at, then rung; `why` the owner is known gone."""
     job = stored.record
     job_id = str(job["id"])
     rescued = job.get("status") == JobStatus.RUNNING
-    new: JobRecord = {**job, **job_queue.requeue_fields(job, now, rescued=rescued)}
+    error = None
+    if why is not None:
+        error = job_queue.error_info(
+            OwnerGone(why),
+            stage=job.get("stage") if isinstance(job.get("stage"), str) else None,
+            attempt=job_queue.attempts_of(job),
+            now=now,
+            retryable=True,
+        )
+    fields = job_queue.requeue_fields(job, now, rescued=rescued, error=error)
+    new: JobRecord = {**job, **fields}
     try:
         written = ctx.store.update(new, stored.generation)
     except (LostRace, NotFound):
@@ -99,15 +122,16 @@ def _requeue(ctx: Context, stored: Stored, now: datetime) -> Recovery:
     return Recovery("requeue", written, rescued=rescued, rang=rang)
 
 
-def _fail(ctx: Context, stored: Stored, now: datetime, max_attempts: int) -> Recovery:
-    """Out of attempts and silent: terminal failure, then the marker goes."""
+def _fail(
+    ctx: Context, stored: Stored, now: datetime, max_attempts: int, why: str | None = None
+) -> Recovery:
+    """Out of attempts and silent (or gone: `why`): terminal failure, then the marker goes."""
     job = stored.record
     job_id = str(job["id"])
     attempts = job_queue.attempts_of(job)
     shown = attempts if attempts != job_queue.ATTEMPTS_UNREADABLE else "unreadable"
-    exc = AttemptsExhausted(
-        f"the owner went silent and the job is out of attempts ({shown} of {max_attempts})"
-    )
+    gone = why or "the owner went silent"
+    exc = AttemptsExhausted(f"{gone} and the job is out of attempts ({shown} of {max_attempts})")
     stage = job.get("stage")
     error = job_queue.error_info(
         exc,

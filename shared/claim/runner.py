@@ -40,6 +40,7 @@ from shared import (
     timing,
     workflows,
 )
+from shared.claim import dispatch
 from shared.claim.budget import PushBudget
 from shared.claim.drain import GATE, Arrival, DrainGate, backlog_sign, drain, mark_due
 from shared.claim.owned import Heartbeat, OwnedRecord
@@ -237,6 +238,7 @@ class _Runner:
         if plan.resume is not None and plan.resume.kind == "end":
             return self._unrunnable(job_id, stored, now, PipelineChanged(plan.resume.reason))
         owner = new_owner(self.instance)
+        on_jobs = plan.error is None and plan.pipeline is not None and dispatch.wanted()
         try:
             stamp = job_queue.claim_fields(
                 job,
@@ -274,6 +276,16 @@ class _Runner:
             log=jlog,
         )
         try:
+            if on_jobs:  # RECLAIM_RUNNER=job: a Cloud Run job execution runs the stages
+                return dispatch.start(
+                    self.ctx,
+                    claimed,
+                    owner=owner,
+                    jlog=jlog,
+                    fallback=lambda exc: _Job(self, owned, jlog, plan)._retry_or_fail(
+                        exc, stage=None
+                    ),
+                )
             return _Job(self, owned, jlog, plan).run()
         finally:
             owned.close()
@@ -327,6 +339,19 @@ class _Runner:
         )
         finish.after_terminal(self.ctx, final.record)
         return Outcome(job_id, OutcomeKind.FAILED, error["message"])
+
+
+def run_adopted(
+    ctx: Context, owned: OwnedRecord, jlog: JobLogger, *, instance: str, shutdown: Shutdown
+) -> Outcome:
+    """Run the stages of a claim a Cloud Run job's task adopted (shared.claim.task), by the
+    same code as a push: checkpoints, heartbeats, check(), the hand-back on SIGTERM and
+    the final write. A version this image cannot run fails the attempt, naming why."""
+    runner = _Runner(ctx, instance, shutdown)
+    plan = _plan(owned.stored.record, runner.revision)
+    if plan.resume is not None and not plan.resume.runs and plan.error is None:
+        plan.error = PipelineUnavailable(plan.resume.reason)
+    return _Job(runner, owned, jlog, plan).run()
 
 
 class _Plan:

@@ -134,10 +134,17 @@ def _grants() -> dict[str, dict]:
 
 
 def _made_after_first_use(grant: dict) -> bool:
-    """A grant on a function or subscription can only follow it (their users retry)."""
+    """A grant on a function, subscription or Cloud Run job can only follow it (their users
+    retry: a :run refused is a failed attempt, requeued with backoff)."""
     deps = references(grant)
     return any(
-        d.startswith(("google_cloudfunctions2_function.", "google_pubsub_subscription."))
+        d.startswith(
+            (
+                "google_cloudfunctions2_function.",
+                "google_pubsub_subscription.",
+                "google_cloud_run_v2_job.",
+            )
+        )
         for d in deps
     )
 
@@ -167,6 +174,8 @@ def test_the_grants_wait_precedes_every_first_use_inside_the_apply() -> None:
 def test_the_grants_made_after_their_target_are_the_documented_ones() -> None:
     late = sorted(a for a, g in _grants().items() if _made_after_first_use(g))
     assert late == [
+        "google_cloud_run_v2_job_iam_member.claim_runs",  # a refused :run is a retried attempt
+        "google_cloud_run_v2_job_iam_member.sweep_reads",  # the stale-time rescue still runs
         "google_cloud_run_v2_service_iam_member.cron_invoker",  # Scheduler retries a tick
         "google_cloud_run_v2_service_iam_member.dashboard_viewers",
         "google_cloud_run_v2_service_iam_member.invoker",
@@ -216,7 +225,7 @@ def test_the_readmes_walk_through_counts_what_terraform_makes() -> None:
     sources = {re.search(r'source = "(\w+)"', str(v)).group(1) for v in functions.values()}  # type: ignore[union-attr]
     sources.add("admin")  # admin.tf: its own function beside local.functions
     assert "admin" in unquote(config()["locals"]["archives"])
-    numbers = {4: "four", 5: "five", 6: "six", 7: "seven"}
+    numbers = {4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
     assert f"one archive per source folder ({numbers[len(sources)]}:" in readme
     assert f"the {numbers[len(functions) + 1]} Cloud Builds" in readme  # with admin
     alerts = resources("google_monitoring_alert_policy")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from shared import expiry, features, flow, submission, uniqueness, workflows
+from shared import executions, expiry, features, flow, submission, uniqueness, workflows
 from shared.config import Settings
 from shared.errors import InvalidInput, InvalidSubmission
 from shared.finish import after_terminal
@@ -150,7 +150,11 @@ def test_the_table_runs_each_seam_in_the_order_the_features_are_listed() -> None
         workflows.release_hook,
     ]
     assert list(ctx.requeue_hooks()) == [flow.release_hook]
-    assert list(ctx.sweep_checks()) == [expiry.sweep_check, workflows.sweep_check]
+    assert list(ctx.sweep_checks()) == [
+        expiry.sweep_check,
+        workflows.sweep_check,
+        executions.sweep_check,
+    ]
     assert [p.name for p in ctx.sweep_passes()] == ["time", "flow", "workflows"]
 
 

@@ -1,0 +1,177 @@
+"""The local Cloud Run jobs runner over HTTP, through reclaim's own Admin API client: a
+:run with overrides starts a process with them; the exit code, the task timeout, a
+cancel, a platform event and a kill end it as Cloud Run would; bad input is refused in
+Google's error shape and creates nothing. Tasks are tiny Python programs."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from local.runjobs import JobSpec, JobsRunner, RunJobsServer
+from shared.run_jobs import RunJobs, RunJobsError, execution_state
+from tests import polling
+
+JOB = "projects/p/locations/local/jobs/tiny"
+# prints its environment's RECLAIM_* and CLOUD_RUN_* as JSON, then does what MODE says
+TASK = """
+import json, os, signal, sys, time
+seen = {k: v for k, v in os.environ.items() if k.startswith(("RECLAIM_", "CLOUD_RUN_"))}
+print(json.dumps(seen), flush=True)
+mode = os.environ.get("MODE", "exit0")
+if mode == "ignore-term":
+    signal.signal(signal.SIGTERM, lambda *a: print("term ignored", flush=True))
+if mode == "exit3":
+    sys.exit(3)
+if mode in ("sleep", "ignore-term"):
+    for _ in range(600):
+        time.sleep(0.05)
+"""
+
+wait_for = functools.partial(polling.wait_for, interval=0.05, timeout=30)
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[tuple[RunJobs, str]]:
+    runner = JobsRunner(tmp_path)
+    runner.add_job(
+        JobSpec(
+            JOB, (sys.executable, "-c", TASK), env={"MODE": "exit0"}, task_timeout_s=60, grace_s=0.5
+        )
+    )
+    runner.add_job(
+        JobSpec(
+            JOB + "-short",
+            (sys.executable, "-c", TASK),
+            env={"MODE": "ignore-term"},
+            task_timeout_s=1.0,
+            grace_s=0.5,
+        )
+    )
+    server = RunJobsServer(runner, "127.0.0.1")
+    server.start()
+    try:
+        yield RunJobs(server.url), server.url
+    finally:
+        server.stop()
+
+
+def ended(client: RunJobs, name: str) -> dict[str, Any]:
+    return wait_for(
+        f"{name} completed", lambda: (e := client.execution(name)).get("completionTime") and e
+    )
+
+
+def printed_env(execution: dict[str, Any]) -> dict[str, str]:
+    first = Path(execution["local"]["log"]).read_text().splitlines()[0]
+    return dict(json.loads(first))
+
+
+def test_a_run_with_overrides_starts_a_task_with_them_and_exit_0_succeeds(
+    api: tuple[RunJobs, str],
+) -> None:
+    client, _ = api
+    name = client.run(JOB, {"RECLAIM_TASK_JOB_ID": "j1", "RECLAIM_TASK_CLAIM_GENERATION": "7"})
+    assert name.startswith(JOB + "/executions/tiny-")
+    done = ended(client, name)
+    assert execution_state(done) == "succeeded" and done["succeededCount"] == 1
+    env = printed_env(done)
+    assert env["RECLAIM_TASK_JOB_ID"] == "j1" and env["RECLAIM_TASK_CLAIM_GENERATION"] == "7"
+    assert env["CLOUD_RUN_EXECUTION"] == name.rsplit("/", 1)[-1]
+    assert env["CLOUD_RUN_JOB"] == "tiny" and env["CLOUD_RUN_TASK_COUNT"] == "1"
+    listed = [e["name"] for e in client._call("GET", f"{JOB}/executions")["executions"]]
+    assert listed == [name]
+
+
+def test_a_nonzero_exit_fails_the_execution(api: tuple[RunJobs, str]) -> None:
+    client, _ = api
+    done = ended(client, client.run(JOB, {"MODE": "exit3"}))
+    assert execution_state(done) == "failed" and done["local"]["exit_code"] == 3
+
+
+def test_the_task_timeout_sends_sigterm_then_sigkill_after_the_grace(
+    api: tuple[RunJobs, str],
+) -> None:
+    client, _ = api
+    done = ended(client, client.run(JOB + "-short", {}))
+    assert execution_state(done) == "failed" and done["local"]["ending"] == "timeout"
+    assert done["local"]["exit_code"] == -9  # it ignored the SIGTERM
+    assert "term ignored" in Path(done["local"]["log"]).read_text()
+
+
+def test_a_cancel_stops_the_task_and_cancels_the_execution(api: tuple[RunJobs, str]) -> None:
+    client, _ = api
+    name = client.run(JOB, {"MODE": "sleep"})
+    wait_for("the task running", lambda: client.execution(name)["runningCount"] == 1)
+    client.cancel(name)
+    done = ended(client, name)
+    assert execution_state(done) == "cancelled" and done["cancelledCount"] == 1
+    with pytest.raises(RunJobsError, match="409"):
+        client.cancel(name)
+
+
+@pytest.mark.parametrize(("action", "code"), [("terminate", -15), ("kill", -9)])
+def test_the_admin_api_ends_a_task_by_a_platform_event_or_a_kill(
+    api: tuple[RunJobs, str], action: str, code: int
+) -> None:
+    client, url = api
+    name = client.run(JOB, {"MODE": "sleep"})
+    wait_for("the task running", lambda: client.execution(name)["runningCount"] == 1)
+    short = name.rsplit("/", 1)[-1]
+    _post(f"{url}/admin/executions/{short}/{action}")
+    done = ended(client, name)
+    assert execution_state(done) == "failed" and done["local"]["exit_code"] == code
+    assert done["local"]["ending"] == action
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"overrides": {"taskCount": 2}},
+        {"overrides": {"containerOverrides": [{"env": [{"name": 1}]}]}},
+        {"overrides": {"containerOverrides": [{}, {}]}},
+        {"overrides": {"nope": 1}},
+        {"surprise": True},
+    ],
+)
+def test_a_bad_run_is_refused_in_googles_shape_and_starts_nothing(
+    api: tuple[RunJobs, str], body: dict[str, Any]
+) -> None:
+    client, url = api
+    status, answer = _post(f"{url}/v2/{JOB}:run", body)
+    assert status == 400 and answer["error"]["status"] == "INVALID_ARGUMENT"
+    assert client._call("GET", f"{JOB}/executions")["executions"] == []
+
+
+def test_unknown_jobs_executions_and_admin_paths_are_404(api: tuple[RunJobs, str]) -> None:
+    client, url = api
+    with pytest.raises(RunJobsError, match="404"):
+        client.run(JOB + "-nope", {})
+    with pytest.raises(RunJobsError, match="404"):
+        client.execution(JOB + "/executions/none")
+    status, answer = _post(f"{url}/admin/executions/none/kill")
+    assert status == 404 and set(answer) == {"error", "reason"}
+    status, answer = _post(f"{url}/admin/executions/none/explode")
+    assert status == 404 and answer["error"] == "no such action"
+
+
+def _post(url: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(body or {}).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
