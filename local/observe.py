@@ -42,7 +42,8 @@ def watching_queue(cloud: LocalCloud) -> Queue:
         jobs_topic=ep["jobs_topic"],
     )
     store = GcsStore(settings.records_bucket, wiring.storage_client(cloud.gcs_url, ep["project"]))
-    return Queue(store, Doorbell(settings.project, settings.jobs_topic), settings)
+    doorbell = Doorbell(settings.project, settings.jobs_topic, pools=settings.pools)
+    return Queue(store, doorbell, settings)
 
 
 def snapshot(queue: Queue, job_ids: Iterable[str]) -> dict[str, dict[str, Any]]:

@@ -35,6 +35,9 @@ class OutcomeKind(StrEnum):
     DEFERRED = "deferred"
     """This revision lacks the job's pipeline or version (rollout skew): left queued, no
     attempt spent, the push redelivered for a revision that has it (shared.resume)."""
+    REROUTED = "rerouted"
+    """The job's pipeline runs in another pool (a rollout moved it): its doorbell was rung
+    on that pool's topic, nothing run here (shared.pool_routing)."""
     HANDED_BACK = "handed back"
     """The instance is shutting down: the job was queued again at no cost (or, not yet
     claimed, passed on) and its doorbell rung for a live instance."""

@@ -407,8 +407,16 @@ def _calls_per_job_of_a_maximum_batch() -> float:
     from shared.submission import submit
 
     class Bell:
-        def ring(self, job_id: str, traceparent: str | None = None) -> None: ...
-        def ring_many(self, job_ids: object, traceparents: object = None) -> list[str]:
+        def ring(
+            self, job_id: str, traceparent: str | None = None, *, pipeline: str | None = None
+        ) -> None: ...
+        def ring_many(
+            self,
+            job_ids: object,
+            traceparents: object = None,
+            *,
+            pipelines: object = None,
+        ) -> list[str]:
             return []
 
     n = int(optional_defaults("queue")["max_batch_jobs"])
