@@ -6,7 +6,9 @@ fake-gcs-server (with upload notifications), the Pub/Sub emulator, every
 function as a service of the local Cloud Run platform (local/cloudrun: one URL
 per function, instances under functions-framework started from zero on demand,
 capped at their concurrency, queued, scaled in and reclaimed as Cloud Run does),
-and a tick that POSTs to sweep like Cloud Scheduler.
+and a tick that POSTs to sweep like Cloud Scheduler. With a pools file (docs/pools.md),
+each pool gets its own claim service, ``claim-<pool>``, fed by its own topic and push
+subscription, as terraform deploys them; ``claim`` stays the default pool's.
 
     with LocalCloud.for_tests(max_instances=2, concurrency=4) as cloud:
         requests.post(cloud.endpoints["submit"] + "/jobs", json={...})
@@ -40,7 +42,8 @@ from local import wiring
 from local.cloudrun import ConfigError, Platform, Revision, Service, ServiceConfig
 from local.gcs import start_fake_gcs
 from local.procs import free_port, function_args, spawn, stop_all, wait_for_port
-from shared import upload_routes
+from shared import pools, upload_routes
+from shared.errors import ConfigError as SettingsError
 from shared.errors import InvalidInput, PipelineModuleError
 from shared.upload_routes import Routes
 
@@ -66,6 +69,15 @@ DEFAULT_FUNCTIONS: Mapping[str, FunctionSpec] = {
     "sweep": FunctionSpec("functions/sweep/main.py", "sweep"),
     "dashboard": FunctionSpec("functions/dashboard/main.py", "dashboard"),
 }
+
+
+POOL_SERVICE_PREFIX = "claim-"
+
+
+def pool_service(pool: str) -> str:
+    """The claim service of a declared pool (terraform: <prefix>-claim-<pool>); the
+    default pool's is "claim"."""
+    return "claim" if pool == pools.DEFAULT else f"{POOL_SERVICE_PREFIX}{pool}"
 
 
 @dataclass(frozen=True)
@@ -151,6 +163,25 @@ class CloudConfig:
     """Upload routes (docs/pipelines.md, "Uploads"): checked at start, handed to the
     functions as RECLAIM_UPLOADS_FILE, and fake-gcs-server notifies what they need; None:
     no routes, every upload of the uploads bucket becomes an upload-digest job."""
+    pools_file: Path | None = None
+    """Worker pools (docs/pools.md): checked at construction, handed to every function as
+    RECLAIM_POOLS_FILE; each pool gets a claim service `claim-<pool>` sized by the file
+    (its topic and subscription too); None: one claim for every pipeline."""
+
+    def pools(self) -> pools.Pools:
+        """The pools of pools_file; ValueError naming the problem."""
+        try:
+            return pools.load_pools(self.pools_file)
+        except SettingsError as exc:
+            raise ValueError(str(exc)) from None
+
+    def service_names(self) -> list[str]:
+        """Every function's service: the five, then one claim per declared pool."""
+        return [*DEFAULT_FUNCTIONS, *(pool_service(p) for p in self.pools().declared)]
+
+    def spec(self, name: str) -> FunctionSpec:
+        """Where functions-framework finds a service's function (a pool's: claim's)."""
+        return self.functions[name if name in self.functions else "claim"]
 
     def validate(self) -> None:
         """Raise ValueError with a clear message for a setting that cannot work."""
@@ -185,7 +216,7 @@ class CloudConfig:
         unknown = set(self.sizing) - set(DEFAULT_SIZING)
         if unknown:
             raise ValueError(f"sizing names unknown functions {sorted(unknown)}")
-        for name in DEFAULT_FUNCTIONS:
+        for name in self.service_names():
             try:
                 self.service_config(name).validate()
             except ConfigError as exc:
@@ -206,6 +237,16 @@ class CloudConfig:
                 max_instances=self.max_instances,
                 min_instances=self.min_instances,
                 timeout_s=self.claim_timeout_seconds,
+                **common,  # type: ignore[arg-type]
+            )
+        if name.startswith(POOL_SERVICE_PREFIX):  # a pool's claim, sized by the pools file
+            pool = self.pools().get(name[len(POOL_SERVICE_PREFIX) :])
+            return ServiceConfig(
+                name,
+                concurrency=pool.concurrency,
+                max_instances=min(pool.max_instances, MAX_LOCAL_INSTANCES),
+                min_instances=pool.min_instances,
+                timeout_s=min(pool.timeout_seconds, self.claim_timeout_seconds),
                 **common,  # type: ignore[arg-type]
             )
         size = self.sizing.get(name, DEFAULT_SIZING[name])
@@ -234,6 +275,9 @@ class LocalCloud:
         """HTTP status of each scheduler tick (-1: no answer), newest last."""
         self.started = False
         self.routes = Routes()
+        self.pools = self.config.pools()
+        self.topology = wiring.with_pools(self.config.topology, self.pools)
+        """The wiring with every pool's topic and subscription (terraform's)."""
 
     # ------------------------------------------------------------ factories
 
@@ -284,7 +328,7 @@ class LocalCloud:
             raise
 
     def _start(self) -> None:
-        c, t = self.config, self.config.topology
+        c, t = self.config, self.topology
         self.routes = self._load_routes()  # a bad routes file stops here, naming the route
         c.log_dir.mkdir(parents=True, exist_ok=True)
         self._resolve_ports()
@@ -383,8 +427,8 @@ class LocalCloud:
         return f"http://{self.config.host}:{self._ports[key]}"
 
     def function_urls(self) -> dict[str, str]:
-        """The one URL of each function: its front on the local Cloud Run."""
-        return {name: self.platform.url(name) for name in DEFAULT_FUNCTIONS}
+        """The one URL of each function (and pool's claim): its front on the local Cloud Run."""
+        return {name: self.platform.url(name) for name in self.config.service_names()}
 
     @property
     def endpoints(self) -> dict[str, str]:
@@ -423,7 +467,13 @@ class LocalCloud:
             "RECLAIM_JOBS_TOPIC": t.jobs_topic,
             "RECLAIM_STALE_SECONDS": str(self.config.stale_seconds),
             "RECLAIM_MAX_CONCURRENT": str(self.config.concurrency),
+            **self._pools_env(),
         }
+
+    def _pools_env(self) -> dict[str, str]:
+        """RECLAIM_POOLS_FILE, when there is one: every ringer routes by it."""
+        path = self.config.pools_file
+        return {} if path is None else {pools.POOLS_ENV: str(path.resolve())}
 
     # ------------------------------------------------------------ the platform
 
@@ -542,12 +592,13 @@ class LocalCloud:
             "sweep": c.sweep_port,
             "dashboard": c.dashboard_port,
         }
-        for name in DEFAULT_FUNCTIONS:
-            source = ROOT / c.functions[name].source
+        for name in c.service_names():
+            source = ROOT / c.spec(name).source
             if not source.exists():
                 raise FileNotFoundError(f"{name}: {source} does not exist (yet?)")
             config = c.service_config(name)
-            self._platform.add(config, self._launcher(name, config.concurrency), ports[name])
+            launcher = self._launcher(name, config.concurrency)
+            self._platform.add(config, launcher, ports.get(name, 0))
         self._platform.start()
 
     def _launcher(
@@ -556,13 +607,13 @@ class LocalCloud:
         """How the platform starts one instance of `name`: functions-framework on `port`,
         with its revision's environment (K_REVISION included)."""
         c = self.config
-        spec = function or c.functions[name]
+        spec = function or c.spec(name)
 
         def launch(port: int, label: str, revision: Revision) -> subprocess.Popen[bytes]:
             args = function_args(ROOT / spec.source, spec.target, c.host, port)
             return spawn(
                 args,
-                env=revision.instance_env(self._function_env(threads), port),
+                env=revision.instance_env(self._function_env(threads, name), port),
                 log_path=c.log_dir / f"{label}.log",
                 cwd=ROOT,
                 die_with_parent=True,
@@ -571,8 +622,9 @@ class LocalCloud:
 
         return launch
 
-    def _function_env(self, threads: int) -> dict[str, str]:
-        """Every instance's environment before its revision's (which adds K_REVISION)."""
+    def _function_env(self, threads: int, name: str = "") -> dict[str, str]:
+        """Every instance's environment before its revision's (which adds K_REVISION); a
+        pool's claim gets its pool's, as terraform sets it (pool_env)."""
         c, t = self.config, self.config.topology
         env = _child_env()
         env.update(
@@ -601,8 +653,26 @@ class LocalCloud:
         if c.uploads_file is not None:  # the same file the launcher checked
             env["RECLAIM_UPLOADS_FILE"] = str(c.uploads_file.resolve())
         env["RECLAIM_UPLOADS_BUCKET"] = t.uploads_bucket
+        env.update(self._pools_env())
         env.update(c.function_env)
+        if name.startswith(POOL_SERVICE_PREFIX):
+            env.update(self.pool_env(name[len(POOL_SERVICE_PREFIX) :]))
         return env
+
+    def pool_env(self, name: str) -> dict[str, str]:
+        """What a pool's claim is told (terraform/pools.tf sets the same): its pool, its
+        concurrency (= THREADS), its stale time and its push's deadline. The runner's
+        variables (RECLAIM_RUNNER, RECLAIM_RUN_JOB, RECLAIM_RUN_API) for a pool whose
+        runner is "job" are the Cloud Run jobs runner's to add (local/runjobs)."""
+        pool = self.pools.get(name)
+        stale = pool.stale_seconds if pool.stale_seconds is not None else self.config.stale_seconds
+        return {
+            pools.POOL_ENV: name,
+            "RECLAIM_MAX_CONCURRENT": str(pool.concurrency),
+            "THREADS": str(pool.concurrency),
+            "RECLAIM_STALE_SECONDS": str(stale),
+            "RECLAIM_PUSH_DEADLINE_SECONDS": str(pool.ack_deadline_seconds),
+        }
 
     def _tick_loop(self) -> None:
         """POST to sweep every interval, as Cloud Scheduler does (ticks never overlap)."""

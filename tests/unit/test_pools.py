@@ -128,7 +128,7 @@ def test_no_file_means_no_pools_and_a_bad_one_stops_the_settings(tmp_path: Path)
     assert Settings.from_env({}).pools.names == (DEFAULT,)
     assert pools.load_pools(None) is pools.NO_POOLS
     broken = write(tmp_path, "{not json", "broken.json")
-    with pytest.raises(ConfigError, match="broken.json is not readable JSON"):
+    with pytest.raises(ConfigError, match=r"broken\.json is not readable JSON"):
         Settings.from_env({"RECLAIM_POOLS_FILE": str(broken)})
     twice = write(tmp_path, {"pools": {"a": {"pipelines": ["x"]}, "b": {"pipelines": ["x"]}}})
     with pytest.raises(ConfigError, match="two pools"):
@@ -139,7 +139,7 @@ def test_no_file_means_no_pools_and_a_bad_one_stops_the_settings(tmp_path: Path)
 
 def test_a_claim_serves_a_known_pool_and_heartbeats_by_its_stale_time(tmp_path: Path) -> None:
     path = str(write(tmp_path, {"pools": {"light": LIGHT, "heavy": HEAVY}}))
-    with pytest.raises(ConfigError, match="RECLAIM_POOL='medium' is not a pool"):
+    with pytest.raises(ConfigError, match=r"RECLAIM_POOL=.medium. is not a pool"):
         Settings.from_env({"RECLAIM_POOLS_FILE": path, "RECLAIM_POOL": "medium"})
     with pytest.raises(ConfigError, match="RECLAIM_POOL='Bad'"):
         Settings.from_env({"RECLAIM_POOL": "Bad"})
