@@ -40,6 +40,7 @@ def watching_queue(cloud: LocalCloud) -> Queue:
         project=ep["project"],
         records_bucket=ep["records_bucket"],
         jobs_topic=ep["jobs_topic"],
+        pools_file=str(cloud.config.pools_file or ""),
     )
     store = GcsStore(settings.records_bucket, wiring.storage_client(cloud.gcs_url, ep["project"]))
     doorbell = Doorbell(settings.project, settings.jobs_topic, pools=settings.pools)
