@@ -21,7 +21,7 @@ from shared.outcome import OutcomeKind
 from shared.pools import DEFAULT, Pool, parse
 from shared.queue import Queue, parse_submission
 from shared.storage_memory import MemoryStore
-from tests.unit.unit_support import Bell, Clock, handle, settings
+from tests.unit.unit_support import Bell, Clock, handle, pipeline, settings
 
 LIGHT = {"pipelines": ["upload-digest"], "concurrency": 8, "stale_seconds": 60}
 HEAVY = {"pipelines": ["webhook"], "memory": "4Gi", "cpu": "2", "concurrency": 1}
@@ -270,14 +270,21 @@ def test_a_delivery_to_the_right_pool_runs(tmp_path: Path) -> None:
     assert store.read(job_id).record.get("attempts") == 1
 
 
-def test_the_sweep_judges_each_job_by_its_pools_stale_time(tmp_path: Path) -> None:
+def _silent_90s(tmp_path: Path) -> tuple[Clock, MemoryStore, Bell, Settings, str, str]:
+    """A light job (stale after 60 s) and a default one (after 120 s), both running with
+    an owner silent for 90 s."""
     clock = Clock()
     store, bell = MemoryStore(), Bell()
     s = pooled(tmp_path, stale_seconds=120.0)
     ago = (clock() - timedelta(seconds=90)).isoformat()
     running = {"status": "running", "attempts": 1, "owner": "gone", "updated_at": ago}
-    light = _job(store, s, "upload-digest", **running)  # light: stale after 60 s
-    plain = _job(store, s, "demo", **running)  # default: after 120 s
+    light = _job(store, s, "upload-digest", **running)
+    plain = _job(store, s, "demo", **running)
+    return clock, store, bell, s, light, plain
+
+
+def test_the_sweep_judges_each_job_by_its_pools_stale_time(tmp_path: Path) -> None:
+    clock, store, bell, s, light, plain = _silent_90s(tmp_path)
     result = sweeper.run_once(context(store, bell, s, clock), clock())
     assert result.rescued == 1
     assert store.read(light).record["status"] == "queued"
@@ -306,3 +313,32 @@ def test_an_old_marker_of_a_moved_pipeline_is_rung_to_its_pool_then_removed(
     assert [e.key for e in store.list_pending()] == [job_id]  # the old one is left
     result = sweeper.run_once(context(store, bell, s, clock), clock())
     assert result.repaired == 1 and store.list_pending() == []
+
+
+def test_a_status_read_judges_a_job_by_its_pools_stale_time(tmp_path: Path) -> None:
+    clock, store, bell, s, light, plain = _silent_90s(tmp_path)
+    queue = Queue(store, bell, s, clock=clock)
+    assert queue.get(light).record["status"] == "queued"  # silent 90 s > light's 60 s
+    assert queue.get(plain).record["status"] == "running"  # < the default pool's 120 s
+
+
+def test_a_keys_limit_spans_pools(tmp_path: Path) -> None:
+    """max_running 1 across two pools: while a light job holds its key's place, the
+    heavy pool's job of the same key waits (shared.flow's places are not per pool)."""
+    store = MemoryStore()
+    seen: dict[str, Any] = {}
+    path = write(tmp_path, {"pools": {"light": LIGHT, "heavy": HEAVY}})
+    heavy_s = settings(pools_file=str(path), pool="heavy")
+    keyed = {"concurrency_key": "customer-7", "max_running": 1}
+    other = _job(store, heavy_s, "webhook", **keyed)
+
+    def holder(ctx: Any) -> None:  # runs while this job holds the key's one place
+        seen["other"] = handle(other, store, heavy_s)
+
+    name = pipeline([("hold", holder)])
+    doc = {"pools": {"light": {**LIGHT, "pipelines": [name]}, "heavy": HEAVY}}
+    light_s = settings(pools_file=str(write(tmp_path, doc, "named.json")), pool="light")
+    mine = _job(store, light_s, name, **keyed)
+    outcome = handle(mine, store, light_s)
+    assert outcome.kind == OutcomeKind.DONE
+    assert seen["other"].kind == OutcomeKind.SKIPPED and "waiting" in seen["other"].detail
