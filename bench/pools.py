@@ -283,10 +283,8 @@ def run() -> dict[str, Any]:
     held = isolated["saturated_before"] and isolated["saturated_after"]
     one = median(shared["light_s"])
     costs = isolated["cost"]
-    sources = "; ".join(
-        f"{cost.PRICES[k]['what']}: {cost.PRICES[k]['shown']} ({cost.PRICES[k]['source']})"
-        for k in ("cpu_s", "gib_s", "request", "class_a", "class_b", "pubsub_byte")
-    )
+    used = ("cpu_s", "gib_s", "request", "class_a", "class_b", "pubsub_byte")
+    sources = cost.cited({k: cost.PRICES[k] for k in used})
 
     def cost_figure(pool: str) -> str:
         u, m = costs[pool]["usd"], costs[pool]["measured"]
