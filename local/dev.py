@@ -331,6 +331,10 @@ def config_from_env(env: Mapping[str, str]) -> CloudConfig:
     modules = env.get("RECLAIM_PIPELINE_MODULES", "")
     config = replace(config, pools_file=pools.pools_file(env.get(pools.POOLS_ENV, ""), modules))
     try:
+        config.pools()  # a bad pools file stops here, naming the pool (nothing started)
+    except ValueError as exc:
+        raise LaunchConfigError(str(exc)) from None
+    try:
         config.validate()
     except ValueError as exc:
         raise LaunchConfigError(f"{exc} (check the LOCAL_* variables)") from None
@@ -384,7 +388,6 @@ def plan(config: CloudConfig, env: Mapping[str, str]) -> str:
             f"(THREADS), instances {s.min_instances}..{s.max_instances}, "
             f"timeout {s.timeout_s:g} s"
         )
-    lines += pools_lines(config)
     lines.append(
         f"    every instance: idle {config.idle_timeout_seconds:g} s -> SIGTERM, "
         f"{config.shutdown_grace_seconds:g} s grace -> SIGKILL; pending "
@@ -395,6 +398,7 @@ def plan(config: CloudConfig, env: Mapping[str, str]) -> str:
         )
         + " -> 429"
     )
+    lines += pools_lines(config)
     if config.sweep_interval_seconds:
         lines.append(f"  scheduler          POST sweep every {config.sweep_interval_seconds:g} s")
     if config.schedules_file is not None:  # time: docs/time.md

@@ -27,7 +27,6 @@ Per-key concurrency limits and rates are not per pool: their objects are global.
 from __future__ import annotations
 
 import json
-import os
 import re
 import threading
 from collections.abc import Iterable, Mapping
@@ -351,9 +350,3 @@ def load_pools(path: Path | None) -> Pools:
     with _CACHE_LOCK:
         _CACHE[key] = pools
     return pools
-
-
-def env_pool(env: Mapping[str, str] | None = None) -> str:
-    """This process's pool (RECLAIM_POOL; the default pool when unset)."""
-    value = (os.environ if env is None else env).get(POOL_ENV, "").strip()
-    return value or DEFAULT
