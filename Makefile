@@ -18,7 +18,7 @@ TF_WHEELS := \
 	$(TF_CACHE)/cdktf_cdktf_provider_time-11.0.1-py3-none-any.whl
 TF_VARS ?= terraform.tfvars
 
-.PHONY: help venv browser test unit lint fmt dev demo bench mutate tf-venv tf-schema tf-check deploy destroy clean
+.PHONY: help venv browser test unit lint fmt dev demo demo-pools bench mutate tf-venv tf-schema tf-check deploy destroy clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
@@ -65,6 +65,9 @@ dev: venv ## Run the local cloud in the foreground (Ctrl-C stops it)
 
 demo: venv ## The incident replay: 22 jobs, one instance killed mid-batch
 	$(PY) -m local.demo
+
+demo-pools: venv ## Two worker pools side by side: quick jobs never wait behind heavy ones
+	$(PY) -m local.demo_pools
 
 bench: venv ## Benchmarks: writes bench/results.json and bench/results.md
 	$(PY) -m bench

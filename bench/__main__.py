@@ -33,6 +33,7 @@ ORDER = (  # the order of the table; one name per line
     "backlog",
     "rescue",
     "cost",
+    "pools",
     "imports",
     "flow",
     "workflows",

@@ -110,10 +110,18 @@ _WAIT_NOTE = (
 class _Silent:
     """No doorbell: the batch is only read, never run."""
 
-    def ring(self, job_id: str, traceparent: str | None = None) -> None:
+    def ring(
+        self, job_id: str, traceparent: str | None = None, *, pipeline: str | None = None
+    ) -> None:
         pass
 
-    def ring_many(self, job_ids: Any, traceparents: Any = None) -> list[str]:
+    def ring_many(
+        self,
+        job_ids: Any,
+        traceparents: Any = None,
+        *,
+        pipelines: object = None,
+    ) -> list[str]:
         return []
 
 

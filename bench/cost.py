@@ -182,15 +182,21 @@ def price(m: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run() -> dict[str, Any]:
-    m = _measure()
-    c = price(m)
-    sources = "; ".join(
+def cited(prices: dict[str, dict[str, Any]]) -> str:
+    """The prices as a row's note: what, how much, the page, and whether the stored copy
+    of the page showed it."""
+    return "; ".join(
         f"{v['what']}: {v['shown']} ({v['source']}"
         + ("" if v["confirmed"] else ", not confirmed on the page as stored")
         + ")"
-        for v in PRICES.values()
+        for v in prices.values()
     )
+
+
+def run() -> dict[str, Any]:
+    m = _measure()
+    c = price(m)
+    sources = cited(PRICES)
     usd = c["usd"]
     return {
         "raw": {"measured": m, "per_1000_jobs": c, "prices": PRICES, "checked": CHECKED},

@@ -31,11 +31,17 @@ PAIRS = 10
 class _Silent:
     """A doorbell that rings nothing: the jobs are delivered by hand, one by one."""
 
-    def ring(self, job_id: str, traceparent: str | None = None) -> None:
+    def ring(
+        self, job_id: str, traceparent: str | None = None, *, pipeline: str | None = None
+    ) -> None:
         return None
 
     def ring_many(
-        self, job_ids: Iterable[str], traceparents: Mapping[str, str] | None = None
+        self,
+        job_ids: Iterable[str],
+        traceparents: Mapping[str, str] | None = None,
+        *,
+        pipelines: Mapping[str, str] | None = None,
     ) -> list[str]:
         return []
 

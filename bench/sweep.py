@@ -48,11 +48,17 @@ class _Bell:
     def __init__(self) -> None:
         self.rung = 0
 
-    def ring(self, job_id: str, traceparent: str | None = None) -> None:
+    def ring(
+        self, job_id: str, traceparent: str | None = None, *, pipeline: str | None = None
+    ) -> None:
         self.rung += 1
 
     def ring_many(
-        self, job_ids: Iterable[str], traceparents: Mapping[str, str] | None = None
+        self,
+        job_ids: Iterable[str],
+        traceparents: Mapping[str, str] | None = None,
+        *,
+        pipelines: Mapping[str, str] | None = None,
     ) -> list[str]:
         self.rung += len(list(job_ids))
         return []

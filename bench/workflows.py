@@ -35,10 +35,18 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 class _Bell:
-    def ring(self, job_id: str, traceparent: str | None = None) -> None:
+    def ring(
+        self, job_id: str, traceparent: str | None = None, *, pipeline: str | None = None
+    ) -> None:
         pass
 
-    def ring_many(self, job_ids: Any, traceparents: Any = None) -> list[str]:
+    def ring_many(
+        self,
+        job_ids: Any,
+        traceparents: Any = None,
+        *,
+        pipelines: object = None,
+    ) -> list[str]:
         return []
 
 

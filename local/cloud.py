@@ -6,7 +6,9 @@ fake-gcs-server (with upload notifications), the Pub/Sub emulator, every
 function as a service of the local Cloud Run platform (local/cloudrun: one URL
 per function, instances under functions-framework started from zero on demand,
 capped at their concurrency, queued, scaled in and reclaimed as Cloud Run does),
-and a tick that POSTs to sweep like Cloud Scheduler.
+and a tick that POSTs to sweep like Cloud Scheduler. With a pools file (docs/pools.md),
+each pool gets its own claim service, ``claim-<pool>``, fed by its own topic and push
+subscription, as terraform deploys them; ``claim`` stays the default pool's.
 
     with LocalCloud.for_tests(max_instances=2, concurrency=4) as cloud:
         requests.post(cloud.endpoints["submit"] + "/jobs", json={...})
@@ -41,7 +43,8 @@ from local.cloudrun import ConfigError, Platform, Revision, Service, ServiceConf
 from local.gcs import start_fake_gcs
 from local.procs import free_port, function_args, spawn, stop_all, wait_for_port
 from local.runjobs.cloud import LocalJobs
-from shared import upload_routes
+from shared import pools, upload_routes
+from shared.errors import ConfigError as SettingsError
 from shared.errors import InvalidInput, PipelineModuleError
 from shared.upload_routes import Routes
 
@@ -68,6 +71,15 @@ DEFAULT_FUNCTIONS: Mapping[str, FunctionSpec] = {
     "dashboard": FunctionSpec("functions/dashboard/main.py", "dashboard"),
     "admin": FunctionSpec("functions/admin/main.py", "admin"),  # the operator routes
 }
+
+
+POOL_SERVICE_PREFIX = "claim-"
+
+
+def pool_service(pool: str) -> str:
+    """The claim service of a declared pool (terraform: <prefix>-claim-<pool>); the
+    default pool's is "claim"."""
+    return "claim" if pool == pools.DEFAULT else f"{POOL_SERVICE_PREFIX}{pool}"
 
 
 @dataclass(frozen=True)
@@ -161,6 +173,25 @@ class CloudConfig:
     """Upload routes (docs/pipelines.md, "Uploads"): checked at start, handed to the
     functions as RECLAIM_UPLOADS_FILE, and fake-gcs-server notifies what they need; None:
     no routes, every upload of the uploads bucket becomes an upload-digest job."""
+    pools_file: Path | None = None
+    """Worker pools (docs/pools.md): checked at construction, handed to every function as
+    RECLAIM_POOLS_FILE; each pool gets a claim service `claim-<pool>` sized by the file
+    (its topic and subscription too); None: one claim for every pipeline."""
+
+    def pools(self) -> pools.Pools:
+        """The pools of pools_file; ValueError naming the problem."""
+        try:
+            return pools.load_pools(self.pools_file)
+        except SettingsError as exc:
+            raise ValueError(str(exc)) from None
+
+    def service_names(self) -> list[str]:
+        """Every function's service: the five, then one claim per declared pool."""
+        return [*DEFAULT_FUNCTIONS, *(pool_service(p) for p in self.pools().declared)]
+
+    def spec(self, name: str) -> FunctionSpec:
+        """Where functions-framework finds a service's function (a pool's: claim's)."""
+        return self.functions[name if name in self.functions else "claim"]
 
     def validate(self) -> None:
         """Raise ValueError with a clear message for a setting that cannot work."""
@@ -197,7 +228,7 @@ class CloudConfig:
         unknown = set(self.sizing) - set(DEFAULT_SIZING)
         if unknown:
             raise ValueError(f"sizing names unknown functions {sorted(unknown)}")
-        for name in DEFAULT_FUNCTIONS:
+        for name in self.service_names():
             try:
                 self.service_config(name).validate()
             except ConfigError as exc:
@@ -218,6 +249,16 @@ class CloudConfig:
                 max_instances=self.max_instances,
                 min_instances=self.min_instances,
                 timeout_s=self.claim_timeout_seconds,
+                **common,  # type: ignore[arg-type]
+            )
+        if name.startswith(POOL_SERVICE_PREFIX):  # a pool's claim, sized by the pools file
+            pool = self.pools().get(name[len(POOL_SERVICE_PREFIX) :])
+            return ServiceConfig(
+                name,
+                concurrency=pool.concurrency,
+                max_instances=min(pool.max_instances, MAX_LOCAL_INSTANCES),
+                min_instances=pool.min_instances,
+                timeout_s=min(pool.timeout_seconds, self.claim_timeout_seconds),
                 **common,  # type: ignore[arg-type]
             )
         size = self.sizing.get(name, DEFAULT_SIZING[name])
@@ -248,6 +289,9 @@ class LocalCloud:
         self.routes = Routes()
         self.run_jobs: LocalJobs | None = None
         """The local Cloud Run jobs runner (claim_runner "job"), else None."""
+        self.pools = self.config.pools()
+        self.topology = wiring.with_pools(self.config.topology, self.pools)
+        """The wiring with every pool's topic and subscription (terraform's)."""
 
     # ------------------------------------------------------------ factories
 
@@ -298,7 +342,7 @@ class LocalCloud:
             raise
 
     def _start(self) -> None:
-        c, t = self.config, self.config.topology
+        c, t = self.config, self.topology
         self.routes = self._load_routes()  # a bad routes file stops here, naming the route
         c.log_dir.mkdir(parents=True, exist_ok=True)
         self._resolve_ports()
@@ -400,8 +444,8 @@ class LocalCloud:
         return f"http://{self.config.host}:{self._ports[key]}"
 
     def function_urls(self) -> dict[str, str]:
-        """The one URL of each function: its front on the local Cloud Run."""
-        return {name: self.platform.url(name) for name in DEFAULT_FUNCTIONS}
+        """The one URL of each function (and pool's claim): its front on the local Cloud Run."""
+        return {name: self.platform.url(name) for name in self.config.service_names()}
 
     @property
     def endpoints(self) -> dict[str, str]:
@@ -442,7 +486,13 @@ class LocalCloud:
             "RECLAIM_JOBS_TOPIC": t.jobs_topic,
             "RECLAIM_STALE_SECONDS": str(self.config.stale_seconds),
             "RECLAIM_MAX_CONCURRENT": str(self.config.concurrency),
+            **self._pools_env(),
         }
+
+    def _pools_env(self) -> dict[str, str]:
+        """RECLAIM_POOLS_FILE, when there is one: every ringer routes by it."""
+        path = self.config.pools_file
+        return {} if path is None else {pools.POOLS_ENV: str(path.resolve())}
 
     # ------------------------------------------------------------ the platform
 
@@ -548,9 +598,11 @@ class LocalCloud:
             _wait_logged(c.host, self._ports["admin"], proc, log, c.start_timeout)
 
     def _start_run_jobs(self) -> None:
-        """The local Cloud Run jobs runner, when claim runs on a job (a separate hook)."""
+        """The local Cloud Run jobs runner, when claim or a pool runs on a job (a separate
+        hook): a job for each, its task with that claim's environment."""
         c = self.config
-        if c.claim_runner != "job":
+        job_pools = [n for n, p in self.pools.declared.items() if p.runner == "job"]
+        if c.claim_runner != "job" and not job_pools:
             return
         self.run_jobs = LocalJobs(
             c.host,
@@ -559,7 +611,11 @@ class LocalCloud:
             task_timeout_s=c.job_task_timeout_seconds,
             grace_s=c.shutdown_grace_seconds,
         )
-        self.run_jobs.start(self._function_env(threads=1))
+        self.run_jobs.start()
+        if c.claim_runner == "job":
+            self.run_jobs.add(self._function_env(threads=1))
+        for pool in job_pools:
+            self.run_jobs.add(self._function_env(1, pool_service(pool)), pool)
 
     def _start_platform(self) -> None:
         c = self.config
@@ -578,12 +634,13 @@ class LocalCloud:
             "dashboard": c.dashboard_port,
             "admin": c.admin_port,
         }
-        for name in DEFAULT_FUNCTIONS:
-            source = ROOT / c.functions[name].source
+        for name in c.service_names():
+            source = ROOT / c.spec(name).source
             if not source.exists():
                 raise FileNotFoundError(f"{name}: {source} does not exist (yet?)")
             config = c.service_config(name)
-            self._platform.add(config, self._launcher(name, config.concurrency), ports[name])
+            launcher = self._launcher(name, config.concurrency)
+            self._platform.add(config, launcher, ports.get(name, 0))
         self._platform.start()
 
     def _launcher(
@@ -592,13 +649,13 @@ class LocalCloud:
         """How the platform starts one instance of `name`: functions-framework on `port`,
         with its revision's environment (K_REVISION included)."""
         c = self.config
-        spec = function or c.functions[name]
+        spec = function or c.spec(name)
 
         def launch(port: int, label: str, revision: Revision) -> subprocess.Popen[bytes]:
             args = function_args(ROOT / spec.source, spec.target, c.host, port)
             return spawn(
                 args,
-                env=revision.instance_env(self._function_env(threads), port),
+                env=revision.instance_env(self._function_env(threads, name), port),
                 log_path=c.log_dir / f"{label}.log",
                 cwd=ROOT,
                 die_with_parent=True,
@@ -607,8 +664,9 @@ class LocalCloud:
 
         return launch
 
-    def _function_env(self, threads: int) -> dict[str, str]:
-        """Every instance's environment before its revision's (which adds K_REVISION)."""
+    def _function_env(self, threads: int, name: str = "") -> dict[str, str]:
+        """Every instance's environment before its revision's (which adds K_REVISION); a
+        pool's claim gets its pool's, as terraform sets it (pool_env)."""
         c, t = self.config, self.config.topology
         env = _child_env()
         env.update(
@@ -637,9 +695,31 @@ class LocalCloud:
         if c.uploads_file is not None:  # the same file the launcher checked
             env["RECLAIM_UPLOADS_FILE"] = str(c.uploads_file.resolve())
         env["RECLAIM_UPLOADS_BUCKET"] = t.uploads_bucket
-        if self.run_jobs is not None:  # RECLAIM_RUNNER, RECLAIM_RUN_JOB, RECLAIM_RUN_API
-            env.update(self.run_jobs.env)
+        env.update(self._pools_env())
+        if self.run_jobs is not None:  # the sweep reads executions through it
+            env["RECLAIM_RUN_API"] = self.run_jobs.url
+        if self.run_jobs is not None and c.claim_runner == "job":
+            env.update(self.run_jobs.env)  # RECLAIM_RUNNER, RECLAIM_RUN_JOB
         env.update(c.function_env)
+        if name.startswith(POOL_SERVICE_PREFIX):
+            env.update(self.pool_env(name[len(POOL_SERVICE_PREFIX) :]))
+        return env
+
+    def pool_env(self, name: str) -> dict[str, str]:
+        """What a pool's claim is told (terraform/pools.tf sets the same): its pool, its
+        concurrency (= THREADS), its stale time and its push's deadline; for a pool whose
+        runner is "job", its Cloud Run job (RECLAIM_RUNNER, RECLAIM_RUN_JOB)."""
+        pool = self.pools.get(name)
+        stale = pool.stale_seconds if pool.stale_seconds is not None else self.config.stale_seconds
+        env = {
+            pools.POOL_ENV: name,
+            "RECLAIM_MAX_CONCURRENT": str(pool.concurrency),
+            "THREADS": str(pool.concurrency),
+            "RECLAIM_STALE_SECONDS": str(stale),
+            "RECLAIM_PUSH_DEADLINE_SECONDS": str(pool.ack_deadline_seconds),
+        }
+        if pool.runner == "job" and self.run_jobs is not None:
+            env.update(self.run_jobs.env_for(name))
         return env
 
     def _tick_loop(self) -> None:

@@ -30,8 +30,9 @@ from local.cloud import (
     FunctionSpec,
     LocalCloud,
     emulator_args,
+    pool_service,
 )
-from shared import upload_routes
+from shared import pools, upload_routes
 from shared.config import EnvVar, read_env, unknown_names
 from shared.cron import schedules
 from shared.errors import ConfigError, InvalidInput, PipelineModuleError
@@ -327,6 +328,12 @@ def config_from_env(env: Mapping[str, str]) -> CloudConfig:
     config = replace(CloudConfig(), topology=topology, **values)
     config = replace(config, schedules_file=schedules.schedules_file(dict(env)))  # time
     config = replace(config, uploads_file=upload_routes.dev_uploads_file(env))
+    modules = env.get("RECLAIM_PIPELINE_MODULES", "")
+    config = replace(config, pools_file=pools.pools_file(env.get(pools.POOLS_ENV, ""), modules))
+    try:
+        config.pools()  # a bad pools file stops here, naming the pool (nothing started)
+    except ValueError as exc:
+        raise LaunchConfigError(str(exc)) from None
     try:
         config.validate()
     except ValueError as exc:
@@ -374,8 +381,8 @@ def plan(config: CloudConfig, env: Mapping[str, str]) -> str:
         f"  fake-gcs-server    port {config.gcs_port} (upload notifications on)",
         "  local Cloud Run    one front per function; instances start on the first request",
     ]
-    for name, spec in config.functions.items():
-        s = config.service_config(name)
+    for name in config.service_names():
+        spec, s = config.spec(name), config.service_config(name)
         lines.append(
             f"    {name:<14} {spec.source}:{spec.target}  concurrency {s.concurrency} "
             f"(THREADS), instances {s.min_instances}..{s.max_instances}, "
@@ -391,6 +398,7 @@ def plan(config: CloudConfig, env: Mapping[str, str]) -> str:
         )
         + " -> 429"
     )
+    lines += pools_lines(config)
     if config.sweep_interval_seconds:
         lines.append(f"  scheduler          POST sweep every {config.sweep_interval_seconds:g} s")
     if config.schedules_file is not None:  # time: docs/time.md
@@ -404,6 +412,25 @@ def plan(config: CloudConfig, env: Mapping[str, str]) -> str:
         + " (python -m local.dev --help lists them)"
     )
     return "\n".join(lines)
+
+
+def pools_lines(config: CloudConfig) -> list[str]:
+    """The pools: each one's claim service, topic and pipelines (docs/pools.md)."""
+    found = config.pools()
+    topic = config.topology.jobs_topic
+    if not found.declared:
+        where = config.pools_file or "no pools file"
+        return [f"  pools              none: claim serves every pipeline ({where})"]
+    lines = [f"  pools              {config.pools_file}"]
+    for name in found.names:
+        pool = found.get(name)
+        what = ", ".join(pool.pipelines) if pool.pipelines else "every pipeline no pool names"
+        service, pool_topic = pool_service(name), pools.topic_of(topic, name)
+        lines.append(
+            f"    {name:<14} service {service:<14} topic {pool_topic:<22} "
+            f"runner {pool.runner}: {what}"
+        )
+    return lines
 
 
 def describe(cloud: LocalCloud) -> str:

@@ -40,9 +40,11 @@ def watching_queue(cloud: LocalCloud) -> Queue:
         project=ep["project"],
         records_bucket=ep["records_bucket"],
         jobs_topic=ep["jobs_topic"],
+        pools_file=str(cloud.config.pools_file or ""),
     )
     store = GcsStore(settings.records_bucket, wiring.storage_client(cloud.gcs_url, ep["project"]))
-    return Queue(store, Doorbell(settings.project, settings.jobs_topic), settings)
+    doorbell = Doorbell(settings.project, settings.jobs_topic, pools=settings.pools)
+    return Queue(store, doorbell, settings)
 
 
 def snapshot(queue: Queue, job_ids: Iterable[str]) -> dict[str, dict[str, Any]]:

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from shared import pools as pool_policy
+
 PROJECT = "reclaim-local"
 """Local project id; matches shared/config.py's RECLAIM_PROJECT default."""
 
@@ -76,6 +78,21 @@ class SubscriptionSpec:
 
 
 @dataclass(frozen=True)
+class PoolWiring:
+    """A declared pool's delivery settings: its topic and push subscription (shared.pools;
+    terraform/pools.tf makes the same)."""
+
+    name: str
+    ack_deadline_seconds: int = CLAIM_ACK_DEADLINE_SECONDS
+    max_delivery_attempts: int = MAX_DELIVERY_ATTEMPTS
+
+
+def pool_subscription(pool: str) -> str:
+    """The push subscription of a declared pool (the default pool's is reclaim-claim)."""
+    return f"{CLAIM_SUBSCRIPTION}-{pool}"
+
+
+@dataclass(frozen=True)
 class Topology:
     """Names and delivery settings of one deployment (local or production)."""
 
@@ -90,13 +107,20 @@ class Topology:
     max_delivery_attempts: int = MAX_DELIVERY_ATTEMPTS
     claim_ack_deadline_seconds: int = CLAIM_ACK_DEADLINE_SECONDS
     submit_upload_ack_deadline_seconds: int = SUBMIT_UPLOAD_ACK_DEADLINE_SECONDS
+    pools: tuple[PoolWiring, ...] = ()
+    """The declared pools: each has a topic <jobs_topic>-<pool> pushed to claim-<pool>."""
 
     def __post_init__(self) -> None:
         _check(self)
 
     @property
     def topics(self) -> tuple[str, ...]:
-        return (self.jobs_topic, self.uploads_topic, self.dead_letter_topic)
+        return (
+            self.jobs_topic,
+            self.uploads_topic,
+            self.dead_letter_topic,
+            *(pool_policy.topic_of(self.jobs_topic, p.name) for p in self.pools),
+        )
 
     @property
     def buckets(self) -> tuple[str, ...]:
@@ -128,6 +152,16 @@ class Topology:
             SubscriptionSpec(
                 DEAD_LETTER_SUBSCRIPTION, self.dead_letter_topic, DEAD_LETTER_ACK_DEADLINE_SECONDS
             ),
+            *(
+                SubscriptionSpec(
+                    pool_subscription(p.name),
+                    pool_policy.topic_of(self.jobs_topic, p.name),
+                    p.ack_deadline_seconds,
+                    f"claim-{p.name}",
+                    **{**push, "max_delivery_attempts": p.max_delivery_attempts},
+                )
+                for p in self.pools
+            ),
         )
 
     def topic_path(self, topic: str) -> str:
@@ -139,6 +173,15 @@ class Topology:
     def push_endpoint(self, base_url: str, topic: str) -> str:
         """functions-framework builds a pushed CloudEvent's ``source`` from this path."""
         return f"{base_url.rstrip('/')}/{self.topic_path(topic)}"
+
+
+def with_pools(t: Topology, declared: pool_policy.Pools) -> Topology:
+    """The topology with a topic and a push subscription per declared pool."""
+    wired = tuple(
+        PoolWiring(p.name, p.ack_deadline_seconds, p.max_delivery_attempts)
+        for p in declared.declared.values()
+    )
+    return replace(t, pools=wired)
 
 
 def production(**overrides: Any) -> Topology:

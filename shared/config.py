@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
+from functools import cached_property
 from typing import Any
 
+from shared import pools
 from shared.errors import ConfigError
 from shared.jobs import JobStatus
 
@@ -74,6 +76,10 @@ def _modules(value: str) -> tuple[str, ...]:
         if not all(piece.isidentifier() for piece in name.split(".")):
             raise ValueError(f"{name!r} is not a dotted module name")
     return names
+
+
+def _pool(value: str) -> str:
+    return pools.DEFAULT if not value else pools.check_name(value)
 
 
 def _log_level(value: str) -> str:
@@ -332,6 +338,23 @@ ENV_VARS: tuple[EnvVar, ...] = (
         "folder holding shared/). Empty: schedules.json of the first pipelines package "
         "that has one, else pipelines/schedules.json.",
     ),
+    EnvVar(
+        name="RECLAIM_POOLS_FILE",
+        field="pools_file",
+        default="",
+        parse=str.strip,
+        doc="The worker pools file (docs/pools.md); a relative path is from the deployment's "
+        "root; terraform sets it to the file it made the pools from. Empty: pools.json of the "
+        "pipelines package, else pipelines/pools.json, else no pools (one claim for all).",
+    ),
+    EnvVar(
+        name="RECLAIM_POOL",
+        field="pool",
+        default="",
+        parse=_pool,
+        doc="The pool this claim function serves (its topic, its pending markers); empty: "
+        "the default pool. Only claim reads it.",
+    ),
 )
 
 
@@ -368,6 +391,8 @@ class Settings:
     iap_audience: str
     log_level: str
     schedules_file: str
+    pools_file: str
+    pool: str
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -379,7 +404,32 @@ class Settings:
         values.update(overrides)
         if values["backoff_max_seconds"] < values["backoff_base_seconds"]:
             raise ConfigError("RECLAIM_BACKOFF_MAX_SECONDS must be >= RECLAIM_BACKOFF_BASE_SECONDS")
-        return cls(**values)
+        settings = cls(**values)
+        known = settings.pools.names  # a bad pools file stops the process here, named
+        if settings.pool not in known:
+            raise ConfigError(
+                f"RECLAIM_POOL={settings.pool!r} is not a pool of the pools file ({list(known)})"
+            )
+        own = settings.pools.get(settings.pool).stale_seconds
+        if own is not None and "stale_seconds" not in overrides:  # a pool's claim heartbeats
+            settings = replace(settings, stale_seconds=own)  # by its pool's stale time
+        return settings
+
+    @cached_property
+    def pools(self) -> pools.Pools:
+        """The deployment's worker pools (shared.pools; read once per process and file)."""
+        modules = ",".join(self.pipeline_modules)
+        return pools.load_pools(pools.pools_file(self.pools_file, modules))
+
+    def marker_pool(self, job: Mapping[str, Any]) -> str | None:
+        """The pool folder of a job's pending marker (None: pending/<id>, the default
+        pool's): every marker write and delete asks here (shared.pools.Pools.marker_of)."""
+        return self.pools.marker_of(job.get("pipeline"))
+
+    def stale_seconds_of(self, job: Mapping[str, Any]) -> float:
+        """The stale time a job is judged by: its pipeline's pool's (status reads, the
+        sweep, a claim rescuing another pool's job), else RECLAIM_STALE_SECONDS."""
+        return self.pools.stale_seconds_of(job.get("pipeline"), self.stale_seconds)
 
     @property
     def topic_path(self) -> str:

@@ -78,16 +78,17 @@ def retry(ctx: Context, job_id: str, *, by: str) -> Retried:
         job_id,
         lambda job, now: job_queue.retry_fields(job, now, by=by, default_max_attempts=budget),
         ctx.clock,
-        before_write=lambda job: _before_retry(ctx.store, job_id, job),
+        before_write=lambda job: _before_retry(ctx, job_id, job),
     )
     trace = stored.record.get("traceparent")
     log.info("retried", job_id=job_id, by=by, traceparent=trace)
-    return Retried(stored.record, ring_or_leave(ctx.doorbell, job_id, trace))
+    pipeline = stored.record.get("pipeline")
+    return Retried(stored.record, ring_or_leave(ctx.doorbell, job_id, trace, pipeline=pipeline))
 
 
-def _before_retry(store: Store, job_id: str, job: JobRecord) -> None:
-    store.add_pending(job_id)
-    workflows.reopen_for_retry(store, job)  # a batch with on_complete waits for it again
+def _before_retry(ctx: Context, job_id: str, job: JobRecord) -> None:
+    ctx.store.add_pending(job_id, pool=ctx.settings.marker_pool(job))
+    workflows.reopen_for_retry(ctx.store, job)  # a batch with on_complete waits for it again
 
 
 def _transition(

@@ -113,7 +113,7 @@ def _release_one(ctx: Context, now: datetime, info: BlobInfo, job_id: str, out: 
     job = stored.record
     if job_queue.is_terminal(job) or job.get("status") != "queued":
         if not job_queue.is_terminal(job):  # started early (a stray doorbell): rescuable
-            store.add_pending(job_id)
+            store.add_pending(job_id, pool=settings.marker_pool(job))
         store.delete_blob(name)  # cancelled while waiting, or already started
         out.repaired += 1
         return
@@ -125,7 +125,7 @@ def _release_one(ctx: Context, now: datetime, info: BlobInfo, job_id: str, out: 
             store.delete_blob(name)
             out.repaired += 1
         return  # later this hour
-    store.add_pending(job_id)  # marker first: from here on the usual rules keep it
+    store.add_pending(job_id, pool=settings.marker_pool(job))  # marker first: the usual rules
     if timing.expired(job, now):
         try:
             ended = store.update({**job, **job_queue.expire_fields(job, now)}, stored.generation)
@@ -134,7 +134,7 @@ def _release_one(ctx: Context, now: datetime, info: BlobInfo, job_id: str, out: 
         finish.after_terminal(ctx, ended.record)
         out.expired += 1
     else:  # the marker is in pending/: a failed ring is the sweep's
-        ring_or_leave(ctx.doorbell, job_id, job.get("traceparent"))
+        ring_or_leave(ctx.doorbell, job_id, job.get("traceparent"), pipeline=job.get("pipeline"))
         out.released += 1
     store.delete_blob(name)
 

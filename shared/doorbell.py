@@ -4,6 +4,11 @@ A ring only says "look at this record"; the record decides. A lost ring is
 repaired by the sweep, a duplicate is harmless, so callers may treat a failed
 ring as a warning once the record and pending marker are written.
 
+A ring goes to the topic of the job's pool (shared.pools): callers name the job's
+pipeline; a ring that names none goes to this process's own pool (a claim passing on a
+delivery it could not read), and a ring that reaches the wrong pool is sent on by the
+claim there (shared.pool_routing), so a missing name costs a hop, never a job.
+
 A ring carries the job's trace context (its record's ``traceparent``) as an
 attribute, so the delivery that arrives at claim is already in the job's trace.
 """
@@ -20,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from shared import tracing
 from shared.errors import DoorbellError, InvalidInput
 from shared.logs import get_logger
+from shared.pools import DEFAULT, NO_POOLS, Pools, topic_of
 
 if TYPE_CHECKING:
     from shared.config import Settings
@@ -33,15 +39,22 @@ MAX_LATENCY_S = 0.01  # batch window: a doorbell should leave at once
 class Ringer(Protocol):
     """The doorbell as the queue uses it (Doorbell; the unit tests pass a recorder)."""
 
-    def ring(self, job_id: str, traceparent: str | None = None) -> None:
-        """Publish one doorbell; DoorbellError if Pub/Sub did not accept it."""
+    def ring(
+        self, job_id: str, traceparent: str | None = None, *, pipeline: str | None = None
+    ) -> None:
+        """Publish one doorbell to the pool of `pipeline`; DoorbellError if Pub/Sub did
+        not accept it."""
         ...
 
     def ring_many(
-        self, job_ids: Iterable[str], traceparents: Mapping[str, str] | None = None
+        self,
+        job_ids: Iterable[str],
+        traceparents: Mapping[str, str] | None = None,
+        *,
+        pipelines: Mapping[str, str] | None = None,
     ) -> list[str]:
-        """Publish several at once (each with its trace, if known); returns the ids
-        whose ring failed."""
+        """Publish several at once (each with its trace, if known, to its pipeline's
+        pool); returns the ids whose ring failed."""
         ...
 
 
@@ -50,13 +63,14 @@ def ring_or_leave(
     job_id: str,
     traceparent: str | None = None,
     *,
+    pipeline: str | None = None,
     logger: logging.LoggerAdapter[logging.Logger] | None = None,
 ) -> str | None:
     """Ring a job whose record and pending marker are written, or leave it to the sweep:
     a refusal is only logged, since the sweep rings every queued job whose doorbell was
     lost. Returns the refusal's message, or None when Pub/Sub accepted."""
     try:
-        doorbell.ring(job_id, traceparent)
+        doorbell.ring(job_id, traceparent, pipeline=pipeline)
     except DoorbellError as exc:
         (logger or log).warning(
             "doorbell failed; the sweep will ring",
@@ -96,35 +110,61 @@ def shared_publisher() -> Any:
 
 
 class Doorbell:
-    """Rings for one topic; thread-safe; counts publishes in ``calls["publish"]``."""
+    """Rings the topic of each job's pool (`topic` is the default pool's); thread-safe;
+    counts publishes in ``calls["publish"]``. `home`: the pool of a ring that names no
+    pipeline (this process's)."""
 
     def __init__(
-        self, project: str, topic: str, publisher: Any = None, *, timeout: float = RING_TIMEOUT_S
+        self,
+        project: str,
+        topic: str,
+        publisher: Any = None,
+        *,
+        timeout: float = RING_TIMEOUT_S,
+        pools: Pools = NO_POOLS,
+        home: str = DEFAULT,
     ) -> None:
+        self.project = project
+        self.topic = topic
         self.topic_path = f"projects/{project}/topics/{topic}"
+        self.pools = pools
+        self.home = home
         self.calls: Counter[str] = Counter()
         self._publisher = publisher
         self._timeout = timeout
         self._lock = threading.Lock()
 
-    def ring(self, job_id: str, traceparent: str | None = None) -> None:
+    def topic_path_of(self, pipeline: str | None) -> str:
+        """The topic a job of `pipeline` is rung on (None: this process's own pool's)."""
+        pool = self.home if pipeline is None else self.pools.name_of(pipeline)
+        return f"projects/{self.project}/topics/{topic_of(self.topic, pool)}"
+
+    def ring(
+        self, job_id: str, traceparent: str | None = None, *, pipeline: str | None = None
+    ) -> None:
         """Publish one doorbell and wait for Pub/Sub to accept it."""
-        future = self._publish(job_id, traceparent)
+        future = self._publish(job_id, traceparent, pipeline)
         self._wait(job_id, future)
 
     def ring_many(
-        self, job_ids: Iterable[str], traceparents: Mapping[str, str] | None = None
+        self,
+        job_ids: Iterable[str],
+        traceparents: Mapping[str, str] | None = None,
+        *,
+        pipelines: Mapping[str, str] | None = None,
     ) -> list[str]:
         """Publish all (they batch together), then wait; returns the ids that failed."""
         ids = list(job_ids)
         traces = traceparents or {}
+        named = pipelines or {}
         for job_id in ids:
             message_for(job_id)  # a bad id is a bug: raise before anything is published
         pending: list[tuple[str, Any]] = []
         failed: list[str] = []
         for job_id in ids:
             try:
-                pending.append((job_id, self._publish(job_id, traces.get(job_id))))
+                future = self._publish(job_id, traces.get(job_id), named.get(job_id))
+                pending.append((job_id, future))
             except DoorbellError:
                 failed.append(job_id)
         for job_id, future in pending:
@@ -134,14 +174,17 @@ class Doorbell:
                 failed.append(job_id)
         return failed
 
-    def _publish(self, job_id: str, traceparent: str | None = None) -> Any:
+    def _publish(
+        self, job_id: str, traceparent: str | None = None, pipeline: str | None = None
+    ) -> Any:
         data, attrs = message_for(job_id, traceparent)
+        topic = self.topic_path_of(pipeline)
         with self._lock:
             self.calls["publish"] += 1
             if self._publisher is None:
                 self._publisher = shared_publisher()
         try:
-            return self._publisher.publish(self.topic_path, data, timeout=self._timeout, **attrs)
+            return self._publisher.publish(topic, data, timeout=self._timeout, **attrs)
         except _publish_failures() as exc:
             raise DoorbellError(job_id, f"{type(exc).__name__}: {exc}") from exc
 
@@ -168,10 +211,13 @@ _DOORBELLS_LOCK = threading.Lock()
 
 
 def get_doorbell(settings: Settings) -> Doorbell:
-    """The process's Doorbell for the settings' topic, created on first use."""
+    """The process's Doorbell for the settings' topics and pools, created on first use."""
+    key = f"{settings.topic_path} {settings.pool} {settings.pools_file}"
     with _DOORBELLS_LOCK:
-        bell = _DOORBELLS.get(settings.topic_path)
+        bell = _DOORBELLS.get(key)
         if bell is None:
-            bell = Doorbell(settings.project, settings.jobs_topic)
-            _DOORBELLS[settings.topic_path] = bell
+            bell = Doorbell(
+                settings.project, settings.jobs_topic, pools=settings.pools, home=settings.pool
+            )
+            _DOORBELLS[key] = bell
         return bell

@@ -7,7 +7,17 @@ docs/adding-a-feature.md walks the row of flow control.
 
 from __future__ import annotations
 
-from shared import delayed, executions, expiry, flow, tags, timing, uniqueness, workflows
+from shared import (
+    delayed,
+    executions,
+    expiry,
+    flow,
+    pool_routing,
+    tags,
+    timing,
+    uniqueness,
+    workflows,
+)
 from shared import flow_policy as fp
 from shared import workflow_graph as graph
 from shared.clock import Clock, utcnow
@@ -15,6 +25,11 @@ from shared.config import Settings
 from shared.doorbell import Ringer
 from shared.seams import Context, Feature, ListFilter, SweepPass
 from shared.storage import Store
+
+POOLS = Feature(
+    name="pools",  # docs/pools.md
+    gates=(pool_routing.gate,),  # first: another pool's job is sent on before any gate acts
+)
 
 TIME = Feature(
     name="time",  # docs/time.md
@@ -86,7 +101,7 @@ RUN_JOBS = Feature(
     sweep_checks=(executions.sweep_check,),  # its execution ended: rescued at once
 )
 
-FEATURES: tuple[Feature, ...] = (TIME, FLOW_CONTROL, WORKFLOWS, TAGS, RUN_JOBS)
+FEATURES: tuple[Feature, ...] = (POOLS, TIME, FLOW_CONTROL, WORKFLOWS, TAGS, RUN_JOBS)
 
 INDEX_PREFIXES: tuple[str, ...] = tuple(p for f in FEATURES for p in f.index_prefixes)
 """What a store serves for the table (a Context hands them in; a bare store in a test

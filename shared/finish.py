@@ -52,7 +52,7 @@ def after_terminal(
             )
             return False
     try:
-        ctx.store.remove_pending(job_id)
+        ctx.store.remove_pending(job_id, pool=ctx.settings.marker_pool(record))
     except StorageError as exc:  # the next sweep removes it
         lg.warning("could not remove the pending marker", job_id=job_id, error=str(exc))
         return False

@@ -187,7 +187,8 @@ def resume(
         page = store.list_blobs(prefix, limit=RESUME_PAGE)
         if not page:
             return Resumed(was_paused, rung, False)
-        rung += _ring_and_drop(store, doorbell, [(b.name, b.name[len(prefix) :]) for b in page])
+        items = [(b.name, b.name[len(prefix) :]) for b in page]
+        rung += _ring_and_drop(store, doorbell, items, pipeline=pipeline)
         if time.monotonic() - started > max_s:
             return Resumed(was_paused, rung, True)
         time.sleep(len(page) / per_s)
@@ -220,7 +221,7 @@ def rate_gate(ctx: Context, stored: Stored, now: datetime) -> Outcome | None:
     # deferred (and no claim can follow the generation this read fenced): a place the
     # limit gate just took for it goes back
     release(ctx.store, ctx.doorbell, job, attempt=job_queue.attempts_of(job) + 1)
-    ALARMS.ring_at(start, job_id, ctx.doorbell, job.get("traceparent"))
+    ALARMS.ring_at(start, job_id, ctx.doorbell, job.get("traceparent"), job.get("pipeline"))
     log.info("over its rate: deferred", job_id=job_id, key=key, until=start.isoformat())
     return Outcome(job_id, OutcomeKind.SKIPPED, f"over its rate: deferred to {start.isoformat()}")
 
@@ -326,7 +327,8 @@ def _holds(ctx: Context, holder: fp.Holder, now: datetime) -> bool:
         record: JobRecord | None = ctx.store.read(holder.job_id).record
     except (NotFound, CorruptRecord, InvalidInput):
         record = None
-    return fp.holds(holder, record, now, ctx.settings.stale_seconds)
+    stale = ctx.settings.stale_seconds_of(record or {})  # its pool's: limits span pools
+    return fp.holds(holder, record, now, stale)
 
 
 def _put(store: Store, name: str, me: fp.Holder, generation: int) -> bool:
@@ -442,7 +444,7 @@ def sweep(store: Store, doorbell: Ringer) -> dict[str, int]:
             by_pipeline.setdefault(parts[1], []).append((blob.name, parts[2]))
     for pipeline, items in by_pipeline.items():
         if not is_paused(store, pipeline, cached=False):
-            rung["parked"] += _ring_and_drop(store, doorbell, items)
+            rung["parked"] += _ring_and_drop(store, doorbell, items, pipeline=pipeline)
     waiting = store.list_blobs(fp.WAITING_PREFIX, limit=SWEEP_LISTING)
     keys = {b.name.split("/")[1] for b in waiting if b.name.count("/") == 2}
     for key in sorted(keys):
@@ -470,13 +472,19 @@ def _create(store: Store, name: str) -> None:
         store.put_blob(name, b"", generation=0)
 
 
-def _ring_and_drop(store: Store, doorbell: Ringer, items: Iterable[tuple[str, str]]) -> int:
+def _ring_and_drop(
+    store: Store, doorbell: Ringer, items: Iterable[tuple[str, str]], *, pipeline: str | None = None
+) -> int:
     """Ring each job, then drop the marker of each one rung (a crash between leaves a
-    marker: rung again later, harmless)."""
+    marker: rung again later, harmless). Rung to `pipeline`'s pool when the index knows
+    it (parked jobs); a key's waiters may be of any pool (limits span pools): rung on
+    this process's pool, whose claim sends on another pool's job (shared.pool_routing)."""
     pairs = list(items)
     if not pairs:
         return 0
-    failed = set(doorbell.ring_many([job_id for _, job_id in pairs]))
+    ids = [job_id for _, job_id in pairs]
+    named = {job_id: pipeline for job_id in ids} if pipeline is not None else None
+    failed = set(doorbell.ring_many(ids, pipelines=named))
     for name, job_id in pairs:
         if job_id not in failed:
             store.delete_blob(name)
@@ -487,15 +495,23 @@ class Alarms:
     """Ring a job's doorbell at a time (one thread, a heap): the rate's next window."""
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, str, Ringer, str | None]] = []
+        self._heap: list[tuple[float, int, str, Ringer, str | None, str | None]] = []
         self._cond = threading.Condition()
         self._seq = 0
         self._thread: threading.Thread | None = None
 
-    def ring_at(self, at: datetime, job_id: str, doorbell: Ringer, trace: str | None) -> None:
+    def ring_at(
+        self,
+        at: datetime,
+        job_id: str,
+        doorbell: Ringer,
+        trace: str | None,
+        pipeline: str | None = None,
+    ) -> None:
         with self._cond:
             self._seq += 1
-            heapq.heappush(self._heap, (at.timestamp(), self._seq, job_id, doorbell, trace))
+            entry = (at.timestamp(), self._seq, job_id, doorbell, trace, pipeline)
+            heapq.heappush(self._heap, entry)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="flow-alarms", daemon=True)
                 self._thread.start()
@@ -511,9 +527,9 @@ class Alarms:
                 if delay > 0:
                     self._cond.wait(timeout=delay)
                     continue
-                _, _, job_id, doorbell, trace = heapq.heappop(self._heap)
+                _, _, job_id, doorbell, trace, pipeline = heapq.heappop(self._heap)
             try:
-                doorbell.ring(job_id, trace)
+                doorbell.ring(job_id, trace, pipeline=pipeline)
             except Exception as exc:  # the drain and the sweep start it anyway
                 log.warning("deferred doorbell failed", job_id=job_id, error=str(exc))
 

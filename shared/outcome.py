@@ -41,6 +41,9 @@ class OutcomeKind(StrEnum):
     FENCED = "fenced"
     """A Cloud Run job's task found its claim adopted by another execution, claimed again
     or ended (shared.claim.task): it wrote nothing and exits."""
+    REROUTED = "rerouted"
+    """The job's pipeline runs in another pool (a rollout moved it): its doorbell was rung
+    on that pool's topic, nothing run here (shared.pool_routing)."""
     HANDED_BACK = "handed back"
     """The instance is shutting down: the job was queued again at no cost (or, not yet
     claimed, passed on) and its doorbell rung for a live instance."""

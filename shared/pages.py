@@ -158,7 +158,7 @@ def _names(store: Store, source: str, query: Query, after: str | None, n: int) -
         assert query.batch is not None
         names = store.list_batch(query.batch, limit=n + extra, start_at=after)
     elif source == _PENDING:
-        names = [e.job_id for e in store.list_pending(limit=n + extra, start_at=after)]
+        names = [e.key for e in store.list_pending(limit=n + extra, start_at=after)]
     else:
         start = source + after if after is not None else None
         listed = store.list_blobs(source, start_at=start, limit=n + extra)

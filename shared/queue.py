@@ -180,10 +180,13 @@ class Queue:
         """Lift a pipeline's pause and ring its parked jobs, paced."""
         return flow.resume(self.store, self.doorbell, pipeline)
 
-    def ring(self, job_id: str, traceparent: str | None = None) -> None:
+    def ring(
+        self, job_id: str, traceparent: str | None = None, *, pipeline: str | None = None
+    ) -> None:
         """Ring a job's doorbell again (a pending job whose rings were dead-lettered),
-        in its trace when known. Raises DoorbellError if Pub/Sub did not accept it."""
-        self.doorbell.ring(job_id, traceparent)
+        in its trace when known, on its pipeline's pool (unknown: this process's pool;
+        a claim there sends it on). Raises DoorbellError if Pub/Sub did not accept it."""
+        self.doorbell.ring(job_id, traceparent, pipeline=pipeline)
 
     # --- maintenance and running
 

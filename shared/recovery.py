@@ -61,8 +61,8 @@ def recover(ctx: Context, stored: Stored, now: datetime, *, clean_marker: bool =
         return Recovery(None, stored, unmarked=unmarked)
     s = ctx.settings
     max_attempts = job_queue.max_attempts_of(job, s.max_attempts)
-    action = job_queue.stale_action(
-        job, now, s.stale_seconds, max_attempts, skew_s=s.clock_skew_seconds
+    action = job_queue.stale_action(  # the stale time of the job's pool
+        job, now, s.stale_seconds_of(job), max_attempts, skew_s=s.clock_skew_seconds
     )
     if action == "requeue":
         return _requeue(ctx, stored, now)
@@ -107,7 +107,8 @@ def _requeue(ctx: Context, stored: Stored, now: datetime, why: str | None = None
         return Recovery(None, ctx.store.read(job_id))
     if rescued:  # what the silent owner held goes back (a concurrency place: shared.flow)
         finish.after_requeue(ctx, written.record)
-    mark_due(ctx.store, job_id, now)  # a freed slot takes it whatever becomes of the doorbell
+    # a freed slot takes it whatever becomes of the doorbell
+    mark_due(ctx.store, job_id, now, pool=ctx.settings.marker_pool(job))
     trace = job.get("traceparent")
     log.log(
         logging.WARNING if rescued else logging.INFO,
@@ -118,7 +119,7 @@ def _requeue(ctx: Context, stored: Stored, now: datetime, why: str | None = None
         traceparent=trace,
         **(metrics.rescued(job) if rescued else {}),
     )
-    rang = ring_or_leave(ctx.doorbell, job_id, trace) is None
+    rang = ring_or_leave(ctx.doorbell, job_id, trace, pipeline=job.get("pipeline")) is None
     return Recovery("requeue", written, rescued=rescued, rang=rang)
 
 

@@ -7,7 +7,9 @@ own transparent retry can be recognised as "my write landed" by re-reading.
 Layout of the records bucket:
   jobs/<id>.json             the record (validated JSON, ``schema`` field)
   pending/<id>               empty marker: the job still owes work (metadata "due":
-                             when it was last sent back due; see mark_due)
+                             when it was last sent back due; see mark_due); a job of
+  pending/<pool>/<id>        a pool other than the default keeps it in its pool's folder
+                             (shared.pools), so each pool's drain lists only its own
   batches/<batch>/<id>       empty marker: batch membership
   outputs/<id>/<attempt>/<name>  stage outputs, create-only, keyed by attempt
   <index prefix>/...         small index objects of the features (their prefixes handed in
@@ -49,6 +51,8 @@ from shared.errors import (
     Unavailable,
 )
 from shared.jobs import JobRecord, JobStatus
+from shared.pools import DEFAULT as DEFAULT_POOL
+from shared.pools import check_name as check_pool
 
 if TYPE_CHECKING:
     from google.cloud.storage import Bucket, Client
@@ -141,6 +145,13 @@ class PendingEntry:
     job_id: str
     created: datetime | None
     due: datetime | None = None
+    pool: str | None = None
+    """The pool folder the marker is in (None: pending/<id>, the default pool's)."""
+
+    @property
+    def key(self) -> str:
+        """The marker's name under pending/ (where a listing resumes: start_at)."""
+        return self.job_id if self.pool is None else f"{self.pool}/{self.job_id}"
 
 
 class Store(Protocol):
@@ -154,11 +165,11 @@ class Store(Protocol):
     def create(self, record: JobRecord) -> Stored: ...
     def update(self, record: JobRecord, generation: int) -> Stored: ...
     def allow_index_prefixes(self, prefixes: Iterable[str]) -> None: ...
-    def add_pending(self, job_id: str) -> None: ...
-    def remove_pending(self, job_id: str) -> None: ...
-    def mark_due(self, job_id: str, due: datetime) -> None: ...
+    def add_pending(self, job_id: str, *, pool: str | None = None) -> None: ...
+    def remove_pending(self, job_id: str, *, pool: str | None = None) -> None: ...
+    def mark_due(self, job_id: str, due: datetime, *, pool: str | None = None) -> None: ...
     def list_pending(
-        self, limit: int | None = None, start_at: str | None = None
+        self, limit: int | None = None, start_at: str | None = None, *, pool: str | None = None
     ) -> list[PendingEntry]: ...
     def read_sweep_cursor(self) -> str | None: ...
     def write_sweep_cursor(self, start_at: str) -> None: ...
@@ -210,9 +221,31 @@ def job_object(job_id: str) -> str:
     return f"{JOBS_PREFIX}{records.validate_job_id(job_id)}.json"
 
 
-def pending_object(job_id: str) -> str:
-    """Object name of a job's pending marker."""
-    return f"{PENDING_PREFIX}{records.validate_job_id(job_id)}"
+def pending_object(job_id: str, pool: str | None = None) -> str:
+    """Object name of a job's pending marker (in its pool's folder, unless the default)."""
+    job_id = records.validate_job_id(job_id)
+    if pool is None or pool == DEFAULT_POOL:
+        return f"{PENDING_PREFIX}{job_id}"
+    return f"{PENDING_PREFIX}{check_pool(pool)}/{job_id}"
+
+
+def pending_listing(pool: str | None) -> tuple[str, bool]:
+    """What a listing of one pool's markers asks for: (prefix, top level only). None:
+    every pool's (the sweep); the default pool's are the top-level pending/<id>."""
+    if pool is None:
+        return PENDING_PREFIX, False
+    if pool == DEFAULT_POOL:
+        return PENDING_PREFIX, True
+    return f"{PENDING_PREFIX}{check_pool(pool)}/", False
+
+
+def pending_key(name: str) -> tuple[str | None, str] | None:
+    """(pool folder or None, job id) of a marker's object name; None for a foreign name."""
+    rest = name[len(PENDING_PREFIX) :] if name.startswith(PENDING_PREFIX) else ""
+    pool, _, job_id = rest.rpartition("/")
+    if not job_id or "/" in pool:
+        return None
+    return (pool or None), job_id
 
 
 def batch_prefix(batch_id: str) -> str:
@@ -563,40 +596,41 @@ class GcsStore(StoreBase):
 
     # markers
 
-    def add_pending(self, job_id: str) -> None:
-        self._create_marker(pending_object(job_id))
+    def add_pending(self, job_id: str, *, pool: str | None = None) -> None:
+        self._create_marker(pending_object(job_id, pool))
 
-    def remove_pending(self, job_id: str) -> None:
-        name = pending_object(job_id)
+    def remove_pending(self, job_id: str, *, pool: str | None = None) -> None:
+        name = pending_object(job_id, pool)
         blob = self._bucket.blob(name)
         with contextlib.suppress(NotFound):  # already gone is fine
             self._call(
                 "delete", name, lambda: blob.delete(retry=self._retry, timeout=self._timeout)
             )
 
-    def mark_due(self, job_id: str, due: datetime) -> None:
+    def mark_due(self, job_id: str, due: datetime, *, pool: str | None = None) -> None:
         """Say on the job's marker (custom metadata, one patch) when it is due again; a
         marker already gone (the job finished) is left so."""
-        name = pending_object(job_id)
+        name = pending_object(job_id, pool)
         blob = self._bucket.blob(name)
         blob.metadata = {DUE_METADATA: due.isoformat()}
         with contextlib.suppress(NotFound):
             self._call("write", name, lambda: blob.patch(retry=self._retry, timeout=self._timeout))
 
     def list_pending(
-        self, limit: int | None = None, start_at: str | None = None
+        self, limit: int | None = None, start_at: str | None = None, *, pool: str | None = None
     ) -> list[PendingEntry]:
-        """Markers in name order, from the first id >= start_at when given."""
-        blobs = self._list(PENDING_PREFIX, limit, start_at)
-        by_name = {b.name: b for b in blobs}
-        return [
-            PendingEntry(
-                i,
-                by_name[PENDING_PREFIX + i].time_created,
-                due_of(by_name[PENDING_PREFIX + i].metadata),
-            )
-            for i in names_to_ids(list(by_name), PENDING_PREFIX)
-        ]
+        """Markers in name order, from the first key >= start_at (PendingEntry.key) when
+        given: one pool's (the default pool's: the top-level ones, by a delimited
+        listing), or every pool's (None)."""
+        prefix, top_only = pending_listing(pool)
+        start = PENDING_PREFIX + start_at if start_at else None
+        blobs = self._list_range(prefix, limit, start, None, delimiter="/" if top_only else None)
+        out = []
+        for blob in blobs:
+            key = pending_key(blob.name)
+            if key is not None:
+                out.append(PendingEntry(key[1], blob.time_created, due_of(blob.metadata), key[0]))
+        return out
 
     def add_to_batch(self, batch_id: str, job_id: str) -> None:
         self._create_marker(batch_object(batch_id, job_id))
@@ -648,13 +682,21 @@ class GcsStore(StoreBase):
         return self._list_range(prefix, limit, prefix + start_at if start_at else None, None)
 
     def _list_range(
-        self, prefix: str, limit: int | None, start_offset: str | None, end_offset: str | None
+        self,
+        prefix: str,
+        limit: int | None,
+        start_offset: str | None,
+        end_offset: str | None,
+        *,
+        delimiter: str | None = None,
     ) -> list[Any]:
-        """Blobs under prefix within [start_offset, end_offset) (full names); one counted
-        list call per page (pages are fetched lazily)."""
+        """Blobs under prefix within [start_offset, end_offset) (full names; with a
+        delimiter, only those with none after the prefix); one counted list call per page
+        (pages are fetched lazily)."""
         it = self._client.list_blobs(
             self._bucket,
             prefix=prefix,
+            delimiter=delimiter,
             start_offset=start_offset,
             end_offset=end_offset,
             max_results=check_limit(limit),

@@ -36,6 +36,8 @@ from shared.storage import (
     job_object,
     names_to_ids,
     output_object,
+    pending_key,
+    pending_listing,
     pending_object,
     record_id,
     stamped,
@@ -194,19 +196,19 @@ class MemoryStore(StoreBase):
 
     # markers
 
-    def add_pending(self, job_id: str) -> None:
-        self._create_marker(pending_object(job_id))
+    def add_pending(self, job_id: str, *, pool: str | None = None) -> None:
+        self._create_marker(pending_object(job_id, pool))
 
-    def remove_pending(self, job_id: str) -> None:
-        name = pending_object(job_id)
+    def remove_pending(self, job_id: str, *, pool: str | None = None) -> None:
+        name = pending_object(job_id, pool)
         self._count("delete")
         with self._lock:
             self._objects.pop((self.bucket_name, name), None)
             self._due.pop(name, None)
         self._fire("delete", after=True)
 
-    def mark_due(self, job_id: str, due: datetime) -> None:
-        name = pending_object(job_id)
+    def mark_due(self, job_id: str, due: datetime, *, pool: str | None = None) -> None:
+        name = pending_object(job_id, pool)
         self._count("write")
         with self._lock:
             if (self.bucket_name, name) in self._objects:
@@ -214,16 +216,19 @@ class MemoryStore(StoreBase):
         self._fire("write", after=True)
 
     def list_pending(
-        self, limit: int | None = None, start_at: str | None = None
+        self, limit: int | None = None, start_at: str | None = None, *, pool: str | None = None
     ) -> list[PendingEntry]:
-        listed = self._list(PENDING_PREFIX, limit, start_at)
-        created = dict(listed)
-        ids = names_to_ids([n for n, _ in listed], PENDING_PREFIX)
+        prefix, top_only = pending_listing(pool)
+        start = PENDING_PREFIX + start_at if start_at else ""
+        listed = self._list(prefix, limit, top_only=top_only, start_name=start)
         with self._lock:
             due = dict(self._due)
-        return [
-            PendingEntry(i, created[PENDING_PREFIX + i], due.get(PENDING_PREFIX + i)) for i in ids
-        ]
+        out = []
+        for name, created in listed:
+            key = pending_key(name)
+            if key is not None:
+                out.append(PendingEntry(key[1], created, due.get(name), key[0]))
+        return out
 
     def add_to_batch(self, batch_id: str, job_id: str) -> None:
         self._create_marker(batch_object(batch_id, job_id))
@@ -258,16 +263,27 @@ class MemoryStore(StoreBase):
         self._fire("write", after=True)
 
     def _list(
-        self, prefix: str, limit: int | None, start_at: str | None = None
+        self,
+        prefix: str,
+        limit: int | None,
+        start_at: str | None = None,
+        *,
+        top_only: bool = False,
+        start_name: str = "",
     ) -> list[tuple[str, datetime]]:
-        """Sorted like GCS; counted per page of _PAGE_SIZE like GcsStore."""
+        """Sorted like GCS; counted per page of _PAGE_SIZE like GcsStore. `top_only`: as
+        GCS's delimiter "/", only names with no "/" after the prefix; `start_name`: a
+        whole name to start at (instead of prefix + start_at)."""
         limit = check_limit(limit)
-        start = prefix + start_at if start_at else ""
+        start = prefix + start_at if start_at else start_name
         with self._lock:
             found = sorted(
                 (n, o.created)
                 for (b, n), o in self._objects.items()
-                if b == self.bucket_name and n.startswith(prefix) and n >= start
+                if b == self.bucket_name
+                and n.startswith(prefix)
+                and n >= start
+                and not (top_only and "/" in n[len(prefix) :])
             )
         found = found if limit is None else found[:limit]
         for _ in range(max(1, -(-len(found) // _PAGE_SIZE))):

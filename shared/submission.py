@@ -94,6 +94,7 @@ class SubmittedJob:
     traceparent: str | None = None  # the job's trace (logs, doorbell); not in the answer
     duplicate_of: str | None = None  # time: the job holding its unique key
     scheduled: bool = False  # time: delayed, so its doorbell is not rung now
+    pipeline: str | None = None  # its doorbell goes to this pipeline's pool; not in the answer
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -453,7 +454,7 @@ def create_upload_job(
         record["batch_has_callback"] = True
     for hook in ctx.create_hooks():  # the features' indexes of the job, before its record
         hook(ctx, record)
-    store.add_pending(job_id)
+    store.add_pending(job_id, pool=ctx.settings.marker_pool(record))
     try:
         stored = store.create(record)
     except AlreadyExists:
@@ -461,7 +462,12 @@ def create_upload_job(
     if batch_id is not None:
         store.add_to_batch(batch_id, job_id)
     job = SubmittedJob(
-        job_id, stored.record["status"], created=True, batch_id=batch_id, traceparent=trace
+        job_id,
+        stored.record["status"],
+        created=True,
+        batch_id=batch_id,
+        traceparent=trace,
+        pipeline=pipeline,
     )
     log.info(
         "job created", job_id=job_id, traceparent=trace, submit_trace=tracing.trace_id(traceparent)
@@ -638,7 +644,7 @@ def _create_one(ctx: Context, spec: JobSpec, record: JobRecord) -> SubmittedJob 
         hook(ctx, record)
     scheduled = delayed.place(store, record, record_now(record))  # else the pending marker
     if not scheduled:
-        store.add_pending(job_id)
+        store.add_pending(job_id, pool=ctx.settings.marker_pool(record))
     try:
         stored = store.create(record)
     except AlreadyExists:
@@ -657,6 +663,7 @@ def _create_one(ctx: Context, spec: JobSpec, record: JobRecord) -> SubmittedJob 
         batch_id=spec.batch_id,
         traceparent=record.get("traceparent"),
         scheduled=scheduled,
+        pipeline=str(record["pipeline"]),
     )
 
 
@@ -764,12 +771,13 @@ def _ring(doorbell: Ringer, jobs: list[SubmittedJob], batch: bool) -> None:
     if not jobs:
         return
     if not batch:
-        ring_or_leave(doorbell, jobs[0].job_id, jobs[0].traceparent)
+        ring_or_leave(doorbell, jobs[0].job_id, jobs[0].traceparent, pipeline=jobs[0].pipeline)
         return
     job_ids = [job.job_id for job in jobs]
     traces = {job.job_id: job.traceparent for job in jobs if job.traceparent}
+    pipelines = {job.job_id: job.pipeline for job in jobs if job.pipeline}
     try:
-        failed = doorbell.ring_many(job_ids, traces)
+        failed = doorbell.ring_many(job_ids, traces, pipelines=pipelines)
     except DoorbellError as exc:  # the records already exist; the sweep rings them
         log.warning(
             "doorbell failed; the sweep will ring again", count=len(job_ids), error=exc.reason

@@ -1,8 +1,10 @@
 """The scheduled sweep: River-style rescue over the pending index only.
 
-Cost is O(pending), never O(history): it lists ``pending/`` (bounded by
-RECLAIM_SWEEP_MAX_JOBS and RECLAIM_SWEEP_MAX_SECONDS), reads each record and
-lets shared.recovery apply stale_action. Every write is generation-matched, so
+Cost is O(pending), never O(history): it lists ``pending/``, every pool's markers
+(shared.pools: ``pending/<id>`` and ``pending/<pool>/<id>``), bounded by
+RECLAIM_SWEEP_MAX_JOBS and RECLAIM_SWEEP_MAX_SECONDS, reads each record and
+lets shared.recovery apply stale_action with the stale time of the job's pool; a
+requeued job is rung on its pool's topic. Every write is generation-matched, so
 two sweeps at once (or a sweep racing a status read or an owner) are safe.
 
 Index repair. Submit writes the marker first and the record second; the owner
@@ -41,7 +43,7 @@ from shared.errors import CorruptRecord, InvalidInput, NotFound, ReclaimError, S
 from shared.jobs import JobRecord
 from shared.logs import get_logger
 from shared.pipelines import pipeline_names
-from shared.recovery import recover
+from shared.recovery import Recovery, recover
 from shared.seams import Context, SweepPass
 from shared.storage import PendingEntry, Store
 
@@ -108,7 +110,7 @@ def run_once(
             result.truncated = True
             break
         result.examined += 1
-        last = entry.job_id
+        last = entry.key
         try:
             record = _sweep_entry(ctx, now, entry, result)
         except ReclaimError as exc:  # a storage hiccup or an odd record: the next run retries
@@ -166,12 +168,13 @@ def pending_window(store: Store, limit: int) -> tuple[list[PendingEntry], bool]:
     window = store.list_pending(limit=limit, start_at=cursor)
     if len(window) < limit:
         wrapped = store.list_pending(limit=limit - len(window))
-        window += [e for e in wrapped if e.job_id < cursor]
+        window += [e for e in wrapped if e.key < cursor]
     return window, True
 
 
 def next_cursor(last_examined: str) -> str:
-    """The smallest id after last_examined ('-' is the lowest character an id may hold)."""
+    """The smallest marker key after last_examined ('-' is the lowest character a key
+    may hold: ids, and pool folders)."""
     return last_examined + "-"
 
 
@@ -183,7 +186,7 @@ def _sweep_entry(
         stored = ctx.store.read(entry.job_id)
     except NotFound:
         if _orphan_marker_expired(entry, now, ctx.settings):
-            ctx.store.remove_pending(entry.job_id)
+            ctx.store.remove_pending(entry.job_id, pool=entry.pool)
             result.repaired += 1
             log.warning("removed a pending marker without a record", job_id=entry.job_id)
         return None
@@ -198,6 +201,7 @@ def _sweep_entry(
             result.add({settled.count: 1} if settled.count else {})
             return settled.pending
     done = recover(ctx, stored, now, clean_marker=True)
+    _drop_moved_marker(ctx, entry, done)
     if done.unmarked:
         result.repaired += 1
     elif done.action == "fail":
@@ -210,6 +214,14 @@ def _sweep_entry(
         if done.rang:
             result.rung += 1
     return None if job_queue.is_terminal(done.stored.record) else done.stored.record
+
+
+def _drop_moved_marker(ctx: Context, entry: PendingEntry, done: Recovery) -> None:
+    """A finished job's marker left in a folder its pipeline's pool no longer uses (the
+    pools file changed, or it was written before pools): the finish removed the marker
+    where the job's pool keeps it, this one is removed where it was listed."""
+    if done.unmarked and entry.pool != ctx.settings.marker_pool(done.stored.record):
+        ctx.store.remove_pending(entry.job_id, pool=entry.pool)
 
 
 def _run_passes(

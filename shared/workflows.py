@@ -225,8 +225,12 @@ def _apply(
             finish.after_terminal(ctx, written.record)
         else:
             log.info("released: every parent ended", job_id=job.get("id"))
+            child = written.record
             ring_or_leave(
-                ctx.doorbell, str(written.record["id"]), written.record.get("traceparent")
+                ctx.doorbell,
+                str(child["id"]),
+                child.get("traceparent"),
+                pipeline=child.get("pipeline"),
             )
         return written.record
     raise LostRace(f"job {stored.record.get('id')}: kept losing the release race")
@@ -267,13 +271,13 @@ def create_callback(ctx: Context, batch_id: str) -> str | None:
         traceparent=tracing.for_job().traceparent,
     )
     record["callback_of"] = batch_id
-    ctx.store.add_pending(job_id)
+    ctx.store.add_pending(job_id, pool=ctx.settings.marker_pool(record))
     try:
         ctx.store.create(record)
     except AlreadyExists:
         return job_id  # created by a racing finisher or an earlier run of this hook
     log.info("batch complete: callback created", batch_id=batch_id, job_id=job_id)
-    ring_or_leave(ctx.doorbell, job_id, record.get("traceparent"))
+    ring_or_leave(ctx.doorbell, job_id, record.get("traceparent"), pipeline=record["pipeline"])
     return job_id
 
 

@@ -22,10 +22,13 @@ resource "google_storage_bucket_iam_member" "admin_records" {
   member = "serviceAccount:${google_service_account.admin.email}"
 }
 
-# A retry rings its job, a resume its parked jobs: publish on the jobs topic only.
+# A retry rings its job, a resume its parked jobs: publish on the jobs topics only (the
+# default pool's and each pool's: a job's doorbell goes to its pool, pools.tf).
 resource "google_pubsub_topic_iam_member" "admin_rings_jobs" {
+  for_each = toset(concat(["jobs"], keys(local.pool_topics)))
+
   project = var.project_id
-  topic   = google_pubsub_topic.topics["jobs"].name
+  topic   = google_pubsub_topic.topics[each.key].name
   role    = "roles/pubsub.publisher"
   member  = "serviceAccount:${google_service_account.admin.email}"
 }

@@ -105,7 +105,8 @@ resource "google_artifact_registry_repository" "functions" {
 
 resource "google_cloudfunctions2_function" "fn" {
   # checkov:skip=CKV_GCP_124:Only submit and dashboard are ALLOW_ALL (local.ingress): submit is the HTTP front door users curl, the dashboard is reached through gcloud run services proxy; IAM still admits only var.submit_invokers / var.dashboard_viewers (run.invoker); the other three are ALLOW_INTERNAL_ONLY.
-  for_each = local.functions
+  # The five functions and each pool's claim (pools.tf): claim_<pool>, <prefix>-claim-<pool>.
+  for_each = local.all_functions
 
   name        = "${var.name_prefix}-${replace(each.key, "_", "-")}"
   project     = var.project_id
@@ -134,18 +135,19 @@ resource "google_cloudfunctions2_function" "fn" {
     max_instance_request_concurrency = each.value.concurrency
     min_instance_count               = each.value.min_instances
     max_instance_count               = each.value.max_instances
-    ingress_settings                 = local.ingress[each.key]
+    ingress_settings                 = local.ingress[local.identity[each.key]]
     all_traffic_on_latest_revision   = true
-    service_account_email            = google_service_account.fn[each.key].email
-    # THREADS: functions-framework's gunicorn threads; one per concurrent request.
-    environment_variables = merge(local.reclaim_env, { THREADS = tostring(each.value.concurrency) })
+    service_account_email            = google_service_account.fn[local.identity[each.key]].email
+    # THREADS: functions-framework's gunicorn threads; one per concurrent request. A
+    # pool's claim gets its pool's RECLAIM_* on top (pools.tf, local.pool_env).
+    environment_variables = merge(local.reclaim_env, local.pool_env[each.key], { THREADS = tostring(each.value.concurrency) })
 
     # The webhook signing secrets (var.webhook_secrets): claim runs the webhook pipeline,
     # so only claim gets them, as RECLAIM_WEBHOOK_SECRET_<NAME> variables read from Secret
     # Manager when an instance starts (cloud.google.com/functions/docs/configuring/secrets;
     # the field is not Computed: a secret added by hand is removed by the next apply).
     dynamic "secret_environment_variables" {
-      for_each = each.key == "claim" ? var.webhook_secrets : {}
+      for_each = local.identity[each.key] == "claim" ? var.webhook_secrets : {}
       content {
         key        = "RECLAIM_WEBHOOK_SECRET_${secret_environment_variables.key}"
         project_id = var.project_id
@@ -172,7 +174,7 @@ resource "google_cloudfunctions2_function" "fn" {
     # off before Pub/Sub stops waiting (longer work is redelivered and the duplicate
     # finds the job running-and-fresh).
     precondition {
-      condition     = each.value.timeout_seconds >= try(local.pushes[each.key].settings.ack_deadline_seconds, 0)
+      condition     = each.value.timeout_seconds >= try(local.all_pushes[each.key].settings.ack_deadline_seconds, 0)
       error_message = "${each.key}: timeout_seconds must be >= the ack deadline of the subscription that pushes to it."
     }
     # A module the archive does not carry would make every function answer 500
@@ -184,6 +186,11 @@ resource "google_cloudfunctions2_function" "fn" {
         )) > 0
       ])
       error_message = "every pipeline_modules entry must be a module the archives carry: in shared/ or in ${local.pipelines_dir} (shipped as ${local.pipelines_package}/)."
+    }
+    # A bad pools file (pools.tf) fails the plan, naming the pool, before anything changes.
+    precondition {
+      condition     = length(local.pool_problems) == 0
+      error_message = "${local.pools_path}: ${join("; ", local.pool_problems)}"
     }
   }
 

@@ -79,7 +79,7 @@ resource "google_secret_manager_secret_iam_member" "claim_reads_webhook_secrets"
 
 # The invoker SA calls the three internal functions (pushes and the scheduler).
 resource "google_cloud_run_v2_service_iam_member" "invoker" {
-  for_each = toset(["claim", "submit_upload", "sweep"])
+  for_each = toset(concat(["claim", "submit_upload", "sweep"], keys(local.pool_functions)))
 
   project  = var.project_id
   location = var.region
@@ -145,7 +145,7 @@ resource "google_pubsub_topic_iam_member" "pubsub_agent_dead_letters" {
 }
 
 resource "google_pubsub_subscription_iam_member" "pubsub_agent_acks_dead_letters" {
-  for_each = local.pushes
+  for_each = local.all_pushes
 
   project      = var.project_id
   subscription = google_pubsub_subscription.push[each.key].name
@@ -222,6 +222,7 @@ resource "time_sleep" "grants_propagate" {
     google_storage_bucket_iam_member.claim_reads_uploads,
     google_storage_bucket_iam_member.claim_reads_routed, # uploads.tf
     google_pubsub_topic_iam_member.fn_rings_jobs,
+    google_pubsub_topic_iam_member.fn_rings_pools, # pools.tf
     google_service_account_iam_member.pubsub_agent_mints_invoker_tokens,
     google_pubsub_topic_iam_member.pubsub_agent_dead_letters,
     google_pubsub_topic_iam_member.gcs_agent_publishes_uploads,

@@ -70,6 +70,10 @@ locals {
     RECLAIM_IAP_AUDIENCE               = var.iap_audience
     # the file terraform makes the cron jobs from (schedules.tf), by its archive path
     RECLAIM_SCHEDULES_FILE = "${local.pipelines_package}/schedules.json"
+    # the pools file terraform made the pools from (pools.tf); a pool's claim gets its
+    # RECLAIM_POOL (local.pool_env), every other function serves the default pool
+    RECLAIM_POOLS_FILE = local.pools_setting
+    RECLAIM_POOL       = ""
   }
 
   # The entry points (README "Repository layout"): source folder, target, sizing.

@@ -4,7 +4,8 @@
 
 resource "google_pubsub_topic" "topics" {
   # checkov:skip=CKV_GCP_83:Messages carry job ids and GCS object metadata only, never payloads; Google-managed encryption applies. Set kms_key_name here if your policy demands CMEK.
-  for_each = local.topics
+  # The three, and each pool's doorbell topic (pools.tf): jobs_<pool>, <prefix>-jobs-<pool>.
+  for_each = local.all_topics
 
   name                       = each.value
   project                    = var.project_id
@@ -18,7 +19,9 @@ resource "google_pubsub_topic" "topics" {
 # of the invoker SA; the push path /projects/P/topics/T gives functions-framework a
 # faithful CloudEvent source.
 resource "google_pubsub_subscription" "push" {
-  for_each = local.pushes
+  # claim's and submit_upload's, and each pool's (pools.tf): its own ack deadline and
+  # dead-letter attempts, claim's backoff.
+  for_each = local.all_pushes
 
   name                       = each.value.subscription
   project                    = var.project_id

@@ -23,23 +23,20 @@
 # overridden: the buildpacks launcher, which sets up the image's environment and runs
 # `python task.py` (buildpacks.io/docs/for-app-developers/how-to/build-outputs/specify-launch-process).
 
-variable "run_job_pools" {
-  description = "The pools whose stages run on a Cloud Run job (runner \"job\"), by pool name: the job's task timeout (at most 168 h; 1 h with a GPU), sizing, and an optional GPU. Stands in for the pools file's job pools (local.job_pools) until pools are declared there."
-  type = map(object({
-    task_timeout_seconds = optional(number, 86400)
-    memory               = optional(string, "4Gi")
-    cpu                  = optional(string, "2")
-    gpu = optional(object({
-      type  = string
-      count = optional(number, 1)
-    }))
-  }))
-  default = {}
-}
-
 locals {
-  # Stand-in: the pools file's job pools replace it at the merge with pools.
-  job_pools = var.run_job_pools
+  # Each pool whose runner is "job" (pools.tf, from the pools file) with its Cloud Run
+  # job's sizing: the pool's `job` object, defaulted.
+  job_specs = {
+    for name, p in local.job_pools : name => {
+      task_timeout_seconds = try(p.job.task_timeout_seconds, 86400)
+      memory               = try(p.job.memory, "4Gi")
+      cpu                  = try(p.job.cpu, "2")
+      gpu = try(p.job.gpu, null) == null ? null : {
+        type  = p.job.gpu.type
+        count = try(p.job.gpu.count, 1)
+      }
+    }
+  }
 
   # The Cloud Run job of each job pool, by pool name (RECLAIM_RUN_JOB of its claim function).
   run_jobs = {
@@ -96,7 +93,7 @@ data "google_cloud_run_v2_service" "task_image" {
 }
 
 resource "google_cloud_run_v2_job" "pool" {
-  for_each = local.job_pools
+  for_each = local.job_specs
 
   name                = basename(local.run_jobs[each.key])
   project             = var.project_id
@@ -172,7 +169,7 @@ resource "google_cloud_run_v2_job" "pool" {
 # claim generation); Cloud Run Jobs Executor With Overrides is the narrowest role that
 # holds run.jobs.runWithOverrides (cloud.google.com/run/docs/reference/iam/roles).
 resource "google_cloud_run_v2_job_iam_member" "claim_runs" {
-  for_each = local.job_pools
+  for_each = local.job_specs
 
   project  = var.project_id
   location = var.region
@@ -184,7 +181,7 @@ resource "google_cloud_run_v2_job_iam_member" "claim_runs" {
 # The sweep reads each running job's execution (run.executions.get) to rescue the job of
 # an execution that ended: a viewer of the job, nothing more.
 resource "google_cloud_run_v2_job_iam_member" "sweep_reads" {
-  for_each = local.job_pools
+  for_each = local.job_specs
 
   project  = var.project_id
   location = var.region

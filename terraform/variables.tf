@@ -228,6 +228,12 @@ variable "pipelines_dir" {
   }
 }
 
+variable "pools_file" {
+  description = "The worker pools file (docs/pools.md), inside the pipelines package (relative to terraform/ or absolute). \"\" = pools.json of the pipelines package; no file: one claim for every pipeline."
+  type        = string
+  default     = ""
+}
+
 variable "project_id" {
   description = "The GCP project to deploy into."
   type        = string

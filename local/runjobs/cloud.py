@@ -1,10 +1,11 @@
-"""The jobs runner beside a local cloud: one Cloud Run job that runs claim's task entry
-point, as terraform/run_jobs.tf deploys one per job pool.
+"""The jobs runner beside a local cloud: a Cloud Run job that runs claim's task entry
+point for the default claim (CloudConfig.claim_runner = "job") and one per pool whose
+runner is "job", as terraform/run_jobs.tf deploys one per job pool.
 
-LocalCloud starts it (CloudConfig.claim_runner = "job") before its functions, so their
-environment can name it: RECLAIM_RUNNER=job, RECLAIM_RUN_JOB and RECLAIM_RUN_API (the
-pools contract's variables). The task runs with the functions' own environment, as the
-Cloud Run job runs with the claim function's settings.
+LocalCloud starts it before its functions, so their environment can name it:
+RECLAIM_RUNNER=job, RECLAIM_RUN_JOB and RECLAIM_RUN_API (the pools contract's
+variables; the sweep reads executions through RECLAIM_RUN_API). The task runs with its
+claim's own environment, as the Cloud Run job runs with the claim function's settings.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def job_name(project: str, job: str = JOB) -> str:
 
 
 class LocalJobs:
-    """The runner's server and its one job; `env` is what the functions are told."""
+    """The runner's server and its jobs; `env_for(pool)` is what a claim is told."""
 
     def __init__(
         self,
@@ -39,7 +40,9 @@ class LocalJobs:
         task_timeout_s: float,
         grace_s: float,
     ) -> None:
+        self._project = project
         self.name = job_name(project)
+        """The default claim's job (a pool's: job_of(pool))."""
         self._timeout_s = task_timeout_s
         self._grace_s = grace_s
         self._dir = log_dir / "run-jobs"
@@ -54,23 +57,35 @@ class LocalJobs:
     def runner(self) -> JobsRunner:
         return self.server.runner
 
+    def job_of(self, pool: str | None) -> str:
+        return self.name if pool is None else job_name(self._project, f"reclaim-{pool}-task")
+
+    def env_for(self, pool: str | None = None) -> dict[str, str]:
+        """The pools contract's variables for a claim service on this pool's job."""
+        return {
+            "RECLAIM_RUNNER": "job",
+            "RECLAIM_RUN_JOB": self.job_of(pool),
+            "RECLAIM_RUN_API": self.url,
+        }
+
     @property
     def env(self) -> dict[str, str]:
-        """The pools contract's variables for a claim service on this job."""
-        return {"RECLAIM_RUNNER": "job", "RECLAIM_RUN_JOB": self.name, "RECLAIM_RUN_API": self.url}
+        return self.env_for(None)
 
-    def start(self, task_env: Mapping[str, str]) -> None:
-        """Define the job (its task: claim's task entry point, with `task_env`) and serve."""
+    def add(self, task_env: Mapping[str, str], pool: str | None = None) -> None:
+        """Define a job (its task: claim's task entry point, with `task_env`)."""
         self.runner.add_job(
             JobSpec(
-                self.name,
+                self.job_of(pool),
                 (sys.executable, str(TASK_ENTRY)),
-                env={**task_env, **self.env},
+                env={**task_env, **self.env_for(pool)},
                 task_timeout_s=self._timeout_s,
                 grace_s=self._grace_s,
                 cwd=ROOT,
             )
         )
+
+    def start(self) -> None:
         self.server.start()
 
     def stop(self) -> None:

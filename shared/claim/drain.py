@@ -156,7 +156,8 @@ def overdue(job: JobRecord, now: datetime, settings: Settings, *, backlogged: bo
     every due queued job qualifies: its doorbell is being held back."""
     max_attempts = job_queue.max_attempts_of(job, settings.max_attempts)
     skew = settings.clock_skew_seconds
-    if not job_queue.claimable(job, now, settings.stale_seconds, max_attempts, skew_s=skew):
+    stale = settings.stale_seconds_of(job)
+    if not job_queue.claimable(job, now, stale, max_attempts, skew_s=skew):
         return False
     if job.get("status") == JobStatus.RUNNING or backlogged:
         return True
@@ -250,7 +251,8 @@ class _Drain:
         the listing was the whole pending index."""
         s = self.settings
         try:
-            entries = self.store.list_pending(limit=BACKLOG_LISTING)
+            # this pool's markers only: another pool's jobs are its own claim's to drain
+            entries = self.store.list_pending(limit=BACKLOG_LISTING, pool=s.pool)
         except StorageError as exc:  # the drain is a bonus; the sweep covers the rest
             log.warning("drain could not list pending jobs", error=str(exc))
             return [], False
@@ -271,13 +273,14 @@ class _Drain:
                 break
             # a job a gate held back (flow control: paused, waiting, deferred) is not taken:
             # counting it would keep a backlogged drain listing the same held jobs
-            # (and so is one this revision lacks the code of: rollout skew)
+            # (and so is one this revision lacks the code of: rollout skew, or one of
+            # another pool's pipeline: sent on to its pool)
             if outcome is not None and outcome.kind not in _NOT_TAKEN:
                 return [outcome], whole_index
         return [], whole_index
 
 
-_NOT_TAKEN = (OutcomeKind.RACED, OutcomeKind.SKIPPED, OutcomeKind.DEFERRED)
+_NOT_TAKEN = (OutcomeKind.RACED, OutcomeKind.SKIPPED, OutcomeKind.DEFERRED, OutcomeKind.REROUTED)
 
 
 def drain(
@@ -337,13 +340,14 @@ def candidates(
     return out + [(e.job_id, False) for e in rest[:reads]]
 
 
-def mark_due(store: Store, job_id: str, due: datetime) -> bool:
+def mark_due(store: Store, job_id: str, due: datetime, *, pool: str | None = None) -> bool:
     """Mark a job sent back to the queue due (a hand-back, a rescue, a re-ring) on its
     pending marker, so the next freed slot anywhere takes it from the listing whatever
-    became of its doorbell. False (logged) if the write failed: the doorbell, the
-    drain's safety net and the sweep still cover the job."""
+    became of its doorbell (`pool`: the marker's folder, Settings.marker_pool). False
+    (logged) if the write failed: the doorbell, the drain's safety net and the sweep still
+    cover the job."""
     try:
-        store.mark_due(job_id, due)
+        store.mark_due(job_id, due, pool=pool)
     except StorageError as exc:
         log.warning("could not mark the job due on its marker", job_id=job_id, error=str(exc))
         return False

@@ -163,10 +163,13 @@ class _Runner:
         # (https://cloud.google.com/run/docs/container-contract#services-env-vars)
         self.revision = os.environ.get("K_REVISION")
 
-    def decline(self, job_id: str, traceparent: str | None = None) -> Outcome:
+    def decline(
+        self, job_id: str, traceparent: str | None = None, pipeline: str | None = None
+    ) -> Outcome:
         """Shutting down: ring the job's doorbell again so a live instance takes it, and
-        ack this delivery (a failed ring asks Pub/Sub to redeliver this one instead)."""
-        rang = ring_or_leave(self.ctx.doorbell, job_id, traceparent) is None
+        ack this delivery (a failed ring asks Pub/Sub to redeliver this one instead).
+        Unread (no `pipeline`), it is rung on this pool's own topic, where it came from."""
+        rang = ring_or_leave(self.ctx.doorbell, job_id, traceparent, pipeline=pipeline) is None
         log.info("shutting down: delivery passed on", job_id=job_id, rang=rang)
         detail = "shutting down: " + ("doorbell rung again" if rang else "redeliver")
         return Outcome(job_id, OutcomeKind.HANDED_BACK, detail, redeliver=not rang)
@@ -187,7 +190,8 @@ class _Runner:
         s = self.settings
         max_attempts = job_queue.max_attempts_of(job, s.max_attempts)
         skew = s.clock_skew_seconds
-        if not job_queue.claimable(job, now, s.stale_seconds, max_attempts, skew_s=skew):
+        stale = s.stale_seconds_of(job)  # its pool's, when a claim meets another pool's job
+        if not job_queue.claimable(job, now, stale, max_attempts, skew_s=skew):
             return self._not_claimable(job_id, stored, now)
         for gate in self.ctx.gates():  # the features' gates, in table order: the first
             held = gate(self.ctx, stored, now)  # that decides answers the delivery
@@ -204,7 +208,7 @@ class _Runner:
         action = job_queue.stale_action(
             job,
             now,
-            s.stale_seconds,
+            s.stale_seconds_of(job),
             job_queue.max_attempts_of(job, s.max_attempts),
             skew_s=s.clock_skew_seconds,
         )
@@ -230,7 +234,8 @@ class _Runner:
 
     def _claim_and_run(self, job_id: str, stored: Stored, now: datetime) -> Outcome:
         if self.shutdown.requested:
-            return self.decline(job_id, stored.record.get("traceparent"))
+            job = stored.record
+            return self.decline(job_id, job.get("traceparent"), job.get("pipeline"))
         job = stored.record
         plan = _plan(job, self.revision)
         if plan.resume is not None and plan.resume.kind == "skew":
@@ -451,6 +456,7 @@ class _Job:
         self.started = time.monotonic()  # the attempt's run time (a metric) counts from here
         trace = self.job.get("traceparent")
         self._trace = trace if isinstance(trace, str) else None
+        self._pipeline = str(self.job.get("pipeline"))  # its doorbell goes to its pool
 
     def run(self) -> Outcome:
         plan = self.plan
@@ -612,7 +618,13 @@ class _Job:
             **self._finished(metrics.Ending.REQUEUED),
         )
         if delay <= 0:
-            ring_or_leave(self.r.ctx.doorbell, self.job_id, self._trace, logger=self.log)
+            ring_or_leave(
+                self.r.ctx.doorbell,
+                self.job_id,
+                self._trace,
+                pipeline=self._pipeline,
+                logger=self.log,
+            )
         return self._outcome(OutcomeKind.REQUEUED, error["message"])
 
     def _hand_back(self, why: str) -> Outcome:
@@ -632,8 +644,17 @@ class _Job:
         # the doorbell is a hint that may pend, back off or be lost (every slot busy:
         # Cloud Run's 429, then Pub/Sub's backoff); the mark lets the next freed slot of
         # any instance take the job from the pending listing (shared.claim.drain)
-        mark_due(self.r.ctx.store, self.job_id, now)
-        rang = ring_or_leave(self.r.ctx.doorbell, self.job_id, self._trace, logger=self.log) is None
+        mark_due(self.r.ctx.store, self.job_id, now, pool=self.r.settings.marker_pool(self.job))
+        rang = (
+            ring_or_leave(
+                self.r.ctx.doorbell,
+                self.job_id,
+                self._trace,
+                pipeline=self._pipeline,
+                logger=self.log,
+            )
+            is None
+        )
         self.log.warning(
             "handed back: the instance is shutting down",
             why=why,

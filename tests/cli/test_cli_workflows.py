@@ -18,11 +18,17 @@ from tests.cli.cli_support import Cloud
 class _Quiet:
     """A doorbell nobody listens to: these tests end the jobs themselves."""
 
-    def ring(self, job_id: str, traceparent: str | None = None) -> None:
+    def ring(
+        self, job_id: str, traceparent: str | None = None, *, pipeline: str | None = None
+    ) -> None:
         pass
 
     def ring_many(
-        self, job_ids: Iterable[str], traceparents: Mapping[str, str] | None = None
+        self,
+        job_ids: Iterable[str],
+        traceparents: Mapping[str, str] | None = None,
+        *,
+        pipelines: Mapping[str, str] | None = None,
     ) -> list[str]:
         return []
 

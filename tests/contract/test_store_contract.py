@@ -241,6 +241,33 @@ def test_list_pending_honours_limit_and_never_lists_jobs(store):
         store.list_pending(limit=0)
 
 
+def test_each_pool_lists_only_its_own_markers_and_every_pool_is_listed_whole(store):
+    """Pools (shared.pools): a pool's markers live in pending/<pool>/; the default pool's
+    are the top-level ones, those written before pools included (a delimited listing on
+    GCS); the sweep's listing has them all, each with its folder, in name order."""
+    due = datetime(2026, 12, 2, 0, 30, tzinfo=UTC)
+    store.add_pending("old-1")
+    store.add_pending("h-1", pool="heavy")
+    store.add_pending("h-2", pool="heavy")
+    store.add_pending("d-1", pool="default")
+    store.mark_due("h-2", due, pool="heavy")
+    store.calls.clear()
+    assert [e.job_id for e in store.list_pending(pool="default")] == ["d-1", "old-1"]
+    assert [(e.job_id, e.due) for e in store.list_pending(pool="heavy")] == [
+        ("h-1", None),
+        ("h-2", due),
+    ]
+    assert store.list_pending(pool="light") == []
+    assert store.calls == {"list": 3}
+    every = store.list_pending()
+    assert [e.key for e in every] == ["d-1", "heavy/h-1", "heavy/h-2", "old-1"]
+    assert [e.pool for e in every] == [None, "heavy", "heavy", None]
+    assert [e.key for e in store.list_pending(start_at="heavy/h-2")] == ["heavy/h-2", "old-1"]
+    store.remove_pending("h-1", pool="heavy")
+    store.remove_pending("old-1")
+    assert [e.key for e in store.list_pending()] == ["d-1", "heavy/h-2"]
+
+
 # --- batches and the operator's listing ------------------------------------------------
 
 

@@ -173,3 +173,22 @@ def test_make_dev_refuses_a_bad_schedules_file_naming_the_entry(tmp_path, capsys
         assert bad["name"] in err and reason in err, err
     path.write_text(json.dumps({"schedules": [good]}))
     assert isinstance(_prepare([], env), CloudConfig)
+
+
+def test_make_dev_shows_the_pools_and_refuses_a_bad_pools_file(tmp_path, capsys):
+    """Each pool's claim service, topic and pipelines are said before anything starts; a
+    pools file terraform would refuse stops `make dev`, naming the pool."""
+    good = tmp_path / "pools.json"
+    good.write_text(json.dumps({"pools": {"heavy": {"pipelines": ["demo"], "concurrency": 1}}}))
+    env = {"RECLAIM_POOLS_FILE": str(good)}
+    config = config_from_env(env)
+    assert config.service_names()[-1] == "claim-heavy"
+    assert config.service_config("claim-heavy").concurrency == 1
+    text = plan(config, env)
+    assert "claim-heavy" in text and "reclaim-jobs-heavy" in text
+    assert "every pipeline no pool names" in text
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"pools": {"heavy": {"pipelines": ["demo"], "cpu": "0.5"}}}))
+    assert _prepare([], {"RECLAIM_POOLS_FILE": str(bad)}) == 2
+    err = capsys.readouterr().err
+    assert "pool 'heavy': concurrency > 1 needs cpu >= 1" in err, err

@@ -100,6 +100,14 @@ def _bool(value: Any) -> bool:
     return value
 
 
+def _flatten(items: Any) -> list[Any]:
+    """terraform's flatten: nested lists, at any depth, become one list."""
+    out: list[Any] = []
+    for item in items:
+        out.extend(_flatten(item) if isinstance(item, list) else [item])
+    return out
+
+
 FUNCTIONS: dict[str, Callable[..., Any]] = {
     "alltrue": lambda items: all(_bool(i) for i in items),
     "basename": lambda path: posixpath.basename(_string(path)),
@@ -108,7 +116,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "contains": lambda items, value: value in items,
     "distinct": lambda items: [v for i, v in enumerate(items) if v not in items[:i]],
     "endswith": lambda text, suffix: _string(text).endswith(_string(suffix)),
-    "flatten": lambda items: [v for one in items for v in one],
+    "flatten": lambda items: _flatten(items),
     "join": lambda sep, items: _string(sep).join(_string(i) for i in items),
     "keys": lambda mapping: sorted(mapping),
     "lower": lambda text: _string(text).lower(),

@@ -72,9 +72,13 @@ def test_the_admin_runs_as_its_own_account_with_only_records_and_the_jobs_topic(
         ),
         "google_pubsub_topic_iam_member.admin_rings_jobs": (
             "roles/pubsub.publisher",
-            'google_pubsub_topic.topics["jobs"].name',
+            "google_pubsub_topic.topics[each.key].name",
         ),
     }
+    rings = resources("google_pubsub_topic_iam_member")["admin_rings_jobs"]
+    # the jobs topics only: the default pool's and each pool's (pools.tf), no other topic
+    assert unquote(rings["for_each"]) == 'toset(concat(["jobs"], keys(local.pool_topics)))'
+
     sa = resources("google_service_account")["admin"]
     assert unquote(sa["account_id"]) == "${var.name_prefix}-admin"
 

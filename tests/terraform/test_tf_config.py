@@ -70,7 +70,10 @@ def test_the_entry_points_match_the_contract() -> None:
         assert f'source = "{folder}"' in expr and f'entry_point = "{target}"' in expr, expr
         assert (ROOT / "functions" / folder).is_dir()
     fn = _fn()
-    assert unquote(fn["for_each"]) == "local.functions"
+    # the five, and each pool's claim (terraform/pools.tf: test_tf_pools.py)
+    assert unquote(fn["for_each"]) == "local.all_functions"
+    pools = config()["locals"]
+    assert unquote(pools["all_functions"]) == "merge(local.functions, local.pool_functions)"
     build = block(fn, "build_config")
     assert unquote(build["entry_point"]) == "each.value.entry_point"
     assert re.fullmatch(r"python3(1[1-9])", unquote(build["runtime"]))
@@ -80,7 +83,11 @@ def test_each_function_runs_as_its_own_service_account() -> None:
     sas = resources("google_service_account")
     assert unquote(sas["fn"]["for_each"]) == "local.functions"
     service = block(_fn(), "service_config")
-    assert unquote(service["service_account_email"]) == "google_service_account.fn[each.key].email"
+    # local.identity: each of the five its own; a pool's claim runs as claim (test_tf_pools)
+    assert (
+        unquote(service["service_account_email"])
+        == "google_service_account.fn[local.identity[each.key]].email"
+    )
     # account ids differ per function and from the invoker / builder accounts
     ids = {
         unquote(sas["fn"]["account_id"]),
@@ -96,7 +103,8 @@ def test_env_vars_are_exactly_what_the_code_reads() -> None:
     assert set(reclaim_env) == {v.name for v in ENV_VARS}
     service = block(_fn(), "service_config")
     expr = unquote(service["environment_variables"])
-    m = re.fullmatch(r"merge\(local\.reclaim_env, \{(.*)\}\)", expr)
+    # a pool's claim gets its pool's RECLAIM_* on top (local.pool_env: test_tf_pools.py)
+    m = re.fullmatch(r"merge\(local\.reclaim_env, local\.pool_env\[each\.key\], \{(.*)\}\)", expr)
     assert m, f"every function gets reclaim_env plus framework vars, got {expr}"
     extra = set(re.findall(r"(\w+)\s*=", m.group(1)))
     assert extra == _framework_env_vars()
@@ -147,6 +155,8 @@ def test_queue_defaults_equal_the_code_defaults() -> None:
         "metrics_source",  # monitoring:<name_prefix> (test_tf_monitoring.py)
         "schedules_file",  # <pipelines package>/schedules.json (test_tf_schedules.py)
         "iap_audience",  # var.iap_audience (a string, not queue tuning)
+        "pools_file",  # the archive path of the pools file terraform read (pools.tf)
+        "pool",  # "" (the default pool); a pool's claim: local.pool_env
         *(f"retention_days_{state}" for state in retention),
     }
     assert optional_defaults("claim_function")["concurrency"] == float(
@@ -201,7 +211,7 @@ def test_default_names_are_the_contract_names() -> None:
 def test_every_push_subscription_has_oidc_retry_dead_letter_and_never_expires() -> None:
     subs = resources("google_pubsub_subscription")
     push = subs["push"]
-    assert unquote(push["for_each"]) == "local.pushes"
+    assert unquote(push["for_each"]) == "local.all_pushes"  # and each pool's (pools.tf)
     assert set(_locals()["pushes"]) == set(PUSHED)
     cfg = block(push, "push_config")
     oidc = block(cfg, "oidc_token")
@@ -369,7 +379,10 @@ def test_service_agents_get_exactly_what_the_issue_lists() -> None:
 
 def test_invoker_calls_only_the_internal_functions_and_scheduler_uses_oidc() -> None:
     inv = resources("google_cloud_run_v2_service_iam_member")["invoker"]
-    assert unquote(inv["for_each"]) == 'toset(["claim", "submit_upload", "sweep"])'
+    assert (
+        unquote(inv["for_each"])
+        == 'toset(concat(["claim", "submit_upload", "sweep"], keys(local.pool_functions)))'
+    )
     assert unquote(inv["role"]) == "roles/run.invoker"
     job = resources("google_cloud_scheduler_job")["sweep"]
     target = block(job, "http_target")
@@ -407,8 +420,16 @@ def _calls_per_job_of_a_maximum_batch() -> float:
     from shared.submission import submit
 
     class Bell:
-        def ring(self, job_id: str, traceparent: str | None = None) -> None: ...
-        def ring_many(self, job_ids: object, traceparents: object = None) -> list[str]:
+        def ring(
+            self, job_id: str, traceparent: str | None = None, *, pipeline: str | None = None
+        ) -> None: ...
+        def ring_many(
+            self,
+            job_ids: object,
+            traceparents: object = None,
+            *,
+            pipelines: object = None,
+        ) -> list[str]:
             return []
 
     n = int(optional_defaults("queue")["max_batch_jobs"])

@@ -36,7 +36,7 @@ def _dynamic(parent: dict[str, Any], name: str) -> dict[str, Any]:
 
 def test_one_job_per_job_pool_with_no_retries_of_its_own() -> None:
     job = _job()
-    assert unquote(job["for_each"]) == "local.job_pools"
+    assert unquote(job["for_each"]) == "local.job_specs"
     task = _task()
     assert task["max_retries"] == 0  # reclaim counts attempts; the sweep rescues
     assert unquote(task["timeout"]) == "${each.value.task_timeout_seconds}s"
@@ -146,7 +146,12 @@ def test_the_job_preconditions_bound_timeout_and_gpu(pool: dict[str, Any], ok: b
     assert all(results) is ok
 
 
-def test_the_variable_is_typed_and_empty_by_default() -> None:
-    var = config()["variable"]["run_job_pools"]
-    assert unquote(var["default"]) == {}
-    assert "gpu" in unquote(var["type"]) and "task_timeout_seconds" in unquote(var["type"])
+def test_the_jobs_come_from_the_pools_files_job_pools_with_their_job_sizing() -> None:
+    assert "run_job_pools" not in config().get("variable", {})
+    specs = unquote(config()["locals"]["job_specs"])
+    assert "for name, p in local.job_pools" in specs
+    for field in ("task_timeout_seconds", "memory", "cpu", "gpu"):
+        assert f"p.job.{field}" in specs, field
+    assert 'p.runner == "job"' in unquote(config()["locals"]["job_pools"])
+    pool_env = unquote(config()["locals"]["pool_env"])
+    assert "RECLAIM_RUN_JOB = local.run_jobs[name]" in pool_env  # a job pool's claim

@@ -18,7 +18,11 @@ def test_only_claim_gets_the_secrets_as_the_variables_the_code_reads() -> None:
     service = fn["service_config"][0]
     dynamic = {unquote(k): v for d in service["dynamic"] for k, v in d.items()}
     spec = dynamic["secret_environment_variables"]
-    assert unquote(spec["for_each"]) == 'each.key == "claim" ? var.webhook_secrets : {}'
+    # claim and each pool's claim (they run as claim's account: local.identity)
+    assert (
+        unquote(spec["for_each"])
+        == 'local.identity[each.key] == "claim" ? var.webhook_secrets : {}'
+    )
     content = spec["content"][0]
     key = unquote(content["key"])
     assert key == "RECLAIM_WEBHOOK_SECRET_${secret_environment_variables.key}"

@@ -57,9 +57,9 @@ class Recording(MemoryStore):
         super().__init__()
         self.order: list[str] = []
 
-    def add_pending(self, job_id: str) -> None:
+    def add_pending(self, job_id: str, *, pool: str | None = None) -> None:
         self.order.append("pending")
-        super().add_pending(job_id)
+        super().add_pending(job_id, pool=pool)
 
     def update(self, record: JobRecord, generation: int) -> Stored:
         self.order.append("record")

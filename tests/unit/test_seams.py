@@ -12,7 +12,16 @@ from typing import Any
 
 import pytest
 
-from shared import executions, expiry, features, flow, submission, uniqueness, workflows
+from shared import (
+    executions,
+    expiry,
+    features,
+    flow,
+    pool_routing,
+    submission,
+    uniqueness,
+    workflows,
+)
 from shared.config import Settings
 from shared.errors import InvalidInput, InvalidSubmission
 from shared.finish import after_terminal
@@ -141,7 +150,13 @@ def test_importing_a_module_installs_nothing() -> None:
 
 def test_the_table_runs_each_seam_in_the_order_the_features_are_listed() -> None:
     ctx = features.context(MemoryStore(), Bell(), Settings.from_env({}))
-    assert list(ctx.gates()) == [expiry.gate, flow.pause_gate, flow.limit_gate, flow.rate_gate]
+    assert list(ctx.gates()) == [
+        pool_routing.gate,
+        expiry.gate,
+        flow.pause_gate,
+        flow.limit_gate,
+        flow.rate_gate,
+    ]
     assert list(ctx.terminal_hooks()) == [
         uniqueness.release_on_terminal,
         flow.record_ended,

@@ -29,22 +29,31 @@ class Bell:
     def __init__(self, fail: bool = False) -> None:
         self.rung: list[str] = []
         self.traces: dict[str, str | None] = {}  # job id -> traceparent of its last ring
+        self.pipelines: dict[str, str | None] = {}  # job id -> the pipeline its ring named
         self.fail = fail
 
-    def ring(self, job_id: str, traceparent: str | None = None) -> None:
+    def ring(
+        self, job_id: str, traceparent: str | None = None, *, pipeline: str | None = None
+    ) -> None:
         if self.fail:
             raise DoorbellError(job_id, "down")
         self.rung.append(job_id)
         self.traces[job_id] = traceparent
+        self.pipelines[job_id] = pipeline
 
     def ring_many(
-        self, job_ids: Iterable[str], traceparents: Mapping[str, str] | None = None
+        self,
+        job_ids: Iterable[str],
+        traceparents: Mapping[str, str] | None = None,
+        *,
+        pipelines: Mapping[str, str] | None = None,
     ) -> list[str]:
         ids = list(job_ids)
         if self.fail:
             return ids
         self.rung.extend(ids)
         self.traces.update({i: (traceparents or {}).get(i) for i in ids})
+        self.pipelines.update({i: (pipelines or {}).get(i) for i in ids})
         return []
 
 
