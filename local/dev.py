@@ -554,12 +554,14 @@ def run(argv: list[str] | None = None) -> int:
     print(plan(prepared, os.environ), flush=True)
     cloud = LocalCloud(prepared)
     endpoints_file = read_env(VARS, os.environ)["endpoints_file"]
+    wrote = False  # only ever remove the file this run wrote
     code = 0
     try:
         cloud.start()
         print(describe(cloud), flush=True)
         if endpoints_file is not None:
             write_endpoints(cloud, endpoints_file)
+            wrote = True
         _watch(cloud)
     except KeyboardInterrupt:
         print("\nlocal cloud: stopping...", file=sys.stderr, flush=True)
@@ -568,7 +570,7 @@ def run(argv: list[str] | None = None) -> int:
         code = 1
     finally:
         stopping = True
-        if endpoints_file is not None:
+        if wrote and endpoints_file is not None:
             endpoints_file.unlink(missing_ok=True)
         cloud.stop()
     return code
