@@ -18,12 +18,12 @@ TF_WHEELS := \
 	$(TF_CACHE)/cdktf_cdktf_provider_time-11.0.1-py3-none-any.whl
 TF_VARS ?= terraform.tfvars
 
-.PHONY: help venv browser test unit lint fmt dev demo demo-pools bench mutate tf-venv tf-schema tf-check deploy destroy clean
+.PHONY: help venv wheel browser test unit lint fmt dev demo demo-pools bench mutate tf-venv tf-schema tf-check deploy destroy clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
 
-$(STAMP): requirements.txt requirements-dev.txt pyproject.toml client/pyproject.toml
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml setup.py client/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements-dev.txt
@@ -32,6 +32,15 @@ $(STAMP): requirements.txt requirements-dev.txt pyproject.toml client/pyproject.
 	touch $(STAMP)
 
 venv: $(STAMP) ## Create .venv with the pinned packages
+
+# The one wheel (docs/library.md): the library, the CLI, the local cloud and the terraform
+# module; its version is reclaim/VERSION. pip builds it in an isolated environment (with
+# the pinned setuptools of pyproject.toml), so no venv is needed; build/ is its scratch.
+DIST ?= dist
+wheel: ## Build the reclaim wheel into dist/ (pip install it in your project's venv)
+	rm -rf build
+	$(PYTHON) -m pip wheel --quiet --no-deps --wheel-dir $(DIST) .
+	rm -rf build
 
 # The browser tests drive Debian's chromium through chromium-driver (tests/browser). As
 # root with apt-get (CI) they are installed once; elsewhere the tests say why they skip.
@@ -104,14 +113,15 @@ tf-schema: venv $(TF_WHEELS) ## Regenerate the vendored provider schema extracts
 tf-check: venv $(TF_STAMP) $(TF_WHEELS) ## Offline terraform checks: provider schema, checkov, hcl2, packaging
 	$(PY) -m pytest tests/terraform -q
 
-deploy: ## terraform init + apply with terraform/terraform.tfvars (see terraform/README.md)
+# deploy/ is this repository's root module: it calls the module in terraform/.
+deploy: ## terraform init + apply in deploy/ with deploy/terraform.tfvars (see terraform/README.md)
 	@command -v terraform >/dev/null || { echo "terraform is not installed (see terraform/README.md)"; exit 1; }
-	@test -f terraform/$(TF_VARS) || { echo "terraform/$(TF_VARS) missing: cp terraform/terraform.tfvars.example terraform/$(TF_VARS) and edit it"; exit 1; }
-	cd terraform && terraform init -input=false && terraform apply -var-file=$(TF_VARS)
+	@test -f deploy/$(TF_VARS) || { echo "deploy/$(TF_VARS) missing: cp deploy/terraform.tfvars.example deploy/$(TF_VARS) and edit it"; exit 1; }
+	cd deploy && terraform init -input=false && terraform apply -var-file=$(TF_VARS)
 
 destroy: ## terraform destroy of what deploy created
 	@command -v terraform >/dev/null || { echo "terraform is not installed (see terraform/README.md)"; exit 1; }
-	cd terraform && terraform destroy -var-file=$(TF_VARS)
+	cd deploy && terraform destroy -var-file=$(TF_VARS)
 
 clean: ## Remove the venv and caches
-	rm -rf $(VENV) $(TF_VENV) .cache/tf .pytest_cache .mypy_cache .ruff_cache .hypothesis mutants
+	rm -rf $(VENV) $(TF_VENV) .cache/tf .pytest_cache .mypy_cache .ruff_cache .hypothesis mutants build dist

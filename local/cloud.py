@@ -160,6 +160,9 @@ class CloudConfig:
     functions_storage_host: str | None = None
     """STORAGE_EMULATOR_HOST the functions see (a fault proxy); None: fake-gcs itself."""
     functions: Mapping[str, FunctionSpec] = field(default_factory=lambda: dict(DEFAULT_FUNCTIONS))
+    python_path: tuple[Path, ...] = ()
+    """Folders the functions import your pipeline modules from, after the library's
+    (`reclaim dev`: the project's; the repository's pipelines/ need none)."""
     start_timeout: float = 30.0
     schedules_file: Path | None = None
     """Cron schedules ticked as Cloud Scheduler would (time); None: no ticks
@@ -671,7 +674,7 @@ class LocalCloud:
         env = _child_env()
         env.update(
             {
-                "PYTHONPATH": str(ROOT),
+                "PYTHONPATH": os.pathsep.join(map(str, (ROOT, *c.python_path))),
                 "PYTHONUNBUFFERED": "1",
                 "PUBSUB_EMULATOR_HOST": self.pubsub_host,
                 "STORAGE_EMULATOR_HOST": c.functions_storage_host or self.gcs_url,

@@ -11,6 +11,7 @@ runs: the emulators, each function's Cloud Run sizing, and the settings used.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -76,6 +77,14 @@ def _env_pairs(raw: str) -> dict[str, str]:
             raise ValueError("must be KEY=VALUE pairs separated by commas")
         out[key.strip()] = value.strip()
     return out
+
+
+def _folders(raw: str) -> tuple[Path, ...]:
+    return tuple(Path(p).resolve() for p in raw.split(os.pathsep) if p.strip())
+
+
+def _opt_path(raw: str) -> Path | None:
+    return Path(raw).resolve() if raw.strip() else None
 
 
 def _sources(raw: str) -> dict[str, FunctionSpec]:
@@ -294,6 +303,20 @@ VARS: tuple[EnvVar, ...] = (
         doc="Run other code for a function: name=path/main.py:target,... (paths from the repo).",
     ),
     EnvVar(
+        name="LOCAL_PYTHONPATH",
+        field="python_path",
+        default="",
+        parse=_folders,
+        doc="Folders the functions import your pipeline modules from (reclaim dev: the project).",
+    ),
+    EnvVar(
+        name="LOCAL_ENDPOINTS_FILE",
+        field="endpoints_file",
+        default="",
+        parse=_opt_path,
+        doc="Once up, write the endpoints here as JSON (removed at stop); reclaim dev sets it.",
+    ),
+    EnvVar(
         name="LOCAL_FUNCTION_ENV",
         field="function_env",
         default="",
@@ -322,6 +345,7 @@ def config_from_env(env: Mapping[str, str]) -> CloudConfig:
         topology = wiring.Topology(**topo_values)
     except ValueError as exc:
         raise LaunchConfigError(f"LOCAL_* names/backoffs are invalid: {exc}") from None
+    values.pop("endpoints_file")  # the launcher's, not the cloud's: run() writes it
     log_dir = Path(values.pop("log_dir"))
     values["log_dir"] = log_dir if log_dir.is_absolute() else ROOT / log_dir
     values["functions_storage_host"] = values["functions_storage_host"] or None
@@ -403,6 +427,11 @@ def plan(config: CloudConfig, env: Mapping[str, str]) -> str:
         lines.append(f"  scheduler          POST sweep every {config.sweep_interval_seconds:g} s")
     if config.schedules_file is not None:  # time: docs/time.md
         lines.append(f"  cron               the schedules of {config.schedules_file} (if any)")
+    modules = config.function_env.get("RECLAIM_PIPELINE_MODULES") or env.get(
+        "RECLAIM_PIPELINE_MODULES", ""
+    )
+    where = f" (from {', '.join(map(str, config.python_path))})" if config.python_path else ""
+    lines.append(f"  your pipelines     {modules or 'none: the built-ins only'}{where}")
     routes = config.uploads_file or "none: every upload becomes an upload-digest job"
     lines.append(f"  upload routes      {routes}")
     changed = [v for v in VARS if v.name in env and env[v.name].strip() != v.default]
@@ -553,10 +582,15 @@ def run(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_signal)
     print(plan(prepared, os.environ), flush=True)
     cloud = LocalCloud(prepared)
+    endpoints_file = read_env(VARS, os.environ)["endpoints_file"]
+    wrote = False  # only ever remove the file this run wrote
     code = 0
     try:
         cloud.start()
         print(describe(cloud), flush=True)
+        if endpoints_file is not None:
+            write_endpoints(cloud, endpoints_file)
+            wrote = True
         _watch(cloud)
     except KeyboardInterrupt:
         print("\nlocal cloud: stopping...", file=sys.stderr, flush=True)
@@ -565,8 +599,20 @@ def run(argv: list[str] | None = None) -> int:
         code = 1
     finally:
         stopping = True
+        if wrote and endpoints_file is not None:
+            endpoints_file.unlink(missing_ok=True)
         cloud.stop()
     return code
+
+
+def write_endpoints(cloud: LocalCloud, path: Path) -> None:
+    """The endpoints and a client's environment as JSON, for scripts and tests that
+    start the local cloud (`reclaim dev`) and must find it; written whole or not at all."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"endpoints": cloud.endpoints, "client_env": cloud.client_env(), "pid": os.getpid()}
+    partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    partial.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    partial.replace(path)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The ``csv-summary`` pipeline: profile a CSV object and write summary.json.
 
-An example of a pipeline that lives outside the library: it uses only the public
-pipeline API (``shared.pipelines``) and the storage seam's ``read_object``.
+An example of a pipeline that lives outside the library: it uses only the public API
+(``reclaim``) and the storage seam's ``read_object``.
 
 Payload: ``bucket`` and ``name`` of the CSV object (required), ``generation``
 (read exactly that version), ``delimiter`` (one character, default ``,``) and
@@ -21,8 +21,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from shared.pipelines import PermanentError, Pipeline, StageContext, register
-from shared.storage import NotFound
+from reclaim import NotFound, PermanentError, Pipeline, StageContext, register
 
 NAME = "csv-summary"
 REPORT_NAME = "summary.json"

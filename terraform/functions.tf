@@ -1,11 +1,14 @@
 # The five gen2 functions (README "Repository layout"), built from archives that hold the
-# function's folder at the root, the repo's shared/ package beside main.py, and the
-# deployment's own pipelines package (var.pipelines_dir, default the repo's pipelines/).
+# function's folder at the root, the library's shared/ package and its public API
+# (reclaim/) beside main.py, and the deployment's own pipelines package (var.pipelines_dir,
+# default the repo's pipelines/). The library is var.library_dir: this repository, or the
+# copy of the installed reclaim that `reclaim tf-module` writes (docs/library.md).
 # tests/terraform/test_tf_packaging.py builds the same archives, imports each entry
 # point from them alone and runs the example pipeline from one.
 
 locals {
-  repo_root = abspath("${path.module}/..")
+  repo_root = (var.library_dir == "" ? abspath("${path.module}/..")
+  : startswith(var.library_dir, "/") ? var.library_dir : abspath("${path.root}/${var.library_dir}"))
 
   # What an archive never carries: bytecode and caches (file() reads text only).
   _skip = ["__pycache__/", ".pyc", ".pyo", ".so", ".DS_Store"]
@@ -25,9 +28,12 @@ locals {
     for f in fileset(local.pipelines_dir, "**") : f
     if !anytrue([for s in local._skip : strcontains(f, s)])
   ]
+  # The public API your pipelines import (`from reclaim import ...`): its files only.
+  api_files = ["__init__.py", "VERSION", "py.typed"]
   # Every .py an archive carries outside the function folder, by archive path.
   archive_python_files = toset(concat(
     [for f in local.shared_files : "shared/${f}" if endswith(f, ".py")],
+    ["reclaim/__init__.py"],
     [for f in local.pipeline_files : "${local.pipelines_package}/${f}" if endswith(f, ".py")],
   ))
 
@@ -39,10 +45,14 @@ locals {
     for src in distinct(concat([for f in values(local.functions) : f.source], ["admin"])) : src => merge(
       { "requirements.txt" = "${local.repo_root}/requirements.txt" },
       { for f in local.shared_files : "shared/${f}" => "${local.repo_root}/shared/${f}" },
+      { for f in local.api_files : "reclaim/${f}" => "${local.repo_root}/reclaim/${f}" },
       {
         for f in local.pipeline_files :
         "${local.pipelines_package}/${f}" => "${local.pipelines_dir}/${f}"
       },
+      # the schedules and routes files terraform read, as the package's own (main.tf
+      # names them so): schedules.tf, uploads.tf
+      { for f, path in local.package_settings_files : "${local.pipelines_package}/${f}" => path },
       {
         for f in fileset("${local.repo_root}/functions/${src}", "**") :
         f => "${local.repo_root}/functions/${src}/${f}"

@@ -17,6 +17,9 @@ locals {
     "storage.googleapis.com",
   ])
 
+  # The one version (reclaim/VERSION): the wheel's, the library's, this module's.
+  reclaim_version = trimspace(file("${local.repo_root}/reclaim/VERSION"))
+
   # Names shared with the local launcher (local/wiring.py; a test compares them).
   topics = {
     jobs        = "${var.name_prefix}-jobs"

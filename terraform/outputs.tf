@@ -55,3 +55,21 @@ output "example_curl" {
       -d '{"pipeline": "demo", "payload": {}}'
   EOT
 }
+
+output "cli_env" {
+  description = "What the reclaim CLI needs to operate this deployment with your ADC (export each, then `reclaim list`)."
+  value = {
+    RECLAIM_PROJECT        = var.project_id
+    RECLAIM_RECORDS_BUCKET = google_storage_bucket.records.name
+    RECLAIM_JOBS_TOPIC     = google_pubsub_topic.topics["jobs"].name
+  }
+}
+
+output "version" {
+  description = "The reclaim version of the library the archives carry (its reclaim/VERSION); the plan fails when reclaim_version pins another."
+  value       = local.reclaim_version
+  precondition {
+    condition     = var.reclaim_version == "" || var.reclaim_version == local.reclaim_version
+    error_message = "reclaim_version pins ${var.reclaim_version}, but the library in ${local.repo_root} is ${local.reclaim_version}: install the reclaim you pin and run `reclaim tf-module` (make deploy does), or pin the new version."
+  }
+}

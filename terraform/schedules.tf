@@ -1,13 +1,21 @@
 # Cron schedules (docs/time.md): one Cloud Scheduler job per entry of the schedules file,
-# the same file `make dev`'s ticker and the functions read (schedules.json in the
-# pipelines folder, shipped in the archives; RECLAIM_SCHEDULES_FILE names it, main.tf).
+# the same file `make dev`'s ticker and the functions read (var.schedules_file, default
+# schedules.json in the pipelines folder; shipped in the archives as the package's
+# schedules.json, which RECLAIM_SCHEDULES_FILE names, main.tf).
 # Each tick POSTs to submit's /schedules/<name>/tick; submit derives the job id from the
 # tick's time (X-CloudScheduler-ScheduleTime when Cloud Scheduler sends it, else the
 # newest tick at or before now), so a retried tick lands on the same job (create-only
 # record). A bad entry fails the plan here, naming it (the preconditions below), and
 # `make dev` refuses to start on it; submit still answers the good entries' ticks.
 locals {
-  schedules_file = "${local.pipelines_dir}/schedules.json"
+  schedules_file = (var.schedules_file == "" ? "${local.pipelines_dir}/schedules.json"
+  : startswith(var.schedules_file, "/") ? var.schedules_file : abspath("${path.root}/${var.schedules_file}"))
+  # What the archives carry as <package>/schedules.json and uploads.json (functions.tf),
+  # whichever files the variables name: the functions read the same files terraform did.
+  package_settings_files = {
+    for name, path in { "schedules.json" = local.schedules_file, "uploads.json" = local.uploads_file } :
+    name => path if fileexists(path)
+  }
   schedules = fileexists(local.schedules_file) ? {
     for s in jsondecode(file(local.schedules_file)).schedules : s.name => s
   } : {}

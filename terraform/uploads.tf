@@ -1,11 +1,12 @@
-# Upload routes (docs/pipelines.md, "Uploads"): uploads.json in your pipelines package,
-# the file `make dev` reads, read here when pipeline_modules names a module (your
-# pipelines are deployed). The functions get the same file (the archives carry the
+# Upload routes (docs/pipelines.md, "Uploads"): uploads.json in your pipelines package
+# (or var.uploads_file), the file `make dev` reads, read here when pipeline_modules names
+# a module (your pipelines are deployed); the archives carry it as the package's own. The functions get the same file (the archives carry the
 # package) through RECLAIM_UPLOADS_FILE (main.tf) and check it at start exactly
 # (shared/upload_routes.py); here terraform makes one storage notification per bucket
 # and prefix the routes need, no wider, and refuses a bad route at plan, naming it.
 locals {
-  uploads_file   = "${local.pipelines_dir}/uploads.json"
+  uploads_file = (var.uploads_file == "" ? "${local.pipelines_dir}/uploads.json"
+  : startswith(var.uploads_file, "/") ? var.uploads_file : abspath("${path.root}/${var.uploads_file}"))
   uploads_routed = length(var.pipeline_modules) > 0 && fileexists(local.uploads_file)
   # the archive path of the file, relative to the folder holding shared/ ("" = no routes)
   uploads_setting = local.uploads_routed ? "${local.pipelines_package}/uploads.json" : ""

@@ -154,6 +154,12 @@ variable "labels" {
   default     = {}
 }
 
+variable "library_dir" {
+  description = "The folder holding the reclaim library the archives carry (shared/, functions/, reclaim/, requirements.txt), relative to the root module or absolute. \"\" = the folder above this module: this repository, or the copy `reclaim tf-module` writes."
+  type        = string
+  default     = ""
+}
+
 variable "log_metrics_ready_seconds" {
   description = "Seconds the alert policies wait after the log-based metrics are created: the Monitoring API answers 404 for a metric up to 10 minutes old (github.com/hashicorp/terraform-provider-google/issues/11102)."
   type        = number
@@ -215,7 +221,7 @@ variable "pipeline_modules" {
 }
 
 variable "pipelines_dir" {
-  description = "Folder of your pipeline package, shipped in every function archive under its own name (relative to terraform/ or absolute). \"\" = the repository's pipelines/."
+  description = "Folder of your pipeline package, shipped in every function archive under its own name (relative to the root module, or absolute). \"\" = pipelines/ beside the library (this repository's)."
   type        = string
   default     = ""
   validation {
@@ -223,8 +229,8 @@ variable "pipelines_dir" {
     error_message = "pipelines_dir must name a folder whose name is a Python package name (letters, digits, _)."
   }
   validation {
-    condition     = !contains(["shared", "main"], basename(trimsuffix(var.pipelines_dir, "/")))
-    error_message = "pipelines_dir must not be named shared or main: the archive already has those."
+    condition     = !contains(["shared", "main", "reclaim"], basename(trimsuffix(var.pipelines_dir, "/")))
+    error_message = "pipelines_dir must not be named shared, main or reclaim: the archive already has those."
   }
 }
 
@@ -276,6 +282,16 @@ variable "queue" {
   }
 }
 
+variable "reclaim_version" {
+  description = "The reclaim version you pin (e.g. \"0.9.0\"): the plan fails when the library this module archives is another, so an upgrade is a change you make on purpose. \"\" = any."
+  type        = string
+  default     = ""
+  validation {
+    condition     = var.reclaim_version == "" || can(regex("^[0-9]+\\.[0-9]+\\.[0-9]+([.a-z0-9+-]*)$", var.reclaim_version))
+    error_message = "reclaim_version must be a version such as 0.9.0 (or \"\" for any)."
+  }
+}
+
 variable "region" {
   description = "Region of the functions, the scheduler job and the buckets."
   type        = string
@@ -297,6 +313,16 @@ variable "retention_days" {
   validation {
     condition     = alltrue([for d in values(var.retention_days) : d >= 1 && d == floor(d)])
     error_message = "retention_days values must be whole days >= 1."
+  }
+}
+
+variable "schedules_file" {
+  description = "Your cron schedules (docs/time.md), relative to the root module or absolute; shipped in the archives as <package>/schedules.json. \"\" = schedules.json in pipelines_dir (none: no schedules)."
+  type        = string
+  default     = ""
+  validation {
+    condition     = var.schedules_file == "" || endswith(var.schedules_file, ".json")
+    error_message = "schedules_file must name a .json file."
   }
 }
 
@@ -417,6 +443,16 @@ variable "sweep_time_zone" {
   description = "Time zone of sweep_schedule (tz database name)."
   type        = string
   default     = "Etc/UTC"
+}
+
+variable "uploads_file" {
+  description = "Your upload routes (docs/pipelines.md, \"Uploads\"), relative to the root module or absolute; shipped in the archives as <package>/uploads.json. \"\" = uploads.json in pipelines_dir (none: every upload becomes an upload-digest job)."
+  type        = string
+  default     = ""
+  validation {
+    condition     = var.uploads_file == "" || endswith(var.uploads_file, ".json")
+    error_message = "uploads_file must name a .json file."
+  }
 }
 
 variable "uploads_prefix" {

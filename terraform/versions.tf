@@ -1,6 +1,10 @@
 # Bounded provider versions. The offline schema check reads hashicorp/google and
 # hashicorp/google-beta 6.50.0 and hashicorp/time 0.13.1 (tests/terraform/*_schema.json),
 # so each range starts at the checked version and stops before the next major.
+# This is a module: it configures no provider. Its caller (deploy/ in this repository,
+# deploy/ of a `reclaim init` project) declares `provider "google"` and
+# `provider "google-beta"` with the project and region, and the module inherits them
+# (developer.hashicorp.com/terraform/language/modules/develop/providers).
 terraform {
   required_version = ">= 1.5.0, < 2.0.0"
 
@@ -25,14 +29,4 @@ terraform {
       version = ">= 2.4.2, < 3.0.0"
     }
   }
-}
-
-provider "google" {
-  project = var.project_id
-  region  = var.region
-}
-
-provider "google-beta" {
-  project = var.project_id
-  region  = var.region
 }

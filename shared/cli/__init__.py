@@ -46,6 +46,7 @@ exit codes:
   4  watch: --timeout passed before every job finished
 
 examples:
+  reclaim init acme-jobs && cd acme-jobs && reclaim dev
   reclaim --local submit demo --payload '{"n": 3}'
   reclaim --local submit demo --batch catalog-0726 --from pieces.jsonl
   reclaim --local watch catalog-0726
@@ -171,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
         configure_schedules_parser,
         configure_sweep_parser,
         configure_dlq_parser,
+        configure_project_parsers,
     ):
         configure(add)
     return parser
@@ -408,6 +410,13 @@ def configure_dlq_parser(add: _Add) -> None:
     )
 
 
+def configure_project_parsers(add: _Add) -> None:
+    """`reclaim init`, `reclaim dev`, `reclaim tf-module` (shared.cli.project)."""
+    from shared.cli import project
+
+    project.configure_project_parsers(add)
+
+
 def _use_local_cloud() -> None:
     os.environ["STORAGE_EMULATOR_HOST"] = LOCAL_STORAGE_EMULATOR_HOST
     os.environ["PUBSUB_EMULATOR_HOST"] = LOCAL_PUBSUB_EMULATOR_HOST
@@ -434,6 +443,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.configure("WARNING", stderr=True)  # library warnings must not mix into stdout/--json
 
     try:
+        if getattr(args, "in_project", True):  # your pipelines, from the project you are in
+            from shared.cli.project import use_current
+
+            use_current(os.environ, sys.path)
         return int(args.func(args))
     except CliError as exc:
         return _report(str(exc), exc.code, as_json)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -192,3 +194,38 @@ def test_make_dev_shows_the_pools_and_refuses_a_bad_pools_file(tmp_path, capsys)
     assert _prepare([], {"RECLAIM_POOLS_FILE": str(bad)}) == 2
     err = capsys.readouterr().err
     assert "pool 'heavy': concurrency > 1 needs cpu >= 1" in err, err
+
+
+def test_your_folders_follow_the_library_on_the_functions_path(tmp_path):
+    """LOCAL_PYTHONPATH (reclaim dev: the project) reaches every function's PYTHONPATH,
+    after the library's folder, so a project's package imports and never shadows ours."""
+    from local.cloud import LocalCloud
+
+    c = config_from_env({"LOCAL_PYTHONPATH": f"{tmp_path}{os.pathsep}relative"})
+    assert c.python_path == (tmp_path, Path("relative").resolve())
+    cloud, plain = LocalCloud(c), LocalCloud(config_from_env({}))
+    for unstarted in (cloud, plain):
+        unstarted._resolve_ports()  # free ports only: nothing is started
+    folders = cloud._function_env(threads=2)["PYTHONPATH"].split(os.pathsep)
+    assert folders == [str(ROOT), str(tmp_path), str(Path("relative").resolve())]
+    assert plain._function_env(threads=2)["PYTHONPATH"] == str(ROOT)
+
+
+def test_the_endpoints_file_is_the_launchers_and_holds_what_a_client_needs(tmp_path):
+    from local.dev import write_endpoints
+
+    c = config_from_env({"LOCAL_ENDPOINTS_FILE": str(tmp_path / "dev.json")})
+    assert not hasattr(c, "endpoints_file")  # not the cloud's: run() writes it once up
+
+    class Up:
+        endpoints = {"jobs": "http://127.0.0.1:1/jobs"}
+
+        def client_env(self):
+            return {"STORAGE_EMULATOR_HOST": "http://127.0.0.1:2"}
+
+    write_endpoints(Up(), tmp_path / "state" / "dev.json")  # type: ignore[arg-type]
+    doc = json.loads((tmp_path / "state" / "dev.json").read_text())
+    assert doc["endpoints"]["jobs"] == "http://127.0.0.1:1/jobs"
+    assert doc["client_env"] == {"STORAGE_EMULATOR_HOST": "http://127.0.0.1:2"}
+    assert doc["pid"] == os.getpid()
+    assert [p.name for p in (tmp_path / "state").iterdir()] == ["dev.json"]  # no partial left

@@ -8,9 +8,10 @@ link (``...#<attr>``), so the schema is read from the JSON alone: no import of t
 package, no Node.
 
 One extract per provider (``<provider>_provider_schema.json`` beside this file) keeps
-every resource and data-source type name, and the full argument / block / required
-tree only of the types the configuration uses with that provider (``--tf-dir``), so
-the vendored files stay small. Run ``make tf-schema`` to refresh them.
+every resource and data-source type name, the arguments of the provider block itself
+(what a root module may configure), and the full argument / block / required tree only
+of the types the configuration uses with that provider (``--tf-dir``), so the vendored
+files stay small. Run ``make tf-schema`` to refresh them.
 """
 
 from __future__ import annotations
@@ -205,11 +206,24 @@ def build_extract(assembly: dict[str, Any], wanted: dict[str, set[str]]) -> dict
         "generated_by": "tests/terraform/schema_extract.py",
         "source": f"{WHEELS[provider][0]}=={assembly['version']}",
         "provider": f"hashicorp/{provider} {provider_version(assembly)}",
+        "provider_config": _schema_of(provider_config_fqn(assembly), assembly["types"]),
         "resource_types": sorted(names["resource"]),
         "data_source_types": sorted(names["data"]),
         "resources": detail["resource"],
         "data_sources": detail["data"],
     }
+
+
+def provider_config_fqn(assembly: dict[str, Any]) -> str:
+    """The struct of the `provider "<name>" {}` block (a root module configures it)."""
+    found = [
+        fqn
+        for fqn in assembly["types"]
+        if fqn.split(".")[-2:-1] == ["provider"] and fqn.endswith("ProviderConfig")
+    ]
+    if len(found) != 1:
+        raise SystemExit(f"expected one provider config struct, found {found}")
+    return found[0]
 
 
 def dumps(extract: dict[str, Any]) -> str:

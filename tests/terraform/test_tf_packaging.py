@@ -54,22 +54,27 @@ PIPELINES_DIR = ROOT / "pipelines"  # terraform's default (var.pipelines_dir = "
 EXAMPLE_MODULE = "pipelines.csv_summary"
 
 
-def archive_members(source: str) -> dict[str, Path]:
-    """archive path -> file, in terraform's merge order (later entries win)."""
+def archive_members(
+    source: str, library: Path = ROOT, pipelines: Path = PIPELINES_DIR
+) -> dict[str, Path]:
+    """archive path -> file, in terraform's merge order (later entries win); `library`
+    is var.library_dir (this repository, or a project's copy of the installed reclaim)."""
     skip = _skip_patterns()
-    members = {"requirements.txt": ROOT / "requirements.txt"}
-    members.update({f"shared/{k}": v for k, v in _files(ROOT / "shared", skip).items()})
-    package = PIPELINES_DIR.name
-    members.update({f"{package}/{k}": v for k, v in _files(PIPELINES_DIR, skip).items()})
-    members.update(_files(ROOT / "functions" / source, skip))
+    members = {"requirements.txt": library / "requirements.txt"}
+    members.update({f"shared/{k}": v for k, v in _files(library / "shared", skip).items()})
+    api = [unquote(f) for f in config()["locals"]["api_files"]]
+    members.update({f"reclaim/{f}": library / "reclaim" / f for f in api})
+    package = pipelines.name
+    members.update({f"{package}/{k}": v for k, v in _files(pipelines, skip).items()})
+    members.update(_files(library / "functions" / source, skip))
     return members
 
 
-def build_archive(source: str, dest: Path) -> Path:
+def build_archive(source: str, dest: Path, **where: Path) -> Path:
     """The zip terraform's archive_file makes (file() reads each as UTF-8 text)."""
     zpath = dest / f"{source}.zip"
     with zipfile.ZipFile(zpath, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, path in archive_members(source).items():
+        for name, path in archive_members(source, **where).items():
             zf.writestr(name, path.read_text(encoding="utf-8"))
     return zpath
 
@@ -102,9 +107,9 @@ def test_skip_patterns_leave_no_binary_file_in_an_archive() -> None:
             path.read_text(encoding="utf-8")  # file() in terraform fails on non-UTF-8
 
 
-def _unpack(folder: str, tmp_path: Path) -> tuple[Path, set[str]]:
+def _unpack(folder: str, tmp_path: Path, **where: Path) -> tuple[Path, set[str]]:
     unpacked = tmp_path / "unpacked"
-    with zipfile.ZipFile(build_archive(folder, tmp_path)) as zf:
+    with zipfile.ZipFile(build_archive(folder, tmp_path, **where)) as zf:
         names = set(zf.namelist())
         zf.extractall(unpacked)
     return unpacked, names
@@ -323,3 +328,67 @@ def test_the_function_reads_the_schedules_file_terraform_made_the_jobs_from(
     assert out["path"] == str(unpacked / value)
     shipped = json.loads((PIPELINES_DIR / "schedules.json").read_text())
     assert out["names"] == [s["name"] for s in shipped["schedules"]]
+
+
+# --- a project of your own: the installed library's copy plus your package ------------
+
+_PROJECT_PROBE = r"""
+import json, sys
+archive, site, target = sys.argv[1:4]
+sys.path[:0] = [archive]
+sys.path.append(site)
+import main  # imports RECLAIM_PIPELINE_MODULES at start
+assert callable(getattr(main, target)), target
+from reclaim import StageContext, get_pipeline
+from shared.logs import JobLogger
+from shared.storage_memory import MemoryStore
+
+store = MemoryStore()
+class Outputs:
+    def write(self, name, data, content_type=None):
+        body = json.dumps(data).encode()
+        return store.write_output("job-1", 1, name, body, content_type or "application/json")
+
+pipeline = get_pipeline("acme-hello")
+try:
+    pipeline.check_payload({"name": ""})
+except ValueError as exc:
+    refused = str(exc)
+ctx = StageContext("job-1", {"name": "Ada"}, {}, 1, JobLogger("job-1"), Outputs(), store)
+for _name, stage in pipeline.stages_for(ctx.payload):
+    stage(ctx)
+print(json.dumps({
+    "refused": refused,
+    "result": ctx.result,
+    "modules": {n: getattr(m, "__file__", None) for n, m in list(sys.modules.items())},
+}))
+"""
+
+
+def test_a_scaffolded_projects_archive_runs_its_pipeline_on_the_copied_library(
+    tmp_path: Path,
+) -> None:
+    """`reclaim init`'s deploy/ archives the copy `reclaim tf-module` wrote (var.library_dir
+    defaults to the folder above the module) plus the project's package."""
+    from local import scaffold
+
+    project = tmp_path / "acme"
+    scaffold.write_project(project)
+    library = project / scaffold.MODULE_COPY
+    unpacked, names = _unpack("claim", tmp_path, library=library, pipelines=project / "acme")
+    assert {
+        "reclaim/__init__.py",
+        "reclaim/VERSION",
+        "acme/hello.py",
+        "acme/schedules.json",
+    } <= names
+    out = json.loads(
+        _run_clean(
+            _PROJECT_PROBE, unpacked, tmp_path, "claim", RECLAIM_PIPELINE_MODULES="acme.hello"
+        )
+    )
+    _assert_loaded_from(out["modules"], unpacked)
+    for module in ("reclaim", "shared", "acme.hello"):
+        assert Path(out["modules"][module]).is_relative_to(unpacked), module
+    assert "payload.name must be a non-empty string" in out["refused"]
+    assert out["result"] == {"greeting": "Hello, Ada!", "report": "outputs/job-1/1/greeting.json"}

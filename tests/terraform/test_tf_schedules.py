@@ -72,7 +72,11 @@ def test_each_cron_job_checks_its_entry_at_plan_and_names_it() -> None:
 
 def test_the_functions_read_the_file_terraform_made_the_jobs_from() -> None:
     locals_ = config()["locals"]
-    assert unquote(locals_["schedules_file"]) == "${local.pipelines_dir}/schedules.json"
-    # shipped as <package>/schedules.json (pipeline_files carries every file of the folder)
+    chosen = unquote(locals_["schedules_file"])  # var.schedules_file, else the package's
+    assert chosen.startswith('(var.schedules_file == "" ? "${local.pipelines_dir}/schedules.json"')
+    # shipped as <package>/schedules.json, whichever file it is (functions.tf archives)
+    shipped = unquote(locals_["package_settings_files"])
+    assert '"schedules.json" = local.schedules_file' in shipped and "fileexists(path)" in shipped
+    assert '"${local.pipelines_package}/${f}" => path' in unquote(locals_["archives"])
     env = locals_["reclaim_env"]
     assert unquote(env["RECLAIM_SCHEDULES_FILE"]) == "${local.pipelines_package}/schedules.json"

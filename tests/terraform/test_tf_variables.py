@@ -52,6 +52,15 @@ CASES: list[tuple[str, Any, bool]] = [
     ("pipelines_dir", "/srv/pipelines/", True),
     ("pipelines_dir", "../my-pipelines", False),  # not an importable package name
     ("pipelines_dir", "../shared", False),  # would shadow the library
+    ("pipelines_dir", "../reclaim", False),  # would shadow the public API
+    ("reclaim_version", "", True),  # any
+    ("reclaim_version", "0.9.0", True),
+    ("reclaim_version", "1.10.2rc1", True),
+    ("reclaim_version", "v0.9", False),
+    ("schedules_file", "../acme/schedules.json", True),
+    ("schedules_file", "../acme/schedules.yaml", False),
+    ("uploads_file", "/srv/acme/uploads.json", True),
+    ("uploads_file", "uploads", False),
     ("submit_function", {"timeout_seconds": 3601}, False),
     ("submit_function", {"timeout_seconds": 180}, True),
 ]
@@ -68,7 +77,8 @@ def _conditions(variable: str) -> list[str]:
     return [unquote(v["condition"]) for v in config()["variable"][variable]["validation"]]
 
 
-def _accepted(variable: str, override: Any) -> bool:
+def accepted(variable: str, override: Any) -> bool:
+    """Every validation of the module's variable passes for this value."""
     results = [evaluate(c, {variable: _value(variable, override)}) for c in _conditions(variable)]
     assert all(isinstance(r, bool) for r in results), results
     return all(results)
@@ -76,7 +86,7 @@ def _accepted(variable: str, override: Any) -> bool:
 
 @pytest.mark.parametrize(("variable", "override", "ok"), CASES)
 def test_validation(variable: str, override: Any, ok: bool) -> None:
-    assert _accepted(variable, override) is ok
+    assert accepted(variable, override) is ok
 
 
 def test_every_backoff_of_both_pushes_is_validated() -> None:
@@ -88,7 +98,7 @@ def test_every_backoff_of_both_pushes_is_validated() -> None:
             assert conditions.count(f"var.{push}.{field}") >= 2, f"{push}.{field}"
         # each field alone out of range is refused (not only when both are)
         for field in ("minimum_backoff", "maximum_backoff"):
-            assert not _accepted(push, {field: "601s"}), f"{push}.{field}"
+            assert not accepted(push, {field: "601s"}), f"{push}.{field}"
 
 
 def test_every_default_passes_every_validation() -> None:
@@ -97,29 +107,6 @@ def test_every_default_passes_every_validation() -> None:
             continue
         default = unquote(var.get("default"))
         value = "my-project-1" if name == "project_id" else default
-        value = _value(name, value) if isinstance(value, dict) else value
-        for condition in _conditions(name):
-            assert evaluate(condition, {name: value}) is True, (name, condition)
-
-
-def test_the_example_tfvars_pass_every_validation() -> None:
-    """terraform.tfvars.example is what the README tells a first-time user to copy."""
-    import hcl2
-
-    def plain(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {unquote(k): plain(v) for k, v in value.items() if not k.startswith("__")}
-        if isinstance(value, list):
-            return [plain(v) for v in value]
-        return unquote(value)
-
-    with (TF_DIR / "terraform.tfvars.example").open() as fh:
-        example = plain(hcl2.load(fh))
-    assert example, "the example sets nothing"
-    for name, value in example.items():
-        assert name in config()["variable"], f"{name} is not a variable"
-        if "validation" not in config()["variable"][name]:
-            continue
         value = _value(name, value) if isinstance(value, dict) else value
         for condition in _conditions(name):
             assert evaluate(condition, {name: value}) is True, (name, condition)

