@@ -171,7 +171,7 @@ def test_a_page_on_another_local_port_planting_a_token_pair_is_refused(
     services proxy`); a page on another loopback port plants a cookie+token pair the
     dashboard issued to the attacker and posts the Cancel form: 403, with its reason."""
     import threading
-    from http.server import BaseHTTPRequestHandler, HTTPServer
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from selenium.webdriver.common.by import By
 
@@ -198,7 +198,10 @@ def test_a_page_on_another_local_port_planting_a_token_pair_is_refused(
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = HTTPServer(("127.0.0.1", 0), Attacker)
+    # Threading: Chromium also opens idle (preconnect) sockets to the page's server; a
+    # one-request-at-a-time server would sit reading one, and shutdown() would wait for
+    # Chromium to drop it (a minute).
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Attacker)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     ops = "Bearer " + cloud.platform.identity_token("dashboard", "ops@example.com")
     browser.execute_cdp_cmd("Network.enable", {})
