@@ -19,7 +19,7 @@ from typing import Any
 
 import requests
 
-from bench.common import row
+from bench.common import SilentDoorbell, row
 from local import wiring
 from local.cloud import LocalCloud
 from local.gcs import start_fake_gcs
@@ -83,7 +83,7 @@ def batch_progress_calls() -> dict[str, Any]:
         client.create_bucket("bench-progress")
         store = GcsStore("bench-progress", client)
         settings = Settings.from_env({}, records_bucket="bench-progress", max_batch_jobs=MEMBERS)
-        queue = Queue(store, _Silent(), settings)
+        queue = Queue(store, SilentDoorbell(), settings)
         jobs = [{"pipeline": "demo", "id": f"m{i:04d}"} for i in range(MEMBERS)]
         queue.submit(parse_submission({"batch_id": "b1k", "jobs": jobs}, settings))
         now = datetime.now(UTC)
@@ -105,24 +105,6 @@ _WAIT_NOTE = (
     "most every 8 s) and reads the record once, at the end; a short job pays the early "
     "fast polls, a long one about one call per 8 s against two per second of polling."
 )
-
-
-class _Silent:
-    """No doorbell: the batch is only read, never run."""
-
-    def ring(
-        self, job_id: str, traceparent: str | None = None, *, pipeline: str | None = None
-    ) -> None:
-        pass
-
-    def ring_many(
-        self,
-        job_ids: Any,
-        traceparents: Any = None,
-        *,
-        pipelines: object = None,
-    ) -> list[str]:
-        return []
 
 
 def run() -> dict[str, Any]:

@@ -101,3 +101,22 @@ def row(
         "met": met,
         "note": note,
     }
+
+
+class SilentDoorbell:
+    """A doorbell that rings nothing: for benchmarks that only count what storage does
+    (the jobs are read or settled in-process, never run)."""
+
+    def ring(
+        self, job_id: str, traceparent: str | None = None, *, pipeline: str | None = None
+    ) -> None:
+        pass
+
+    def ring_many(
+        self,
+        job_ids: Any,
+        traceparents: Any = None,
+        *,
+        pipelines: object = None,
+    ) -> list[str]:
+        return []

@@ -20,7 +20,7 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
-from bench.common import bench_cloud, row, wait_terminal
+from bench.common import SilentDoorbell, bench_cloud, row, wait_terminal
 from shared import finish, submission
 from shared.config import Settings
 from shared.features import context
@@ -32,22 +32,6 @@ MEMBERS = 200
 CHILDREN = 100
 PAIRS = 12
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-class _Bell:
-    def ring(
-        self, job_id: str, traceparent: str | None = None, *, pipeline: str | None = None
-    ) -> None:
-        pass
-
-    def ring_many(
-        self,
-        job_ids: Any,
-        traceparents: Any = None,
-        *,
-        pipelines: object = None,
-    ) -> list[str]:
-        return []
 
 
 def _calls(body: dict[str, Any]) -> Counter[str]:
@@ -63,7 +47,11 @@ def _calls(body: dict[str, Any]) -> Counter[str]:
         counted.update(Counter(store.calls) - before)
 
     parsed = parse_submission(body, Settings.from_env({}))
-    measured(lambda: submission.submit(context(store, _Bell(), Settings.from_env({})), parsed, NOW))
+    measured(
+        lambda: submission.submit(
+            context(store, SilentDoorbell(), Settings.from_env({})), parsed, NOW
+        )
+    )
     ended: set[str] = set()
     while True:
         due = [
@@ -80,7 +68,7 @@ def _calls(body: dict[str, Any]) -> Counter[str]:
             def end(done: Any = done, generation: int = stored.generation) -> None:
                 written = store.update(done, generation)
                 finish.after_terminal(
-                    context(store, _Bell(), Settings.from_env({})), written.record
+                    context(store, SilentDoorbell(), Settings.from_env({})), written.record
                 )
 
             measured(end)
