@@ -28,7 +28,7 @@ from shared.errors import InvalidInput, JobNotFound, NotFound
 if TYPE_CHECKING:
     from shared.queue import Queue
     from shared.status import JobView
-    from shared.storage import Store
+    from shared.storage import RecordStat, Store
 
 WAIT_MAX_S = 60.0
 """The longest wait one request may ask for (submit's timeout must stay above it)."""
@@ -88,6 +88,37 @@ def parse_until(text: str | None) -> str:
     return text
 
 
+def _poll(
+    store: Store,
+    job_id: str,
+    seconds: float,
+    settled: Callable[[RecordStat], bool],
+    *,
+    first_s: float,
+    max_s: float,
+    sleep: Callable[[float], None],
+    monotonic: Callable[[], float],
+) -> Waited:
+    """Poll the record's metadata, backing off from first_s to max_s, until `settled`
+    says so or `seconds` pass. JobNotFound when there is no record."""
+    records.validate_job_id(job_id)
+    deadline = monotonic() + seconds
+    polls, interval = 0, first_s
+    while True:
+        try:
+            stat = store.stat(job_id)
+        except NotFound:
+            raise JobNotFound(job_id) from None
+        polls += 1
+        if settled(stat):
+            return Waited(stat.generation, True, polls)
+        left = deadline - monotonic()
+        if left <= 0:
+            return Waited(stat.generation, False, polls)
+        sleep(min(interval, left))
+        interval = min(interval * POLL_GROWTH, max_s)
+
+
 def wait_for_end(
     store: Store,
     job_id: str,
@@ -99,26 +130,26 @@ def wait_for_end(
     """Poll the record's metadata until its status is terminal or `seconds` pass. A record
     written without the status in its metadata (an older writer) costs a body read, on
     each change only. JobNotFound when there is no record."""
-    records.validate_job_id(job_id)
-    deadline = monotonic() + seconds
-    polls, interval, seen = 0, POLL_FIRST_ENDED_S, None
-    while True:
-        try:
-            stat = store.stat(job_id)
-        except NotFound:
-            raise JobNotFound(job_id) from None
-        polls += 1
+    seen: list[int] = []  # the generation whose body was read last
+
+    def ended(stat: RecordStat) -> bool:
         status = stat.status
-        if status is None and stat.generation != seen:
+        if status is None and stat.generation not in seen:
+            seen[:] = [stat.generation]
             status = _status_from_body(store, job_id)
-        seen = stat.generation
-        if status in job_queue.TERMINAL_STATUSES:
-            return Waited(stat.generation, True, polls, ended=True)
-        left = deadline - monotonic()
-        if left <= 0:
-            return Waited(stat.generation, False, polls)
-        sleep(min(interval, left))
-        interval = min(interval * POLL_GROWTH, POLL_MAX_ENDED_S)
+        return status in job_queue.TERMINAL_STATUSES
+
+    waited = _poll(
+        store,
+        job_id,
+        seconds,
+        ended,
+        first_s=POLL_FIRST_ENDED_S,
+        max_s=POLL_MAX_ENDED_S,
+        sleep=sleep,
+        monotonic=monotonic,
+    )
+    return Waited(waited.generation, waited.changed, waited.polls, ended=waited.changed)
 
 
 def _status_from_body(store: Store, job_id: str) -> str | None:
@@ -140,25 +171,23 @@ def wait_for_change(
 ) -> Waited:
     """Poll the record's generation until it differs from `after` (else from the first
     poll's) or `seconds` pass. JobNotFound when there is no record."""
-    records.validate_job_id(job_id)
-    deadline = monotonic() + seconds
-    polls, interval = 0, POLL_FIRST_S
-    seen = after
-    while True:
-        try:
-            generation = store.generation(job_id)
-        except NotFound:
-            raise JobNotFound(job_id) from None
-        polls += 1
-        if seen is None:
-            seen = generation
-        elif generation != seen:
-            return Waited(generation, True, polls)
-        left = deadline - monotonic()
-        if left <= 0:
-            return Waited(generation, False, polls)
-        sleep(min(interval, left))
-        interval = min(interval * POLL_GROWTH, POLL_MAX_S)
+    seen: list[int] = [] if after is None else [after]
+
+    def changed(stat: RecordStat) -> bool:
+        if not seen:
+            seen.append(stat.generation)
+        return stat.generation != seen[0]
+
+    return _poll(
+        store,
+        job_id,
+        seconds,
+        changed,
+        first_s=POLL_FIRST_S,
+        max_s=POLL_MAX_S,
+        sleep=sleep,
+        monotonic=monotonic,
+    )
 
 
 def read_after_change(
