@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
+import random
 import shutil
 import signal
 import socket
@@ -11,15 +13,57 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+PORT_SPAN = 12_000
+"""free_port hands out the PORT_SPAN ports just below the kernel's ephemeral range."""
+_port_lock = threading.Lock()
+_ports: Iterator[int] | None = None
 
 
 def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port nobody listens on right now, for a child process to listen on.
+
+    Not the kernel's pick (bind to port 0): that comes from the ephemeral range, where
+    outgoing connections take their source ports, and it can hand the port it just gave
+    one process to another before either child has bound it; the loser's wait_for_port
+    then meets the winner's server. Ports come from just below that range instead, in
+    turn from a random start, so one process gives a port again only after the whole
+    span; RECLAIM_PORT_BLOCK="i/n" keeps it to the i-th of n equal blocks, so that
+    processes running side by side (tests/conftest.py: the pytest-xdist workers) never
+    give out the same one.
+    """
+    global _ports
+    with _port_lock:
+        if _ports is None:
+            _ports = _port_walk(os.environ.get("RECLAIM_PORT_BLOCK", ""))
+        for _ in range(PORT_SPAN):
+            port = next(_ports)
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:  # in use (or lingering in TIME_WAIT): the next one
+                    continue
+            return port
+    raise RuntimeError("no free TCP port below the ephemeral range")
+
+
+def _port_walk(block: str) -> Iterator[int]:
+    """This process's ports, endlessly, from a random one on."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            top = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        top = 32768  # Linux's default first ephemeral port
+    bottom = max(1024, top - PORT_SPAN)
+    if block:
+        index, count = (int(n) for n in block.split("/"))
+        size = (top - bottom) // count
+        bottom += index % count * size
+        top = bottom + size
+    start = random.SystemRandom().randrange(bottom, top)  # not the tests' seeded random
+    return itertools.cycle([*range(start, top), *range(bottom, start)])
 
 
 def wait_for_port(

@@ -1,12 +1,16 @@
-"""Child processes: a stopped group leaves no member, even a paused or forked one."""
+"""Child processes: a stopped group leaves no member, even a paused or forked one; the
+ports they listen on are never handed to two of them at once."""
 
 from __future__ import annotations
 
+import os
 import signal
+import socket
+import subprocess
 import sys
 import time
 
-from local.procs import group_pids, signal_group, spawn, stop, stop_all
+from local.procs import PORT_SPAN, free_port, group_pids, signal_group, spawn, stop, stop_all
 
 # A parent that forks a grandchild which ignores SIGTERM, like a stubborn worker.
 _FORKER = """
@@ -78,3 +82,36 @@ def test_stop_all_takes_every_group(tmp_path):
     stop_all(procs, timeout=0.5)
     assert all(p.poll() is not None for p in procs)
     assert [p.pid for p in procs if group_pids(p.pid)] == []
+
+
+def _ports_of(block: str, n: int) -> list[int]:
+    """n ports from free_port in a fresh process given RECLAIM_PORT_BLOCK=block."""
+    probe = f"from local.procs import free_port; print([free_port() for _ in range({n})])"
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**os.environ, "RECLAIM_PORT_BLOCK": block},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return [int(p) for p in done.stdout.strip("[]\n").split(", ")]
+
+
+def test_free_ports_are_below_the_ephemeral_range_and_never_shared_between_blocks():
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        ephemeral = int(f.read().split()[0])
+    first, second = _ports_of("0/2", 300), _ports_of("1/2", 300)
+    assert not set(first) & set(second)  # two workers never hand out the same port
+    for ports in (first, second):
+        assert len(set(ports)) == len(ports)  # nor does one, before its block is used up
+        assert all(ephemeral - PORT_SPAN <= p < ephemeral for p in ports), ports
+
+
+def test_a_port_someone_listens_on_is_never_handed_out():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+        server.bind(("127.0.0.1", free_port()))
+        server.listen()
+        taken = server.getsockname()[1]
+        handed = {free_port() for _ in range(PORT_SPAN + 1)}
+    assert taken not in handed
