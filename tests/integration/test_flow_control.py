@@ -17,7 +17,7 @@ import requests
 
 from local.cloud import LocalCloud
 from local.observe import emulator_stats
-from shared import flow
+from shared import doorbell, flow
 from shared.cli import main as cli_main
 from tests.integration.cloud_support import batch, fast_cloud, job, running_on
 from tests.polling import wait_for
@@ -29,6 +29,21 @@ ENDS = ("done", "failed", "requeued", "handed back")
 def cloud() -> Iterator[LocalCloud]:
     with fast_cloud(max_instances=3, concurrency=4) as c:
         yield c
+
+
+@pytest.fixture
+def operator_shell(cloud: LocalCloud, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """This process pointed at the module's cloud, as an operator's shell is, for the CLI
+    run in process. shared.doorbell keeps one publisher per process, made on first use
+    for the PUBSUB_EMULATOR_HOST of that moment: the test gets one of its own, stopped
+    after it, so no later test in this process rings this cloud's emulator once it is gone."""
+    for name, value in cloud.client_env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(doorbell, "_PUBLISHER", None)
+    monkeypatch.setattr(doorbell, "_DOORBELLS", {})
+    yield
+    if doorbell._PUBLISHER is not None:
+        doorbell._PUBLISHER.stop()
 
 
 def post(cloud: LocalCloud, path: str, body: Any = None) -> requests.Response:
@@ -185,8 +200,9 @@ def _parked(cloud: LocalCloud, ids: list[str]) -> set[str] | None:
     return found if found == set(ids) else None
 
 
+@pytest.mark.usefixtures("operator_shell")
 def test_bulk_retry_of_a_batchs_failed_jobs_requeues_exactly_those(
-    cloud: LocalCloud, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    cloud: LocalCloud, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fail = {"pipeline": "demo", "payload": {"stages": 1, "fail_at": 0, "fail_attempts": 1}}
     ok = {"pipeline": "demo", "payload": {"stages": 1}}
@@ -197,8 +213,6 @@ def test_bulk_retry_of_a_batchs_failed_jobs_requeues_exactly_those(
     # fail_attempts 1: attempt 1 fails; with max_attempts 1 that is final
     failed = sorted(i for i in ids if job(cloud, i)["status"] == "failed")
     assert failed == [ids[4]]
-    for name, value in cloud.client_env().items():
-        monkeypatch.setenv(name, value)
     args = ["retry", "--batch", batch_id, "--status", "failed", "--json"]
     assert cli_main([*args, "--dry-run"]) == 0
     assert '"matching": 1' in capsys.readouterr().out

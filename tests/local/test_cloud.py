@@ -324,6 +324,7 @@ def test_make_dev_starts_prints_and_stops_on_sigterm(tmp_path: Path):
             "SUBMIT_UPLOAD",
             "CLAIM",
             "SWEEP",
+            "DASHBOARD",
             "EMULATOR_ADMIN",
             "CLOUDRUN_ADMIN",
         )
@@ -374,7 +375,7 @@ def test_make_dev_killed_with_sigkill_leaves_no_orphans(tmp_path: Path):
     """kill -9 of the launcher: the kernel's parent-death signal ends the emulators and
     every instance, including the ones the platform's spawner thread started."""
     sources = ",".join(f"{n}={FAKE}:echo" for n in DEFAULT_FUNCTIONS)
-    names = ("PUBSUB", "GCS", "SUBMIT", "SUBMIT_UPLOAD", "CLAIM", "SWEEP")
+    names = ("PUBSUB", "GCS", "SUBMIT", "SUBMIT_UPLOAD", "CLAIM", "SWEEP", "DASHBOARD")
     env = {
         **os.environ,
         **{f"LOCAL_{k}_PORT": "0" for k in names},
