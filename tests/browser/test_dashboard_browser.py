@@ -55,6 +55,22 @@ def text_of(browser: Any, css: str) -> str:
 until = functools.partial(polling.wait_for, timeout=60, interval=0.25)
 
 
+def click(browser: Any, css: str) -> None:
+    """Click the first element matching `css`; again if the live refresh swapped it
+    between finding and clicking (a stale element is never clicked)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    def clicked() -> bool:
+        try:
+            browser.find_element(By.CSS_SELECTOR, css).click()
+        except StaleElementReferenceException:
+            return False
+        return True
+
+    until(f"{css} clicked", clicked)
+
+
 def test_a_batch_progress_bar_advances_as_its_jobs_finish(cloud: LocalCloud, browser: Any) -> None:
     from selenium.webdriver.common.by import By
 
@@ -108,7 +124,7 @@ def test_a_failed_jobs_error_shows_and_retry_requeues_it(cloud: LocalCloud, brow
     error = until("its error shown", lambda: text_of(browser, "#error .error"))
     assert "PermanentError" in error or "injected" in error.lower()
     browser.save_screenshot(str(DOCS / "dashboard-job-failed.png"))
-    browser.find_element(By.ID, "retry").click()
+    click(browser, "#retry")
     # the click returns before the redirected page has loaded: wait for its message
     until("the retry's message", lambda: "retried" in text_of(browser, "#message"), timeout=30)
     record = requests.get(cloud.endpoints["jobs"] + "/render-7", timeout=30).json()
@@ -153,7 +169,7 @@ def test_a_jobs_parents_and_children_are_linked(cloud: LocalCloud, browser: Any)
     submit(cloud, {"batch_id": "wf-demo", "jobs": jobs})
     browser.get(cloud.endpoints["dashboard"] + "/jobs/wf-cover")
     until("the child linked", lambda: "wf-thumb" in text_of(browser, "#relations #children"))
-    browser.find_element(By.CSS_SELECTOR, "#children a").click()
+    click(browser, "#children a")
     until("the child's page", lambda: "wf-thumb" in text_of(browser, "h1"))
     assert "wf-cover" in text_of(browser, "#relations #parents")
     link = browser.find_element(By.CSS_SELECTOR, "#parents a").get_attribute("href")
@@ -167,7 +183,7 @@ def test_a_page_on_another_local_port_planting_a_token_pair_is_refused(
     services proxy`); a page on another loopback port plants a cookie+token pair the
     dashboard issued to the attacker and posts the Cancel form: 403, with its reason."""
     import threading
-    from http.server import BaseHTTPRequestHandler, HTTPServer
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from selenium.webdriver.common.by import By
 
@@ -194,7 +210,10 @@ def test_a_page_on_another_local_port_planting_a_token_pair_is_refused(
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = HTTPServer(("127.0.0.1", 0), Attacker)
+    # Threading: Chromium also opens idle (preconnect) sockets to the page's server; a
+    # one-request-at-a-time server would sit reading one, and shutdown() would wait for
+    # Chromium to drop it (a minute).
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Attacker)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     ops = "Bearer " + cloud.platform.identity_token("dashboard", "ops@example.com")
     browser.execute_cdp_cmd("Network.enable", {})
