@@ -44,9 +44,14 @@ browser: ## Install headless Chromium and its driver for the browser tests (as r
 		echo "chromium or chromedriver is missing and cannot be installed here (needs root and apt-get): tests/browser will be skipped (and fail under CI=true)"; \
 	fi
 
-test: venv $(TF_STAMP) $(TF_WHEELS) browser ## Lint, then the whole test suite (starts its own emulators)
+# The suite waits on emulators, function processes and sweeps more than it computes:
+# TEST_WORKERS pytest-xdist workers (each with its own emulators) overlap the waits;
+# TEST_WORKERS=0 runs it serially.
+TEST_WORKERS ?= 6
+
+test: venv $(TF_STAMP) $(TF_WHEELS) browser ## Lint, then the whole test suite in parallel (starts its own emulators)
 	$(MAKE) --no-print-directory lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS)
 
 unit: venv ## The fast suite: pure logic on the in-memory store, no services (tests/unit)
 	$(PY) -m pytest tests/unit -q

@@ -1,7 +1,9 @@
 """Session fixtures: the real local cloud (fake-gcs-server and the Pub/Sub
 emulator), started by the tests themselves on free ports; CI has no services.
 
-Per-test isolation comes from unique names (buckets, topics, subscriptions).
+Per-test isolation comes from unique names (buckets, topics, subscriptions). Under
+pytest-xdist (`make test`) each worker is a session of its own: its own emulators on
+their own ports, its own log folder.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import os
 import random
 import sys
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -27,6 +30,70 @@ PROJECT = "reclaim-test"
 FUZZ_SEED_VAR = "RECLAIM_FUZZ_SEED"
 if not os.environ.get(FUZZ_SEED_VAR, "").strip():
     os.environ[FUZZ_SEED_VAR] = str(random.SystemRandom().randrange(2**32))
+
+
+# Each xdist worker gives out ports from a block of its own (local.procs.free_port), so
+# that no two workers' children ever race for one.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _WORKER:
+    _INDEX = int(_WORKER.removeprefix("gw"))
+    os.environ["RECLAIM_PORT_BLOCK"] = f"{_INDEX}/{os.environ['PYTEST_XDIST_WORKER_COUNT']}"
+
+
+# The longest modules, longest first (each module's time in a `make test` run). xdist's
+# --dist loadfile hands out whole modules in collection order (with --no-loadscope-reorder,
+# pyproject), so a long module left to the end would set the wall time; the rest keep
+# their order. A stale entry costs only time: nothing depends on the order.
+SLOW_FIRST = (
+    "tests/fuzz/test_submit_api.py",
+    "tests/cli/test_cli.py",
+    "tests/chaos/test_chaos.py",
+    "tests/integration/test_flow_control.py",
+    "tests/browser/test_dashboard_browser.py",
+    "tests/fuzz/test_cli_hostile.py",
+    "tests/integration/test_push_deadline.py",
+    "tests/integration/test_blocking_stage.py",
+    "tests/local/test_cloudrun_platform.py",
+    "tests/terraform/test_tf_schema.py",
+    "tests/unit/test_policy_properties.py",
+    "tests/fuzz/test_hostile_http.py",
+    "tests/terraform/test_tf_packaging.py",
+    "tests/integration/test_workflows_http.py",
+    "tests/integration/test_queue_e2e.py",
+    "tests/integration/test_handback.py",
+    "tests/local/test_cloudrun_revisions.py",
+    "tests/integration/test_rollout.py",
+    "tests/local/test_cloud.py",
+    "tests/chaos/test_rollout_fault.py",
+    "tests/integration/test_submit_http.py",
+    "tests/chaos/test_demo.py",
+    "tests/cli/test_cli_time.py",
+    "tests/integration/test_time_http.py",
+    "tests/integration/test_versions_http.py",
+    "tests/cli/test_dlq_short_pulls.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    _unique_node_ids(items)
+    rank = {module: i for i, module in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
+def _unique_node_ids(items: list[pytest.Item]) -> None:
+    """xdist schedules by node id: items sharing one would run once. schemathesis 4.32 under
+    pytest 9.2 names each operation's item `test[POST /jobs]` but gives all of them the
+    bare test's id; give each the id its name says. Any other clash stops the run."""
+    from _pytest.nodeid import NodeId
+
+    counts = Counter(item.nodeid for item in items)
+    for item in items:
+        named = f"{item.parent.nodeid}::{item.name}" if item.parent else item.nodeid
+        if counts[item.nodeid] > 1 and named != item.nodeid:
+            item._id = NodeId.parse(named)
+    clashes = sorted(n for n, c in Counter(item.nodeid for item in items).items() if c > 1)
+    if clashes:
+        raise pytest.UsageError(f"tests share a node id (xdist would run one): {clashes}")
 
 
 def pytest_report_header(config: object) -> str:
@@ -51,8 +118,12 @@ def _default_logging() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def log_dir() -> Path:
-    LOG_DIR.mkdir(parents=True, exist_ok=True)
-    return LOG_DIR
+    """The session's log folder: one per xdist worker (gw0, gw1, ...), as each worker runs
+    its own emulators and function processes under the same file names."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    path = LOG_DIR / worker if worker else LOG_DIR
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 @pytest.fixture(scope="session")
@@ -63,6 +134,7 @@ def pubsub_emulator(log_dir: Path) -> Iterator[str]:
         [sys.executable, "-m", "local.pubsub_emulator", "--host", "127.0.0.1", "--port", str(port)],
         log_path=log_dir / "pubsub-emulator.log",
         cwd=ROOT,
+        die_with_parent=True,  # a crashed xdist worker leaves no emulator behind
     )
     try:
         wait_for_port("127.0.0.1", port, proc=proc)

@@ -43,6 +43,7 @@ def short_pulls(gcs_server: str, gcs_client: Any, log_dir: Path) -> Iterator[Clo
         ],
         log_path=log_dir / "pubsub-emulator-short-pulls.log",
         cwd=ROOT,
+        die_with_parent=True,
     )
     try:
         wait_for_port("127.0.0.1", port, proc=proc)

@@ -129,6 +129,7 @@ def run_emulator(log_dir: Path, *flags: str, label: str = "admin") -> Iterator[A
         ],
         log_path=log_dir / f"pubsub-emulator-{label}.log",
         cwd=ROOT,
+        die_with_parent=True,
     )
     try:
         wait_for_port("127.0.0.1", port, proc=proc)

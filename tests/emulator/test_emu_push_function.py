@@ -58,6 +58,7 @@ def cloud_event_function(tmp_path: Path, log_dir: Path) -> Iterator[tuple[str, P
         env=env,
         log_path=log_dir / "emulator-push-function.log",
         cwd=tmp_path,
+        die_with_parent=True,
     )
     try:
         wait_for_port("127.0.0.1", port, proc=proc)

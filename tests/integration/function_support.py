@@ -21,7 +21,11 @@ def start_function(folder: str, target: str, env: dict[str, str], log_dir: Path)
     port = free_port()
     args = function_args(ROOT / "functions" / folder / "main.py", target, "127.0.0.1", port)
     proc = spawn(
-        args, env={**os.environ, **env}, cwd=ROOT, log_path=log_dir / f"{target}-{port}.log"
+        args,
+        env={**os.environ, **env},
+        cwd=ROOT,
+        log_path=log_dir / f"{target}-{port}.log",
+        die_with_parent=True,
     )
     wait_for_port("127.0.0.1", port, proc=proc, timeout=30)
     return proc, f"http://127.0.0.1:{port}"

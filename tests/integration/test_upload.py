@@ -99,7 +99,8 @@ def upload_fn(emulator_env: dict[str, str], publisher: Any, log_dir: Path) -> It
         "--port",
         str(port),
     ]
-    proc = spawn(args, env=env, cwd=ROOT, log_path=log_dir / f"submit_upload-{port}.log")
+    log_path = log_dir / f"submit_upload-{port}.log"
+    proc = spawn(args, env=env, cwd=ROOT, log_path=log_path, die_with_parent=True)
     try:
         wait_for_port("127.0.0.1", port, proc=proc, timeout=30)
         yield Upload(
