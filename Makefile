@@ -56,7 +56,7 @@ browser: ## Install headless Chromium and its driver for the browser tests (as r
 # The suite waits on emulators, function processes and sweeps more than it computes:
 # TEST_WORKERS pytest-xdist workers (each with its own emulators) overlap the waits;
 # TEST_WORKERS=0 runs it serially.
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 6
 
 test: venv $(TF_STAMP) $(TF_WHEELS) browser ## Lint, then the whole test suite in parallel (starts its own emulators)
 	$(MAKE) --no-print-directory lint

@@ -59,6 +59,22 @@ def text_of(browser: Any, css: str) -> str:
 until = functools.partial(polling.wait_for, timeout=60, interval=0.25)
 
 
+def click(browser: Any, css: str) -> None:
+    """Click the first element matching `css`; again if the live refresh swapped it
+    between finding and clicking (a stale element is never clicked)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    def clicked() -> bool:
+        try:
+            browser.find_element(By.CSS_SELECTOR, css).click()
+        except StaleElementReferenceException:
+            return False
+        return True
+
+    until(f"{css} clicked", clicked)
+
+
 def test_a_batch_progress_bar_advances_as_its_jobs_finish(cloud: LocalCloud, browser: Any) -> None:
     from selenium.webdriver.common.by import By
 
@@ -112,7 +128,7 @@ def test_a_failed_jobs_error_shows_and_retry_requeues_it(cloud: LocalCloud, brow
     error = until("its error shown", lambda: text_of(browser, "#error .error"))
     assert "PermanentError" in error or "injected" in error.lower()
     browser.save_screenshot(str(DOCS / "dashboard-job-failed.png"))
-    browser.find_element(By.ID, "retry").click()
+    click(browser, "#retry")
     # the click returns before the redirected page has loaded: wait for its message
     until("the retry's message", lambda: "retried" in text_of(browser, "#message"), timeout=30)
     record = requests.get(cloud.endpoints["jobs"] + "/render-7", timeout=30).json()
@@ -157,7 +173,7 @@ def test_a_jobs_parents_and_children_are_linked(cloud: LocalCloud, browser: Any)
     submit(cloud, {"batch_id": "wf-demo", "jobs": jobs})
     browser.get(cloud.endpoints["dashboard"] + "/jobs/wf-cover")
     until("the child linked", lambda: "wf-thumb" in text_of(browser, "#relations #children"))
-    browser.find_element(By.CSS_SELECTOR, "#children a").click()
+    click(browser, "#children a")
     until("the child's page", lambda: "wf-thumb" in text_of(browser, "h1"))
     assert "wf-cover" in text_of(browser, "#relations #parents")
     link = browser.find_element(By.CSS_SELECTOR, "#parents a").get_attribute("href")

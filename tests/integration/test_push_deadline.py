@@ -32,8 +32,11 @@ JOB_S = 15.0  # 3 stages of 5 s: longer than either deadline below
 def test_a_push_cut_at_its_deadline_leaves_the_job_running_and_it_ends_once(
     cut_by: str, overrides: dict[str, Any]
 ) -> None:
+    # One warm instance (min_instances): the deadline must cut the job's run, not a cold
+    # start, which on a busy machine can itself outlast the 5 s request timeout.
     with LocalCloud.for_tests(
         max_instances=1,
+        min_instances=1,
         concurrency=4,
         stale_seconds=30.0,
         sweep_interval_seconds=1.0,
