@@ -101,7 +101,7 @@ def batch_progress_calls() -> dict[str, Any]:
 
 
 _WAIT_NOTE = (
-    "the waiting read polls the status from the record's metadata (0.5 s, doubling, at "
+    "the waiting read polls the status from the record's metadata (1 s, doubling, at "
     "most every 8 s) and reads the record once, at the end; a short job pays the early "
     "fast polls, a long one about one call per 8 s against two per second of polling."
 )

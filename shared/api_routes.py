@@ -178,7 +178,7 @@ def pipeline_action(
         changed = queue.pause(pipeline, by=author(request, "http", queue.settings))
         return answer(200, {"pipeline": pipeline, "paused": True, "changed": changed})
     if action == "resume":
-        resumed = queue.resume(pipeline)
+        resumed = queue.resume(pipeline, by=author(request, "http", queue.settings))
         return answer(200, {"pipeline": pipeline, "paused": False, **resumed.to_json()})
     raise Refusal(404, "not found", f"no action {action[:40]!r}; try pause or resume")
 
@@ -186,7 +186,7 @@ def pipeline_action(
 def list_jobs(queue: Queue, request: flask.Request) -> flask.Response:
     """GET /jobs?batch=&status=&pipeline=&page_size=&page_token= (shared.pages)."""
     query = pages.parse_query({k: v for k, v in request.args.items()})
-    return answer(200, pages.page(queue.store, query).to_json())
+    return answer(200, pages.page(queue.store, query, queue.ctx.summary_fields()).to_json())
 
 
 def get_job(queue: Queue, request: flask.Request, job_id: str) -> flask.Response:

@@ -164,13 +164,15 @@ def resume(
     doorbell: Ringer,
     pipeline: str,
     *,
+    by: str,
     max_s: float = 20.0,
     per_s: float = RESUME_PER_S,
 ) -> Resumed:
     """Drop the pause flag, then ring the parked jobs, a page at a time at `per_s`.
 
     The flag goes first: a job parked after our listing sees it gone and runs itself
-    (pause_gate re-reads it). Whatever `max_s` leaves parked, the sweep rings."""
+    (pause_gate re-reads it). Whatever `max_s` leaves parked, the sweep rings. `by` (the
+    verified caller, as for pause) goes to the log with what was rung."""
     known_pipeline(pipeline)
     name = fp.paused_name(pipeline)
     try:
@@ -186,12 +188,24 @@ def resume(
     while True:
         page = store.list_blobs(prefix, limit=RESUME_PAGE)
         if not page:
-            return Resumed(was_paused, rung, False)
+            return _resumed(pipeline, by, Resumed(was_paused, rung, False))
         items = [(b.name, b.name[len(prefix) :]) for b in page]
         rung += _ring_and_drop(store, doorbell, items, pipeline=pipeline)
         if time.monotonic() - started > max_s:
-            return Resumed(was_paused, rung, True)
+            return _resumed(pipeline, by, Resumed(was_paused, rung, True))
         time.sleep(len(page) / per_s)
+
+
+def _resumed(pipeline: str, by: str, resumed: Resumed) -> Resumed:
+    log.warning(
+        "pipeline resumed",
+        pipeline=pipeline,
+        by=by,
+        was_paused=resumed.was_paused,
+        rung=resumed.rung,
+        more=resumed.more,
+    )
+    return resumed
 
 
 # ------------------------------------------------------------------ rate

@@ -176,9 +176,9 @@ class Queue:
         for an unknown pipeline."""
         return flow.pause(self.store, pipeline, by=by, now=self.clock())
 
-    def resume(self, pipeline: str) -> flow.Resumed:
-        """Lift a pipeline's pause and ring its parked jobs, paced."""
-        return flow.resume(self.store, self.doorbell, pipeline)
+    def resume(self, pipeline: str, *, by: str) -> flow.Resumed:
+        """Lift a pipeline's pause and ring its parked jobs, paced; `by` is logged."""
+        return flow.resume(self.store, self.doorbell, pipeline, by=by)
 
     def ring(
         self, job_id: str, traceparent: str | None = None, *, pipeline: str | None = None

@@ -36,10 +36,11 @@ POLL_FIRST_S = 0.25
 POLL_GROWTH = 2.0
 POLL_MAX_S = 4.0
 """Metadata polls: 0.25 s, then twice as long each quiet time, at most every 4 s."""
-POLL_FIRST_ENDED_S = 0.5
+POLL_FIRST_ENDED_S = 1.0
 POLL_MAX_ENDED_S = 8.0
-"""With until=ended: 0.5 s, doubling, at most every 8 s (an ended job is seen at most
-8 s late; one that ends at once, 0.5 s late)."""
+"""With until=ended: 1 s, doubling, at most every 8 s (an ended job is seen at most 8 s
+late; one that ends at once, 1 s late). A caller waiting for the end has work that takes
+a while: the fast early polls of until=changed would be most of what a 20 s job costs."""
 UNTIL_VALUES = ("changed", "ended")
 
 

@@ -34,6 +34,7 @@ class Job:
     error: dict[str, Any] | None = None
     result: Any = None
     progress: Progress | None = None
+    tags: tuple[str, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -59,6 +60,7 @@ class Job:
             error=body.get("error"),
             result=body.get("result"),
             progress=progress,
+            tags=tuple(str(t) for t in body.get("tags") or ()),
             raw=body,
         )
 

@@ -110,7 +110,7 @@ def cmd_pause(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     ctx = Context(args)
     try:
-        resumed = ctx.queue().resume(args.pipeline)
+        resumed = ctx.queue().resume(args.pipeline, by=ctx.by())
     except InvalidInput as exc:
         raise CliError(exc.reason) from None
     more = "; the sweep rings the rest" if resumed.more else ""

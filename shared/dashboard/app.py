@@ -418,8 +418,7 @@ class _Page:
             changed = self.queue.pause(pipeline, by=by)
             note = f"paused {pipeline}" if changed else f"{pipeline} was paused already"
         else:
-            resumed = self.queue.resume(pipeline)
-            log.warning("pipeline resumed", pipeline=pipeline, by=by, rung=resumed.rung)
+            resumed = self.queue.resume(pipeline, by=by)
             more = "; the sweep rings the rest" if resumed.more else ""
             note = f"resumed {pipeline}: {resumed.rung} parked job(s) rung{more}"
         return _redirect(f"/pipelines?done={quote(note)}", 303)

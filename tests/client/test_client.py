@@ -91,6 +91,14 @@ def test_page_through_a_list_and_follow_a_batch(client: Client) -> None:
     assert [j.status for j in client.list(batch=batch_id, status="done")] == ["done"] * 7
 
 
+def test_list_by_tag_pages_through_the_tagged_jobs_only(client: Client) -> None:
+    tag = new_id("t")
+    tagged = sorted(client.submit("demo", id=new_id("tagged"), tags=[tag]).id for _ in range(4))
+    client.submit("demo", id=new_id("untagged"), tags=[new_id("other")])
+    assert [j.id for j in client.list(tag=tag, page_size=3)] == tagged
+    assert all(tag in j.tags for j in client.list(tag=tag))
+
+
 def test_refusals_are_exceptions(client: Client) -> None:
     with pytest.raises(NotFound):
         client.get("no-such-job")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,13 @@ def running_on(cloud: LocalCloud, job_ids: list[str]) -> tuple[int, str] | None:
 
 def lines_about(log_dir: Path, job_id: str) -> dict[str, list[dict[str, Any]]]:
     """function (from the log file's name) -> the JSON lines about job_id."""
+    return lines_where(log_dir, lambda entry: entry.get("job_id") == job_id)
+
+
+def lines_where(
+    log_dir: Path, wanted: Callable[[dict[str, Any]], bool]
+) -> dict[str, list[dict[str, Any]]]:
+    """function (from the log file's name) -> the JSON lines `wanted` keeps."""
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for path in sorted(log_dir.glob("*.log")):
         # one log per instance on the local Cloud Run: "<function>-<instance>.log"
@@ -74,7 +82,7 @@ def lines_about(log_dir: Path, job_id: str) -> dict[str, list[dict[str, Any]]]:
                 entry = json.loads(raw)
             except ValueError:
                 continue
-            if isinstance(entry, dict) and entry.get("job_id") == job_id:
+            if isinstance(entry, dict) and wanted(entry):
                 out[function].append(entry)
     return out
 

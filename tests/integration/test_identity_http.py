@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from local.cloud import LocalCloud
-from tests.integration.cloud_support import fast_cloud, job
+from tests.integration.cloud_support import fast_cloud, job, lines_where
 from tests.polling import wait_for
 from tests.unit.test_identity import CALLER_CHOSEN, cloud_run_token
 
@@ -70,8 +70,17 @@ def test_a_pause_records_the_verified_caller_and_never_a_header_the_caller_chose
         verified = pipeline_action(cloud, "pause", {**CALLER_CHOSEN, **bearer(cloud, "admin")})
         assert verified.status_code == 200 and verified.json()["changed"] is True
         assert paused_by(cloud, "demo") == f"http:{OPS}"
+        resumed = pipeline_action(cloud, "resume", {**CALLER_CHOSEN, **bearer(cloud, "admin")})
+        assert resumed.status_code == 200 and resumed.json()["was_paused"] is True
+        assert resumed_by(cloud) == ["http", f"http:{OPS}"]  # the anonymous one above: "http"
     finally:
         pipeline_action(cloud, "resume", {})
+
+
+def resumed_by(cloud: LocalCloud) -> list[str]:
+    """The authors of the admin function's "pipeline resumed" lines, oldest first."""
+    lines = lines_where(cloud.config.log_dir, lambda e: e.get("message") == "pipeline resumed")
+    return [str(e.get("by")) for e in sorted(lines["admin"], key=lambda e: str(e.get("time")))]
 
 
 def failed_job(cloud: LocalCloud) -> str:

@@ -196,7 +196,7 @@ def test_pause_parks_deliveries_and_resume_rings_them() -> None:
     assert outcome.kind == OutcomeKind.SKIPPED and "paused" in outcome.detail
     assert [b.name for b in store.list_blobs("parked/")] == ["parked/demo/p1"]
     bell.rung.clear()
-    resumed = flow.resume(store, bell, "demo")
+    resumed = flow.resume(store, bell, "demo", by="test")
     assert (resumed.was_paused, resumed.rung, resumed.more) == (True, 1, False)
     assert bell.rung == ["p1"] and store.list_blobs("parked/") == []
     assert deliver(queue, "p1").kind == OutcomeKind.DONE
@@ -207,7 +207,7 @@ def test_pausing_an_unknown_pipeline_is_refused() -> None:
     with pytest.raises(InvalidInput, match="unknown"):
         flow.pause(store, "nope", by="t", now=START)
     with pytest.raises(InvalidInput, match="unknown"):
-        flow.resume(store, bell, "nope")
+        flow.resume(store, bell, "nope", by="test")
     assert store.list_blobs("paused/") == []
 
 
@@ -258,7 +258,7 @@ def test_a_backlogged_drain_does_not_spin_on_held_jobs() -> None:
     assert {b.name for b in store.list_blobs("parked/")} == {
         f"parked/demo/held{i}" for i in range(3)
     }
-    flow.resume(store, Bell(), "demo")
+    flow.resume(store, Bell(), "demo", by="test")
 
 
 def test_the_sweep_rings_parked_jobs_of_a_resumed_pipeline_and_a_waiter_per_key() -> None:

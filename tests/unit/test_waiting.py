@@ -94,7 +94,7 @@ def test_until_ended_sees_writes_without_answering_and_ends_on_the_status() -> N
     t.on_sleep = heartbeat_then_finish
     got = waiting.wait_for_end(store, "w1", 60.0, sleep=t.sleep, monotonic=t.monotonic)
     assert got.ended and got.polls == 7
-    assert t.slept == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0]  # backs off to POLL_MAX_ENDED_S
+    assert t.slept == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]  # backs off to POLL_MAX_ENDED_S
     assert store.calls["read"] - reads == 6  # the test's own reads: the wait read no body
 
 
