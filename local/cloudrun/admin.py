@@ -14,83 +14,67 @@ Bad input gets a 4xx JSON {"error", "reason"} and changes nothing.
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from local.cloudrun.config import ConfigError
 from local.cloudrun.service import Service, UnknownInstance
+from local.json_api import JsonApiServer, Refused, json_object
 
 MAX_BODY = 16 * 1024
 _ACTIONS = ("reclaim", "pause", "resume")
 _DEPLOY_FIELDS = ("env", "drain_timeout_s")
 
 
-class BadRequest(Exception):
-    def __init__(self, status: int, error: str, reason: str) -> None:
-        super().__init__(reason)
-        self.status, self.error, self.reason = status, error, reason
-
-
 def _service(services: Mapping[str, Service], name: str) -> Service:
     if name not in services:
-        raise BadRequest(404, "no such service", f"{name!r} is not one of {sorted(services)}")
+        raise Refused(404, "no such service", f"{name!r} is not one of {sorted(services)}")
     return services[name]
 
 
 def _body(raw: bytes) -> dict[str, Any]:
-    if not raw.strip():
-        return {}
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        raise BadRequest(400, "bad body", "the body must be a JSON object") from None
-    if not isinstance(body, dict):
-        raise BadRequest(400, "bad body", "the body must be a JSON object")
-    return body
+    return json_object(raw, lambda reason: Refused(400, "bad body", reason))
 
 
 def act(service: Service, instance: str, action: str, body: dict[str, Any]) -> dict[str, Any]:
     """Run one admin action; what it did, as JSON."""
     if not instance.isdigit():
-        raise BadRequest(400, "bad instance", f"instance id {instance!r} must be a number")
+        raise Refused(400, "bad instance", f"instance id {instance!r} must be a number")
     instance_id = int(instance)
     try:
         if action == "reclaim":
             mode = body.get("mode", "graceful")
             if mode not in ("graceful", "hard"):
-                raise BadRequest(400, "bad mode", "mode must be 'graceful' or 'hard'")
+                raise Refused(400, "bad mode", "mode must be 'graceful' or 'hard'")
             service.reclaim(instance_id, graceful=mode == "graceful")
             return {"service": service.name, "instance": instance_id, "reclaim": mode}
         if action == "pause":
             unroute = body.get("unroute", False)
             if not isinstance(unroute, bool):
-                raise BadRequest(400, "bad unroute", "unroute must be true or false")
+                raise Refused(400, "bad unroute", "unroute must be true or false")
             service.pause(instance_id, unroute=unroute)
             return {"service": service.name, "instance": instance_id, "paused": True}
         service.resume(instance_id)
         return {"service": service.name, "instance": instance_id, "paused": False}
     except UnknownInstance as exc:
-        raise BadRequest(404, "no such instance", str(exc.args[0])) from None
+        raise Refused(404, "no such instance", str(exc.args[0])) from None
 
 
 def deploy(service: Service, body: dict[str, Any]) -> dict[str, Any]:
     """Deploy a revision (revision.py); its name and the service's revisions, as JSON."""
     unknown = sorted(set(body) - set(_DEPLOY_FIELDS))
     if unknown:
-        raise BadRequest(400, "bad revision", f"unknown fields {unknown}; use {_DEPLOY_FIELDS}")
+        raise Refused(400, "bad revision", f"unknown fields {unknown}; use {_DEPLOY_FIELDS}")
     env = body.get("env") or {}
     if not isinstance(env, dict):
-        raise BadRequest(400, "bad revision", "env must be an object of name: value or null")
+        raise Refused(400, "bad revision", "env must be an object of name: value or null")
     drain = body.get("drain_timeout_s")
     if drain is not None and (isinstance(drain, bool) or not isinstance(drain, int | float)):
-        raise BadRequest(400, "bad revision", "drain_timeout_s must be a number of seconds")
+        raise Refused(400, "bad revision", "drain_timeout_s must be a number of seconds")
     try:
         revision = service.deploy(env, drain_timeout_s=drain)
     except ConfigError as exc:
-        raise BadRequest(400, "bad revision", str(exc)) from None
+        raise Refused(400, "bad revision", str(exc)) from None
     return {"service": service.name, "revision": revision.name, **service.revisions()}
 
 
@@ -105,60 +89,18 @@ def _route(services: Mapping[str, Service], method: str, path: str, raw: bytes) 
         return service.revisions() if method == "GET" else deploy(service, _body(raw))
     if len(parts) == 5 and parts[0] == "services" and parts[2] == "instances":
         if parts[4] not in _ACTIONS:
-            raise BadRequest(404, "no such action", f"choose one of {', '.join(_ACTIONS)}")
+            raise Refused(404, "no such action", f"choose one of {', '.join(_ACTIONS)}")
         if method != "POST":
-            raise BadRequest(405, "method not allowed", "actions are POST")
+            raise Refused(405, "method not allowed", "actions are POST")
         return act(_service(services, parts[1]), parts[3], parts[4], _body(raw))
-    raise BadRequest(404, "no such path", path)
+    raise Refused(404, "no such path", path)
 
 
-def _handler(services: Mapping[str, Service]) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def _answer(self) -> None:
-            try:
-                length = int(self.headers.get("Content-Length") or 0)
-                if length > MAX_BODY:
-                    raise BadRequest(413, "body too large", f"at most {MAX_BODY} bytes")
-                raw = self.rfile.read(length) if length else b""
-                status, payload = 200, _route(services, self.command, self.path, raw)
-            except BadRequest as exc:
-                status, payload = exc.status, {"error": exc.error, "reason": exc.reason}
-            except ValueError:
-                status, payload = 400, {"error": "bad request", "reason": "bad Content-Length"}
-            data = json.dumps(payload, sort_keys=True).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        do_GET = do_POST = _answer
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    return Handler
-
-
-class AdminServer:
+class AdminServer(JsonApiServer):
     """The admin API on its own port and daemon thread."""
 
     def __init__(self, services: Mapping[str, Service], host: str, port: int) -> None:
-        self._host = host
-        self._server = ThreadingHTTPServer((host, port), _handler(services))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="cloudrun-admin", daemon=True
-        )
+        def route(method: str, path: str, raw: bytes) -> tuple[int, Any]:
+            return 200, _route(services, method, path, raw)
 
-    @property
-    def url(self) -> str:
-        return f"http://{self._host}:{self._server.server_address[1]}"
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self._server.shutdown()
-        self._server.server_close()
+        super().__init__(route, host, port, name="cloudrun-admin", max_body=MAX_BODY)

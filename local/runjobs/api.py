@@ -22,24 +22,16 @@ Bad input to the admin API gets a 4xx JSON {"error", "reason"} and changes nothi
 
 from __future__ import annotations
 
-import json
-import threading
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from local.json_api import JsonApiServer, Refused, json_object
 from local.runjobs.execution import Execution
 from local.runjobs.runner import ApiError, JobsRunner
 
 MAX_BODY = 64 * 1024
 EXECUTION_TYPE = "type.googleapis.com/google.cloud.run.v2.Execution"
 _ADMIN_ACTIONS = ("terminate", "kill")
-
-
-class AdminError(Exception):
-    def __init__(self, status: int, error: str, reason: str) -> None:
-        super().__init__(reason)
-        self.status, self.error, self.reason = status, error, reason
 
 
 def operation(execution: Execution) -> dict[str, Any]:
@@ -53,15 +45,7 @@ def operation(execution: Execution) -> dict[str, Any]:
 
 
 def _body(raw: bytes) -> dict[str, Any]:
-    if not raw.strip():
-        return {}
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        raise ApiError(400, "the body must be a JSON object") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "the body must be a JSON object")
-    return body
+    return json_object(raw, lambda reason: ApiError(400, reason))
 
 
 def api_route(runner: JobsRunner, method: str, path: str, raw: bytes) -> dict[str, Any]:
@@ -95,74 +79,41 @@ def admin_route(runner: JobsRunner, method: str, path: str) -> dict[str, Any]:
         }
     if len(parts) == 4 and parts[1] == "executions":
         if parts[3] not in _ADMIN_ACTIONS:
-            raise AdminError(404, "no such action", f"choose one of {', '.join(_ADMIN_ACTIONS)}")
+            raise Refused(404, "no such action", f"choose one of {', '.join(_ADMIN_ACTIONS)}")
         if method != "POST":
-            raise AdminError(405, "method not allowed", "actions are POST")
+            raise Refused(405, "method not allowed", "actions are POST")
         try:
             execution = runner.by_short(parts[2])
         except ApiError as exc:
-            raise AdminError(404, "no such execution", exc.message) from None
+            raise Refused(404, "no such execution", exc.message) from None
         act = runner.terminate if parts[3] == "terminate" else runner.kill
         return act(execution.name).resource()
-    raise AdminError(404, "no such path", path)
+    raise Refused(404, "no such path", path)
 
 
-def _handler(runner: JobsRunner) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def _answer(self) -> None:
-            path = self.path.split("?", 1)[0]
-            try:
-                length = int(self.headers.get("Content-Length") or 0)
-                if length > MAX_BODY:
-                    raise ApiError(413, f"at most {MAX_BODY} bytes")
-                raw = self.rfile.read(length) if length else b""
-                if path.startswith("/v2/"):
-                    status, payload = 200, api_route(runner, self.command, path, raw)
-                else:
-                    status, payload = 200, admin_route(runner, self.command, path)
-            except ApiError as exc:
-                status, payload = exc.code, exc.body()
-            except AdminError as exc:
-                status, payload = exc.status, {"error": exc.error, "reason": exc.reason}
-            except ValueError:
-                status, payload = 400, {"error": "bad request", "reason": "bad Content-Length"}
-            data = json.dumps(payload, sort_keys=True).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        do_GET = do_POST = _answer
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    return Handler
+def _route(runner: JobsRunner, method: str, path: str, raw: bytes) -> tuple[int, Any]:
+    try:
+        if path.startswith("/v2/"):
+            return 200, api_route(runner, method, path, raw)
+        return 200, admin_route(runner, method, path)
+    except ApiError as exc:  # Google's error shape on the Admin API's side
+        return exc.code, exc.body()
 
 
-class RunJobsServer:
+class RunJobsServer(JsonApiServer):
     """The runner's HTTP API on its own port and daemon thread."""
 
     def __init__(self, runner: JobsRunner, host: str, port: int = 0) -> None:
         self.runner = runner
-        self._host = host
-        self._server = ThreadingHTTPServer((host, port), _handler(runner))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="runjobs-api", daemon=True
+        super().__init__(
+            lambda method, path, raw: _route(runner, method, path, raw),
+            host,
+            port,
+            name="runjobs-api",
+            max_body=MAX_BODY,
         )
-
-    @property
-    def url(self) -> str:
-        return f"http://{self._host}:{self._server.server_address[1]}"
-
-    def start(self) -> None:
-        self._thread.start()
 
     def stop(self) -> None:
         """Stop serving, then end every task."""
-        if self._thread.is_alive():
-            self._server.shutdown()
-        self._server.server_close()
+        super().stop()
         self.runner.stop()
