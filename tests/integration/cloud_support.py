@@ -19,10 +19,12 @@ from tests import polling
 
 
 def fast_cloud(
-    max_instances: int, concurrency: int, shutdown_grace_seconds: float = 2.0
+    max_instances: int, concurrency: int, shutdown_grace_seconds: float = 2.0, **more: Any
 ) -> LocalCloud:
-    """Seconds-scale staleness, sweep and shutdown grace, no backoff, frequent checkpoints."""
+    """Seconds-scale staleness, sweep and shutdown grace, no backoff, frequent checkpoints
+    (`more`: other for_tests overrides, e.g. shard_buckets)."""
     return LocalCloud.for_tests(
+        **more,
         max_instances=max_instances,
         concurrency=concurrency,
         stale_seconds=3.0,
