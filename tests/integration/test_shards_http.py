@@ -100,14 +100,10 @@ def test_the_sweep_rescues_a_job_in_the_far_shard_whose_doorbell_was_lost(
 
 def test_the_cli_lists_jobs_of_both_shards(cloud: LocalCloud) -> None:
     batch_id = f"cli-{uuid.uuid4().hex[:8]}"
-    ids = _submit(
-        cloud,
-        [
-            {"pipeline": "demo", "id": f"c{i}-{batch_id}", "payload": {"stages": 1}}
-            for i in range(6)
-        ],
-        batch_id,
-    )
+    candidates = [f"c{i}-{batch_id}" for i in range(64)]
+    chosen = [j for s in (0, 1) for j in [c for c in candidates if shard_of(c, 2) == s][:3]]
+    jobs = [{"pipeline": "demo", "id": j, "payload": {"stages": 1}} for j in chosen]
+    ids = _submit(cloud, jobs, batch_id)
     assert {shard_of(j, 2) for j in ids} == {0, 1}
     proc = subprocess.run(
         [sys.executable, "-m", "shared.cli", "list", "--batch", batch_id, "--json"],
