@@ -32,6 +32,29 @@ def shard_of(job_id: str, count: int) -> int:
     return int.from_bytes(digest[:8], "big") % count
 
 
+TIME_INDEX_FANOUT = 4
+"""Sub-prefixes a time-bucketed index spreads each hour or day over (shared.timing's
+scheduled/, shared.flow_policy's ended/): every write of one hour would otherwise land in
+one new key range, the hotspot the request-rate guidance describes
+(https://cloud.google.com/storage/docs/request-rate). Each reader of one hour or day lists
+this many prefixes (and the one of the names written before the fan-out)."""
+
+
+def fanout_slot(job_id: str, fanout: int = TIME_INDEX_FANOUT) -> str:
+    """The sub-prefix ("s0".."s<fanout-1>") a job's entry in a time index goes to: from
+    a hash of its id, so the entry's name is the same on every write (create-only,
+    idempotent). Letters, so a slot never sorts among the digits of an old time bucket."""
+    if fanout < 1:
+        raise ValueError(f"fan-out must be >= 1, got {fanout}")
+    digest = hashlib.sha256(job_id.encode("utf-8")).digest()
+    return f"s{int.from_bytes(digest[8:16], 'big') % fanout}"
+
+
+def fanout_slots(fanout: int = TIME_INDEX_FANOUT) -> tuple[str, ...]:
+    """Every slot of a time index, in name order."""
+    return tuple(sorted(f"s{k}" for k in range(fanout)))
+
+
 def merge_sorted(
     listings: Sequence[Iterable[_T]], key: Callable[[_T], str], limit: int | None
 ) -> list[_T]:

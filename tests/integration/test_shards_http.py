@@ -23,7 +23,7 @@ import requests
 
 from local.cloud import ROOT, LocalCloud
 from local.wiring import RECORDS_BUCKET
-from shared import records
+from shared import records, timing
 from shared.shards import shard_of
 from tests.integration.cloud_support import (
     cloud_store,
@@ -31,6 +31,7 @@ from tests.integration.cloud_support import (
     job,
     lines_about,
     record_buckets,
+    records_bucket,
 )
 from tests.polling import wait_for
 
@@ -119,3 +120,21 @@ def test_the_cli_lists_jobs_of_both_shards(cloud: LocalCloud) -> None:
 
 def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("RECLAIM_")}
+
+
+def test_a_delayed_job_indexed_under_the_old_name_is_released_by_the_sweep(
+    cloud: LocalCloud,
+) -> None:
+    """scheduled/<hour>/<id>, as written before the fan-out slots, over the wire: the
+    sweep of this version still finds it, releases it, and claim runs it."""
+    store = cloud_store(cloud)
+    store.allow_index_prefixes([timing.SCHEDULED_PREFIX])  # time's index (the feature table)
+    job_id = f"old-delayed-{uuid.uuid4().hex[:8]}"
+    run_at = datetime.now(UTC) - timedelta(seconds=1)
+    record = records.new_record(job_id, "demo", {"stages": 1}, run_at - timedelta(hours=1))
+    old_name = timing.legacy_scheduled_name(job_id, run_at)
+    store.put_blob(old_name, b"", generation=0)  # index first, as submit did
+    store.create({**record, "run_at": run_at.isoformat()})
+    wait_for(f"{job_id} done", lambda: store.read(job_id).record["status"] == "done", timeout=90)
+    # only the sweep's release deletes a scheduled marker (no doorbell, no pending marker)
+    assert not list(records_bucket(cloud).list_blobs(prefix=old_name))
