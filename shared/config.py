@@ -124,7 +124,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
         field="records_bucket",
         default="reclaim-records",
         parse=_name,
-        doc="Bucket holding jobs/, pending/, batches/ and outputs/.",
+        doc="Bucket holding jobs/, pending/, batches/ and outputs/ (with RECLAIM_SHARD_BUCKETS: "
+        "the home bucket, which also keeps the index objects and the sweep cursor).",
     ),
     EnvVar(
         name="RECLAIM_SHARD_BUCKETS",

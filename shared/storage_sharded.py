@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
+from shared import records
 from shared.jobs import JobRecord
 from shared.shards import check_buckets, merge_sorted, shard_of
 from shared.storage import (
@@ -65,8 +66,8 @@ class ShardedStore(CallCounter):
         return self.shards[0]
 
     def shard(self, job_id: str) -> Store:
-        """The store holding a job's objects."""
-        return self.shards[shard_of(job_id, len(self.shards))]
+        """The store holding a job's objects (InvalidInput for a bad id, before any call)."""
+        return self.shards[shard_of(records.validate_job_id(job_id), len(self.shards))]
 
     # records
 
