@@ -275,6 +275,19 @@ class CloudConfig:
         )
 
 
+TEST_SHARDS_ENV = "RECLAIM_TEST_SHARDS"
+"""How many record buckets LocalCloud.for_tests gives a cloud that names none (default 1):
+`RECLAIM_TEST_SHARDS=2 pytest tests/integration` runs the suite on two shards."""
+
+
+def shards_for_tests() -> int:
+    """RECLAIM_TEST_SHARDS as a shard count (1 when unset); ValueError when not one."""
+    raw = os.environ.get(TEST_SHARDS_ENV, "").strip() or "1"
+    if not raw.isdigit() or not 1 <= int(raw) <= 8:
+        raise ValueError(f"{TEST_SHARDS_ENV}={raw!r} must be a shard count from 1 to 8")
+    return int(raw)
+
+
 class LocalCloud:
     """The whole local stack; start() brings it up, stop() leaves nothing behind."""
 
@@ -311,6 +324,10 @@ class LocalCloud:
             emulator_admin_port=0,
             cloudrun_admin_port=0,
         )
+        shards = shards_for_tests()
+        if shards > 1 and "shard_buckets" not in topo:
+            records = topo.get("records_bucket", base.topology.records_bucket)
+            topo["shard_buckets"] = tuple(f"{records}-shard-{i}" for i in range(1, shards))
         if topo:
             overrides["topology"] = replace(overrides.get("topology", base.topology), **topo)
         return cls(replace(base, **overrides))
@@ -462,6 +479,7 @@ class LocalCloud:
             "functions_storage_host": self.config.functions_storage_host or self.gcs_url,
             "project": t.project,
             "records_bucket": t.records_bucket,
+            "shard_buckets": ",".join(t.shard_buckets),
             "uploads_bucket": t.uploads_bucket,
             "jobs_topic": t.jobs_topic,
             "uploads_topic": t.uploads_topic,
@@ -485,7 +503,7 @@ class LocalCloud:
             "STORAGE_EMULATOR_HOST": self.gcs_url,
             "GOOGLE_CLOUD_PROJECT": t.project,
             "RECLAIM_PROJECT": t.project,
-            "RECLAIM_RECORDS_BUCKET": t.records_bucket,
+            **t.records_env(),
             "RECLAIM_JOBS_TOPIC": t.jobs_topic,
             "RECLAIM_STALE_SECONDS": str(self.config.stale_seconds),
             "RECLAIM_MAX_CONCURRENT": str(self.config.concurrency),
@@ -680,7 +698,7 @@ class LocalCloud:
                 "STORAGE_EMULATOR_HOST": c.functions_storage_host or self.gcs_url,
                 "GOOGLE_CLOUD_PROJECT": t.project,
                 "RECLAIM_PROJECT": t.project,
-                "RECLAIM_RECORDS_BUCKET": t.records_bucket,
+                **t.records_env(),
                 "RECLAIM_JOBS_TOPIC": t.jobs_topic,
                 "RECLAIM_MAX_CONCURRENT": str(c.concurrency),
                 "RECLAIM_STALE_SECONDS": str(c.stale_seconds),

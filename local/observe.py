@@ -24,7 +24,7 @@ from shared.doorbell import Doorbell
 from shared.job_queue import TERMINAL_STATUSES
 from shared.jobs import MEMBER_MISSING, MEMBER_UNREADABLE, JobStatus
 from shared.queue import Queue
-from shared.storage import GcsStore
+from shared.storage import open_store
 
 STATUS_ORDER: tuple[str, ...] = (*JobStatus, MEMBER_MISSING, MEMBER_UNREADABLE)
 """The order the demo shows counts in: the job states, then the stand-ins."""
@@ -39,10 +39,13 @@ def watching_queue(cloud: LocalCloud) -> Queue:
         {},
         project=ep["project"],
         records_bucket=ep["records_bucket"],
+        shard_buckets=cloud.topology.shard_buckets,
         jobs_topic=ep["jobs_topic"],
         pools_file=str(cloud.config.pools_file or ""),
     )
-    store = GcsStore(settings.records_bucket, wiring.storage_client(cloud.gcs_url, ep["project"]))
+    store = open_store(
+        settings.records_buckets, wiring.storage_client(cloud.gcs_url, ep["project"])
+    )
     doorbell = Doorbell(settings.project, settings.jobs_topic, pools=settings.pools)
     return Queue(store, doorbell, settings)
 

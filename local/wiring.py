@@ -99,6 +99,9 @@ class Topology:
     project: str = PROJECT
     records_bucket: str = RECORDS_BUCKET
     uploads_bucket: str = UPLOADS_BUCKET
+    shard_buckets: tuple[str, ...] = ()
+    """Record buckets beside records_bucket (RECLAIM_SHARD_BUCKETS; terraform's
+    record_shards): each job lives in one of them by a hash of its id."""
     jobs_topic: str = JOBS_TOPIC
     uploads_topic: str = UPLOADS_TOPIC
     dead_letter_topic: str = DEAD_LETTER_TOPIC
@@ -124,7 +127,19 @@ class Topology:
 
     @property
     def buckets(self) -> tuple[str, ...]:
-        return (self.records_bucket, self.uploads_bucket)
+        return (self.records_bucket, *self.shard_buckets, self.uploads_bucket)
+
+    @property
+    def records_buckets(self) -> tuple[str, ...]:
+        """Every record shard's bucket, the home bucket first."""
+        return (self.records_bucket, *self.shard_buckets)
+
+    def records_env(self) -> dict[str, str]:
+        """The record buckets as every function and client is told them."""
+        return {
+            "RECLAIM_RECORDS_BUCKET": self.records_bucket,
+            "RECLAIM_SHARD_BUCKETS": ",".join(self.shard_buckets),
+        }
 
     @property
     def subscriptions(self) -> tuple[SubscriptionSpec, ...]:
@@ -198,8 +213,10 @@ def _check(t: Topology) -> None:
     for name in (t.project, *t.buckets, *t.topics):
         if not name or "/" in name or any(c.isspace() for c in name):
             raise ValueError(f"invalid name {name!r}: must be non-empty, no spaces or '/'")
-    if t.records_bucket == t.uploads_bucket:
+    if t.uploads_bucket in t.records_buckets:
         raise ValueError("records and uploads buckets must differ (an upload would re-trigger)")
+    if len(set(t.records_buckets)) != len(t.records_buckets):
+        raise ValueError(f"record buckets repeat: {list(t.records_buckets)}")
     for label, value in (
         ("claim_ack_deadline_seconds", t.claim_ack_deadline_seconds),
         ("submit_upload_ack_deadline_seconds", t.submit_upload_ack_deadline_seconds),

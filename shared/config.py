@@ -70,6 +70,15 @@ def _name(value: str) -> str:
     return value
 
 
+def _names(value: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in value.split(",") if part.strip())
+    for name in names:
+        _name(name)
+    if len(set(names)) != len(names):
+        raise ValueError("names a bucket twice")
+    return names
+
+
 def _modules(value: str) -> tuple[str, ...]:
     names = tuple(part.strip() for part in value.split(",") if part.strip())
     for name in names:
@@ -115,7 +124,17 @@ ENV_VARS: tuple[EnvVar, ...] = (
         field="records_bucket",
         default="reclaim-records",
         parse=_name,
-        doc="Bucket holding jobs/, pending/, batches/ and outputs/.",
+        doc="Bucket holding jobs/, pending/, batches/ and outputs/ (with RECLAIM_SHARD_BUCKETS: "
+        "the home bucket, which also keeps the index objects and the sweep cursor).",
+    ),
+    EnvVar(
+        name="RECLAIM_SHARD_BUCKETS",
+        field="shard_buckets",
+        default="",
+        parse=_names,
+        doc="Comma-separated record buckets beside RECLAIM_RECORDS_BUCKET: each job's "
+        "objects go to one bucket by a hash of its id, so more buckets carry more jobs/s "
+        "from cold (docs/capacity.md). Empty: one bucket. Fixed for a deployment's life.",
     ),
     EnvVar(
         name="RECLAIM_UPLOADS_BUCKET",
@@ -364,6 +383,7 @@ class Settings:
 
     project: str
     records_bucket: str
+    shard_buckets: tuple[str, ...]
     uploads_bucket: str
     jobs_topic: str
     max_concurrent: int
@@ -405,6 +425,8 @@ class Settings:
         if values["backoff_max_seconds"] < values["backoff_base_seconds"]:
             raise ConfigError("RECLAIM_BACKOFF_MAX_SECONDS must be >= RECLAIM_BACKOFF_BASE_SECONDS")
         settings = cls(**values)
+        if settings.records_bucket in settings.shard_buckets:
+            raise ConfigError("RECLAIM_SHARD_BUCKETS must not repeat RECLAIM_RECORDS_BUCKET")
         known = settings.pools.names  # a bad pools file stops the process here, named
         if settings.pool not in known:
             raise ConfigError(
@@ -430,6 +452,11 @@ class Settings:
         """The stale time a job is judged by: its pipeline's pool's (status reads, the
         sweep, a claim rescuing another pool's job), else RECLAIM_STALE_SECONDS."""
         return self.pools.stale_seconds_of(job.get("pipeline"), self.stale_seconds)
+
+    @property
+    def records_buckets(self) -> tuple[str, ...]:
+        """Every record shard's bucket, the home bucket (RECLAIM_RECORDS_BUCKET) first."""
+        return (self.records_bucket, *self.shard_buckets)
 
     @property
     def topic_path(self) -> str:

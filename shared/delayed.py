@@ -1,14 +1,19 @@
-"""Delayed jobs: the hour-bucketed index `scheduled/<YYYYMMDDTHH>/<id>` and its release.
+"""Delayed jobs: the hour-bucketed index `scheduled/<slot>/<YYYYMMDDTHH>/<id>` and its release.
 
 A job whose run_at lies ahead is NOT in pending/ while it waits: the drain, the sweep's
 rescue pass and the status reads never see it, and no doorbell is held through the delay
 (Pub/Sub has no delayed delivery; an unacked message would only be redelivered early).
-The sweep lists only the buckets up to the current hour: objects.list's endOffset
-"filter[s] results to objects whose names are lexicographically before endOffset"
+Each hour is spread over a few fan-out slots (shared.shards.TIME_INDEX_FANOUT, by a
+hash of the id), so the writes of one busy hour do not all land in one new key range
+(https://cloud.google.com/storage/docs/request-rate). The sweep lists, in each slot and
+among the names written before the slots (scheduled/<hour>/<id>, still read), only the
+buckets up to the current hour: objects.list's endOffset "filter[s] results to objects
+whose names are lexicographically before endOffset"
 (https://cloud.google.com/storage/docs/json_api/v1/objects/list), so the far-future
-buckets are never read. It moves each due job into pending/ (marker first), rings it,
-then deletes its scheduled marker. A crash between those steps leaves both markers: the
-next sweep moves the job again (idempotent) or finds it started and drops the marker.
+buckets are never read: slots + 1 listings per sweep run. It moves each due job into
+pending/ (marker first), rings it, then deletes its scheduled marker. A crash between
+those steps leaves both markers: the next sweep moves the job again (idempotent) or finds
+it started and drops the marker.
 
 No cursor object is needed: a released bucket is emptied, so the listing below the
 current hour only ever holds what is due (or leftovers the sweep is about to repair).
@@ -82,9 +87,11 @@ def release_due(ctx: Context, now: datetime | None = None) -> Released:
     now = now or datetime.now(UTC)
     out = Released()
     limit = ctx.settings.sweep_max_jobs
-    infos = ctx.store.list_blobs(
-        timing.SCHEDULED_PREFIX, end_before=timing.scheduled_end(now), limit=limit
-    )
+    infos: list[BlobInfo] = []
+    for prefix, end in timing.scheduled_ranges(now):  # one listing per fan-out slot + old
+        if len(infos) >= limit:
+            break
+        infos += ctx.store.list_blobs(prefix, end_before=end, limit=limit - len(infos))
     out.truncated = len(infos) >= limit
     for info in infos:
         out.examined += 1

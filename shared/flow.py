@@ -417,14 +417,15 @@ def ended_ids(
     ctx: Context, statuses: tuple[JobStatus, ...], since: datetime, now: datetime
 ) -> list[str]:
     """Bulk selection: failed and cancelled jobs of these statuses that ended since
-    `since`, from the ended index (one listing per status and day)."""
+    `since`, from the ended index (per status and day, one listing per fan-out slot and
+    one of the names written before it)."""
     ids: list[str] = []
     for status in statuses:
         if status not in fp.ENDED_STATUSES:
             continue
         for day in _days(since, now):
-            prefix = fp.ended_day_prefix(status, day)
-            ids += [b.name[len(prefix) :] for b in ctx.store.list_blobs(prefix)]
+            for prefix in fp.ended_day_prefixes(status, day):
+                ids += [b.name[len(prefix) :] for b in ctx.store.list_blobs(prefix)]
     return ids
 
 

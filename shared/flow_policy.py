@@ -10,7 +10,9 @@ property-tested on its own. Layout of the flow-control objects in the records bu
   rates/<key>/<window>/<k>              token k (k < limit) of one rate window
   paused/<pipeline>                     the pipeline is paused (its presence is the flag)
   parked/<pipeline>/<id>                a job held back by the pause, rung on resume
-  ended/<status>/<YYYYMMDD>/<id>        a job that failed or was cancelled that day (bulk)
+  ended/<status>/<slot>/<YYYYMMDD>/<id> a job that failed or was cancelled that day (bulk),
+                                        each day spread over fan-out slots (shared.shards;
+                                        ended/<status>/<YYYYMMDD>/<id>: written before, read)
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from shared import timing
 from shared.errors import InvalidInput
 from shared.jobs import JobRecord, JobStatus
 from shared.records import validate_job_id
+from shared.shards import fanout_slot, fanout_slots
 
 LIMITS_PREFIX = "limits/"
 WAITING_PREFIX = "waiting-for/"
@@ -277,11 +280,16 @@ def ended_name(job: JobRecord) -> str | None:
     day = at[:10].replace("-", "")
     if len(day) != 8 or not day.isdigit():
         return None
-    return f"{ENDED_PREFIX}{status}/{day}/{job.get('id')}"
+    job_id = str(job.get("id"))
+    return f"{ENDED_PREFIX}{status}/{fanout_slot(job_id)}/{day}/{job_id}"
 
 
-def ended_day_prefix(status: str, day: datetime) -> str:
-    return f"{ENDED_PREFIX}{status}/{_utc(day).strftime('%Y%m%d')}/"
+def ended_day_prefixes(status: str, day: datetime) -> list[str]:
+    """The listings of one status and day: the old names' (ended/<status>/<day>/, before
+    the fan-out) and one per fan-out slot (shared.shards.TIME_INDEX_FANOUT)."""
+    stamp = _utc(day).strftime("%Y%m%d")
+    slots = [f"{ENDED_PREFIX}{status}/{s}/{stamp}/" for s in fanout_slots()]
+    return [f"{ENDED_PREFIX}{status}/{stamp}/", *slots]
 
 
 # ------------------------------------------------------------------ places

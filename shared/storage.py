@@ -367,6 +367,10 @@ class CallCounter:
         with self._calls_lock:
             self.calls[kind] += 1
 
+    def share_counter(self, owner: CallCounter) -> None:
+        """Count into owner's counter from now on (the shards of one sharded store)."""
+        self.calls, self._calls_lock = owner.calls, owner._calls_lock
+
 
 class StoreBase(CallCounter):
     """What both stores share beyond counting: the index prefixes they were handed."""
@@ -833,18 +837,33 @@ def _failure_types() -> tuple[type[BaseException], ...]:
     )
 
 
-_STORES: dict[tuple[str, str], GcsStore] = {}
+_STORES: dict[tuple[str, tuple[str, ...]], Store] = {}
 _STORES_LOCK = threading.Lock()
 
 
-def get_store(settings: Settings) -> GcsStore:
-    """The process's one GcsStore for the settings' bucket, created on first use."""
-    key = (settings.project, settings.records_bucket)
+def open_store(
+    buckets: tuple[str, ...],
+    client: Client,
+    *,
+    retention_days: Mapping[JobStatus, float] | None = None,
+) -> Store:
+    """A GcsStore on one bucket, or a ShardedStore over several (home first) on one client."""
+    shards = [GcsStore(b, client, retention_days=retention_days) for b in buckets]
+    if len(shards) == 1:
+        return shards[0]
+    from shared.storage_sharded import ShardedStore
+
+    return ShardedStore(shards)
+
+
+def get_store(settings: Settings) -> Store:
+    """The process's one store for the settings' record buckets, created on first use."""
+    key = (settings.project, settings.records_buckets)
     with _STORES_LOCK:
         store = _STORES.get(key)
         if store is None:
-            store = GcsStore(
-                settings.records_bucket,
+            store = open_store(
+                settings.records_buckets,
                 make_client(settings.project),
                 retention_days=settings.retention_days,
             )

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from shared.shards import fanout_slot, fanout_slots
+
 MAX_DELAY_S = 30 * 24 * 3600.0
 """The farthest a job may be scheduled ahead (run_at or delay_seconds): 30 days."""
 MAX_TTL_S = 365 * 24 * 3600.0
@@ -27,7 +29,9 @@ MAX_UNIQUE_FOR_S = 30 * 24 * 3600.0
 """The longest unique window."""
 MAX_UNIQUE_KEY_LEN = 256
 SCHEDULED_PREFIX = "scheduled/"
-"""Index of delayed jobs: scheduled/<YYYYMMDDTHH>/<job id>, one hour per bucket."""
+"""Index of delayed jobs: scheduled/<slot>/<YYYYMMDDTHH>/<job id>, one hour per bucket,
+each hour spread over TIME_INDEX_FANOUT slots (shared.shards.fanout_slot); entries written
+before the fan-out, scheduled/<YYYYMMDDTHH>/<job id>, are still read (scheduled_ranges)."""
 UNIQUE_PREFIX = "unique/"
 """Unique-key locks: unique/<sha256 of the key>."""
 EXPIRED_TYPE = "Expired"
@@ -282,12 +286,22 @@ def hour_bucket(when: datetime) -> str:
 
 
 def scheduled_name(job_id: str, run_at: datetime) -> str:
+    """A delayed job's entry: its hour, in the fan-out slot its id hashes to."""
+    return f"{SCHEDULED_PREFIX}{fanout_slot(job_id)}/{hour_bucket(run_at)}/{job_id}"
+
+
+def legacy_scheduled_name(job_id: str, run_at: datetime) -> str:
+    """The entry as written before the fan-out (still read, never written)."""
     return f"{SCHEDULED_PREFIX}{hour_bucket(run_at)}/{job_id}"
 
 
-def scheduled_end(now: datetime) -> str:
-    """The first name past every hour bucket that may hold a due job (the listing's end)."""
-    return f"{SCHEDULED_PREFIX}{hour_bucket(_utc(now) + timedelta(hours=1))}"
+def scheduled_ranges(now: datetime) -> list[tuple[str, str]]:
+    """(prefix, end) of each listing that finds every due entry: one per fan-out slot, and
+    the old names' (scheduled/<hour>/..., whose digits sort before every slot's letter),
+    each up to the first name past the current hour (objects.list endOffset)."""
+    end = hour_bucket(_utc(now) + timedelta(hours=1))
+    slots = [(f"{SCHEDULED_PREFIX}{s}/", f"{SCHEDULED_PREFIX}{s}/{end}") for s in fanout_slots()]
+    return [(SCHEDULED_PREFIX, f"{SCHEDULED_PREFIX}{end}"), *slots]
 
 
 def scheduled_job_id(name: str) -> str:

@@ -22,6 +22,14 @@ resource "google_storage_bucket_iam_member" "admin_records" {
   member = "serviceAccount:${google_service_account.admin.email}"
 }
 
+resource "google_storage_bucket_iam_member" "admin_record_shards" {
+  count = length(local.shard_buckets)
+
+  bucket = google_storage_bucket.record_shards[count.index].name
+  role   = "roles/storage.objectUser"
+  member = "serviceAccount:${google_service_account.admin.email}"
+}
+
 # A retry rings its job, a resume its parked jobs: publish on the jobs topics only (the
 # default pool's and each pool's: a job's doorbell goes to its pool, pools.tf).
 resource "google_pubsub_topic_iam_member" "admin_rings_jobs" {

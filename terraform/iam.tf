@@ -44,6 +44,18 @@ resource "google_storage_bucket_iam_member" "fn_records" {
   member = "serviceAccount:${google_service_account.fn[each.key].email}"
 }
 
+# The same on every record shard (var.record_shards; storage.tf).
+resource "google_storage_bucket_iam_member" "fn_record_shards" {
+  for_each = {
+    for pair in setproduct(keys(local.functions), range(length(local.shard_buckets))) :
+    "${pair[0]}-${pair[1]}" => { function = pair[0], shard = pair[1] }
+  }
+
+  bucket = google_storage_bucket.record_shards[each.value.shard].name
+  role   = "roles/storage.objectUser"
+  member = "serviceAccount:${google_service_account.fn[each.value.function].email}"
+}
+
 # claim runs the pipelines, which read the uploaded object a job was made from.
 resource "google_storage_bucket_iam_member" "claim_reads_uploads" {
   bucket = google_storage_bucket.uploads.name
@@ -219,6 +231,7 @@ resource "time_sleep" "grants_propagate" {
     google_project_iam_member.builder_writes_logs,
     google_artifact_registry_repository_iam_member.builder_writes_images,
     google_storage_bucket_iam_member.fn_records,
+    google_storage_bucket_iam_member.fn_record_shards,
     google_storage_bucket_iam_member.claim_reads_uploads,
     google_storage_bucket_iam_member.claim_reads_routed, # uploads.tf
     google_pubsub_topic_iam_member.fn_rings_jobs,
@@ -229,6 +242,7 @@ resource "time_sleep" "grants_propagate" {
     google_project_iam_member.dashboard_reads_metrics,
     google_secret_manager_secret_iam_member.claim_reads_webhook_secrets,
     google_storage_bucket_iam_member.admin_records,   # admin.tf
+    google_storage_bucket_iam_member.admin_record_shards, # admin.tf
     google_pubsub_topic_iam_member.admin_rings_jobs, # admin.tf
   ]
 }

@@ -37,6 +37,8 @@ locals {
     uploads = "${var.project_id}-${var.name_prefix}-uploads"
     sources = "${var.project_id}-${var.name_prefix}-sources"
   }
+  # Record buckets beside records (var.record_shards - 1 of them; storage.tf).
+  shard_buckets = [for i in range(1, var.record_shards) : "${local.buckets.records}-${i}"]
 
   # Every variable shared/config.py ENV_VARS declares, and nothing else
   # (tests/terraform/test_config.py reads that list from the code). A push's deadline
@@ -45,6 +47,7 @@ locals {
   reclaim_env = {
     RECLAIM_PROJECT                    = var.project_id
     RECLAIM_RECORDS_BUCKET             = local.buckets.records
+    RECLAIM_SHARD_BUCKETS              = join(",", local.shard_buckets)
     RECLAIM_UPLOADS_BUCKET             = local.buckets.uploads
     RECLAIM_JOBS_TOPIC                 = local.topics.jobs
     RECLAIM_MAX_CONCURRENT             = tostring(local.functions.claim.concurrency)

@@ -23,6 +23,11 @@ output "records_bucket" {
   value       = google_storage_bucket.records.name
 }
 
+output "record_shard_buckets" {
+  description = "Record buckets beside records_bucket (record_shards - 1 of them; empty with one)."
+  value       = google_storage_bucket.record_shards[*].name
+}
+
 output "uploads_bucket" {
   description = "Drop a file here and it becomes a job."
   value       = google_storage_bucket.uploads.name
@@ -61,6 +66,7 @@ output "cli_env" {
   value = {
     RECLAIM_PROJECT        = var.project_id
     RECLAIM_RECORDS_BUCKET = google_storage_bucket.records.name
+    RECLAIM_SHARD_BUCKETS  = join(",", google_storage_bucket.record_shards[*].name)
     RECLAIM_JOBS_TOPIC     = google_pubsub_topic.topics["jobs"].name
   }
 }

@@ -100,6 +100,57 @@ resource "google_storage_bucket" "records" {
   depends_on = [time_sleep.apis_propagate]
 }
 
+# Record shards (var.record_shards > 1; docs/capacity.md, "Sharding"): the same bucket as
+# records for the job objects a hash of the job id sends here (jobs/, pending/, batches/,
+# outputs/). Index objects stay in records, so only the record and output rules apply.
+resource "google_storage_bucket" "record_shards" {
+  # checkov:skip=CKV_GCP_62:Access is audited by Cloud Audit Logs (Data Access) on the project, as for the records bucket.
+  # checkov:skip=CKV_GCP_78:Versioning is replaced by soft delete, as for the records bucket.
+  count = length(local.shard_buckets)
+
+  name                        = local.shard_buckets[count.index]
+  project                     = var.project_id
+  location                    = var.region
+  storage_class               = "STANDARD"
+  uniform_bucket_level_access = true
+  public_access_prevention    = "enforced"
+  force_destroy               = var.force_destroy_buckets
+  labels                      = var.labels
+
+  versioning {
+    enabled = false
+  }
+
+  soft_delete_policy {
+    retention_duration_seconds = var.soft_delete_days.records * 86400
+  }
+
+  lifecycle_rule {
+    condition {
+      matches_prefix                      = ["jobs/"]
+      days_since_custom_time              = 0
+      send_days_since_custom_time_if_zero = true
+      with_state                          = "LIVE"
+    }
+    action {
+      type = "Delete"
+    }
+  }
+
+  lifecycle_rule {
+    condition {
+      matches_prefix = ["outputs/", "batches/"]
+      age            = max(values(var.retention_days)...) + 1
+      with_state     = "LIVE"
+    }
+    action {
+      type = "Delete"
+    }
+  }
+
+  depends_on = [time_sleep.apis_propagate]
+}
+
 resource "google_storage_bucket" "uploads" {
   # checkov:skip=CKV_GCP_62:Access is audited by Cloud Audit Logs (Data Access) on the project; legacy usage-log buckets would only add a second unhardened bucket.
   name                        = local.buckets.uploads

@@ -282,6 +282,16 @@ variable "queue" {
   }
 }
 
+variable "record_shards" {
+  description = "Record buckets the jobs are spread over by a hash of the job id (docs/capacity.md, section Sharding): each bucket starts at about 1,000 object writes/s, so more buckets carry more jobs/s from cold. 1 = the records bucket alone (no other resource). Choose it when you create the deployment: a job is looked for only in the bucket its id hashes to."
+  type        = number
+  default     = 1
+  validation {
+    condition     = var.record_shards >= 1 && var.record_shards <= 64 && var.record_shards == floor(var.record_shards)
+    error_message = "record_shards must be a whole number from 1 to 64."
+  }
+}
+
 variable "reclaim_version" {
   description = "The reclaim version you pin (e.g. \"0.9.0\"): the plan fails when the library this module archives is another, so an upgrade is a change you make on purpose. \"\" = any."
   type        = string

@@ -159,7 +159,7 @@ def submit_upload(request: flask.Request) -> flask.Response:
     require_method(request, ("POST",))
     settings = _settings.get()
     upload = upload_from_http(request.headers, read_body(request, settings.max_body_bytes))
-    if upload.bucket == settings.records_bucket:  # never digest our own records: a loop
+    if upload.bucket in settings.records_buckets:  # never digest our own records: a loop
         log.warning("event from the records bucket ignored", bucket=upload.bucket)
         return answer(200, {"ignored": True, "reason": "object is in the records bucket"})
     done = _settings.queue().submit_upload(

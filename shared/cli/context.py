@@ -25,7 +25,7 @@ from shared.pipelines import load_modules
 if TYPE_CHECKING:
     from shared.doorbell import Doorbell
     from shared.queue import Queue
-    from shared.storage import GcsStore
+    from shared.storage import Store
 
 # Exit codes (also listed in --help).
 EXIT_OK = 0
@@ -77,7 +77,7 @@ class Context:
         )
 
     @cached_property
-    def store(self) -> GcsStore:
+    def store(self) -> Store:
         from google.api_core import exceptions as gexc
 
         from shared import storage
@@ -89,7 +89,7 @@ class Context:
             store.list_pending(limit=1)  # one cheap call: credentials and bucket exist
         except (gexc.NotFound, NotFound):  # a listing only 404s for a missing bucket
             raise CliError(
-                f"records bucket {self.settings.records_bucket!r} does not exist "
+                f"a records bucket of {list(self.settings.records_buckets)} does not exist "
                 "(set --bucket or RECLAIM_RECORDS_BUCKET; `make dev` creates reclaim-records)",
                 EXIT_UNAVAILABLE,
             ) from None

@@ -1,5 +1,6 @@
-"""The storage contract runs against BOTH stores: MemoryStore and GcsStore on
-fake-gcs-server (over the wire, through the official client).
+"""The storage contract runs against every store: MemoryStore, GcsStore on
+fake-gcs-server (over the wire, through the official client), and ShardedStore over two
+GcsStores on two buckets of fake-gcs-server.
 
 The GCS client here is pointed at the server with client_options, not with
 STORAGE_EMULATOR_HOST, so these tests need no Pub/Sub emulator.
@@ -13,8 +14,10 @@ from typing import Any
 
 import pytest
 
+from shared.shards import shard_of
 from shared.storage import GcsStore, Store, job_object
 from shared.storage_memory import MemoryStore
+from shared.storage_sharded import ShardedStore
 from tests.contract.contract_support import Harness, make_gcs_client
 
 
@@ -68,13 +71,47 @@ def _gcs_harness(client: Any, endpoint: str) -> Harness:
     )
 
 
-@pytest.fixture(params=["memory", "gcs"])
+def _sharded_harness(client: Any, endpoint: str) -> Harness:
+    """Two record buckets; the back doors look in the shard a job id hashes to (its
+    objects), or in every shard (any other name: the first that holds it)."""
+    buckets = [client.create_bucket(f"records-{uuid.uuid4().hex[:12]}") for _ in range(2)]
+    uploads_bucket = client.create_bucket(f"uploads-{uuid.uuid4().hex[:12]}")
+    gcs = make_gcs_client(endpoint)
+    store = ShardedStore([GcsStore(b.name, gcs) for b in buckets])
+
+    def put_raw(job_id: str, data: bytes) -> None:
+        buckets[shard_of(job_id, 2)].blob(job_object(job_id)).upload_from_string(data)
+
+    def raw(name: str) -> bytes | None:
+        for bucket in buckets:
+            blob = bucket.get_blob(name)
+            if blob is not None:
+                return bytes(blob.download_as_bytes())
+        return None
+
+    def put_object(bucket: str, name: str, data: bytes, ct: str | None) -> int:
+        blob = client.bucket(bucket).blob(name)
+        blob.upload_from_string(data, content_type=ct)
+        return int(blob.generation)
+
+    return Harness(
+        store=store,
+        bucket_name=buckets[0].name,
+        other_bucket=uploads_bucket.name,
+        put_raw=put_raw,
+        raw=raw,
+        put_object=put_object,
+    )
+
+
+@pytest.fixture(params=["memory", "gcs", "sharded"])
 def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
     if request.param == "memory":
         yield _memory_harness()
-    else:
-        endpoint = request.getfixturevalue("gcs_server")
-        yield _gcs_harness(request.getfixturevalue("direct_gcs"), endpoint)
+        return
+    endpoint = request.getfixturevalue("gcs_server")
+    make = _gcs_harness if request.param == "gcs" else _sharded_harness
+    yield make(request.getfixturevalue("direct_gcs"), endpoint)
 
 
 @pytest.fixture

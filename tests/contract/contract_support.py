@@ -38,6 +38,11 @@ class Harness:
     put_object: Callable[[str, str, bytes, str | None], object]
 
 
+def shards(store: Store) -> int:
+    """How many buckets a store lists in one listing of job objects: one list each."""
+    return len(getattr(store, "shards", (store,)))
+
+
 def new_job(job_id: str | None = None, **fields: Any) -> dict[str, Any]:
     """A fresh valid record (optionally with fields changed)."""
     record = records.new_record(job_id or records.new_job_id(), "demo", {"n": 1}, NOW)

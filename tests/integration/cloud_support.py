@@ -14,14 +14,18 @@ import requests
 
 from local.cloud import LocalCloud
 from local.procs import group_pids
+from shared.shards import shard_of
+from shared.storage import Store, open_store
 from tests import polling
 
 
 def fast_cloud(
-    max_instances: int, concurrency: int, shutdown_grace_seconds: float = 2.0
+    max_instances: int, concurrency: int, shutdown_grace_seconds: float = 2.0, **more: Any
 ) -> LocalCloud:
-    """Seconds-scale staleness, sweep and shutdown grace, no backoff, frequent checkpoints."""
+    """Seconds-scale staleness, sweep and shutdown grace, no backoff, frequent checkpoints
+    (`more`: other for_tests overrides, e.g. shard_buckets)."""
     return LocalCloud.for_tests(
+        **more,
         max_instances=max_instances,
         concurrency=concurrency,
         stale_seconds=3.0,
@@ -87,23 +91,44 @@ def lines_where(
     return out
 
 
-def records_bucket(cloud: LocalCloud) -> Any:
-    """The records bucket on fake-gcs-server, through the official client."""
+def _storage(cloud: LocalCloud) -> Any:
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
-    client = storage.Client(
+    return storage.Client(
         project=cloud.endpoints["project"],
         credentials=AnonymousCredentials(),
         client_options={"api_endpoint": cloud.endpoints["storage_emulator_host"]},
     )
-    return client.bucket(cloud.endpoints["records_bucket"])
+
+
+def records_bucket(cloud: LocalCloud) -> Any:
+    """The (home) records bucket on fake-gcs-server, through the official client: where
+    the index objects live, and every job's objects when there is one shard."""
+    return _storage(cloud).bucket(cloud.endpoints["records_bucket"])
+
+
+def record_buckets(cloud: LocalCloud) -> list[Any]:
+    """Every records bucket (shard) of the cloud, the home bucket first."""
+    client = _storage(cloud)
+    return [client.bucket(name) for name in cloud.topology.records_buckets]
+
+
+def job_bucket(cloud: LocalCloud, job_id: str) -> Any:
+    """The records bucket holding a job's objects (its shard)."""
+    buckets = record_buckets(cloud)
+    return buckets[shard_of(job_id, len(buckets))]
+
+
+def cloud_store(cloud: LocalCloud) -> Store:
+    """The store over every records bucket of the cloud (a ShardedStore with shards)."""
+    return open_store(cloud.topology.records_buckets, _storage(cloud))
 
 
 def bucket_state(cloud: LocalCloud) -> dict[str, int]:
-    """Every object of the records bucket -> its generation: equal before and after a
+    """Every object of the records buckets -> its generation: equal before and after a
     request means the request wrote nothing."""
-    return {b.name: int(b.generation) for b in records_bucket(cloud).list_blobs()}
+    return {b.name: int(b.generation) for r in record_buckets(cloud) for b in r.list_blobs()}
 
 
 def roll_out(cloud: LocalCloud, service: str, *, timeout: float = 120, **deploy: Any) -> str:

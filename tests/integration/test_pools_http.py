@@ -25,9 +25,9 @@ import requests
 
 from local.cloud import LocalCloud
 from shared import records
-from shared.storage import GcsStore
+from shared.storage import Store
 from tests import polling
-from tests.integration.cloud_support import job, records_bucket
+from tests.integration.cloud_support import cloud_store, job
 
 PIPELINES = "tests.integration.pool_pipelines"
 POOLS = {
@@ -81,9 +81,8 @@ def ran_on(cloud: LocalCloud, job_id: str) -> str:
     return str(store(cloud).read(job_id).record.get("pipeline_revision"))
 
 
-def store(cloud: LocalCloud) -> GcsStore:
-    bucket = records_bucket(cloud)
-    return GcsStore(bucket.name, client=bucket.client)
+def store(cloud: LocalCloud) -> Store:
+    return cloud_store(cloud)
 
 
 def test_each_pool_has_its_own_claim_service_topic_and_subscription(cloud: LocalCloud) -> None:

@@ -20,6 +20,7 @@ from tests.integration.cloud_support import (
     batch,
     fast_cloud,
     job,
+    job_bucket,
     running_on,
 )
 from tests.polling import wait_for
@@ -142,7 +143,7 @@ def test_an_upload_is_digested_end_to_end(cloud: LocalCloud) -> None:
     report_name = view["result"]["report"]
     assert report_name == f"outputs/{job_id}/{view['attempts']}/report.json"
     assert report_name in view["outputs"]
-    records_bucket = client.bucket(cloud.endpoints["records_bucket"])
+    records_bucket = client.bucket(job_bucket(cloud, job_id).name)
     report = json.loads(records_bucket.blob(report_name).download_as_bytes())
     assert report["sha256"] == hashlib.sha256(data).hexdigest()
     assert (report["size"], report["lines"], report["content_type"]) == (18, 2, "text/plain")

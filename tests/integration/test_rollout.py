@@ -25,7 +25,7 @@ from local.cloud import LocalCloud
 from local.observe import Watch, instance_pids, running_on, submit_batch
 from shared.job_queue import checkpoint_of
 from tests import polling
-from tests.integration.cloud_support import roll_out
+from tests.integration.cloud_support import job_bucket, roll_out
 
 JOBS = 12
 MORE_JOBS = 4
@@ -99,7 +99,7 @@ def assert_each_ended_once(cloud: LocalCloud, records: dict[str, dict[str, Any]]
         assert [c["stage"] for c in completed] == list(range(STAGES))
         nexts = [e["next_stage"] for e in rec["history"] if e["event"] == "checkpoint"]
         assert nexts == sorted(set(nexts)), nexts
-        blobs = storage.list_blobs(cloud.endpoints["records_bucket"], prefix=f"outputs/{job_id}/")
+        blobs = storage.list_blobs(job_bucket(cloud, job_id).name, prefix=f"outputs/{job_id}/")
         written = Counter(b.name.rsplit("/", 1)[-1] for b in blobs)
         assert written == Counter(f"stage-{i}.json" for i in range(STAGES)), written
 

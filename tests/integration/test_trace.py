@@ -13,7 +13,7 @@ import requests
 
 from local.cloud import LocalCloud
 from tests import polling
-from tests.integration.cloud_support import lines_about
+from tests.integration.cloud_support import job_bucket, lines_about
 
 REQUEST_TRACE = "0af7651916cd43dd8448eb211c80319c"
 TRACEPARENT = f"00-{REQUEST_TRACE}-b7ad6b7169203331-01"
@@ -38,7 +38,7 @@ def test_a_jobs_lines_across_functions_carry_one_trace() -> None:
         # watch the record as stored: a status read (GET /jobs/<id>) would apply the
         # watchdog itself and take the re-ring away from the sweep
         record = (
-            f"{e['storage_emulator_host']}/storage/v1/b/{e['records_bucket']}/o/"
+            f"{e['storage_emulator_host']}/storage/v1/b/{job_bucket(cloud, 'traced-1').name}/o/"
             "jobs%2Ftraced-1.json?alt=media"
         )
         job = polling.wait_for(

@@ -14,6 +14,7 @@ import pytest
 import requests
 
 from local.cloud import LocalCloud
+from tests.integration.cloud_support import job_bucket
 from tests.polling import wait_for as _wait_for
 
 CSV = b"region,units,price\nnorth,3,2.5\nsouth,5,\neast,,4.0\n"
@@ -60,7 +61,7 @@ def test_a_csv_summary_job_runs_to_done_with_its_summary(cloud: LocalCloud) -> N
     assert (view["result"]["rows"], view["result"]["columns"]) == (3, 3)
     summary_name = view["result"]["summary"]
     assert summary_name == f"outputs/{job_id}/{view['attempts']}/summary.json"
-    records = client.bucket(cloud.endpoints["records_bucket"])
+    records = client.bucket(job_bucket(cloud, job_id).name)
     summary = json.loads(records.blob(summary_name).download_as_bytes())
     assert summary["source"] == f"gs://{uploads}/{name}"
     assert (summary["bytes"], summary["rows"], summary["truncated"]) == (len(CSV), 3, False)

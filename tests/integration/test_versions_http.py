@@ -17,7 +17,7 @@ from local import wiring
 from local.cloud import LocalCloud
 from local.observe import Watch, submit_batch
 from tests import polling
-from tests.integration.cloud_support import roll_out
+from tests.integration.cloud_support import job_bucket, roll_out
 
 MODULE = "tests.integration.versioned_pipelines"
 FRESH = "tests.integration.versioned_fresh"
@@ -53,7 +53,7 @@ def completed(record: dict[str, Any]) -> list[str]:
 def written(cloud: LocalCloud, job_id: str) -> Counter[str]:
     """Stage name -> how many times its output was written (once per attempt that ran it)."""
     storage = wiring.storage_client(cloud.gcs_url, cloud.endpoints["project"])
-    blobs = storage.list_blobs(cloud.endpoints["records_bucket"], prefix=f"outputs/{job_id}/")
+    blobs = storage.list_blobs(job_bucket(cloud, job_id).name, prefix=f"outputs/{job_id}/")
     return Counter(b.name.rsplit("/", 1)[-1].removesuffix(".json") for b in blobs)
 
 

@@ -25,7 +25,7 @@ from local.cloud import LocalCloud
 from shared import workflow_graph as graph
 from shared.pipelines import webhook_delivery as wd
 from tests import polling
-from tests.integration.cloud_support import lines_about, records_bucket
+from tests.integration.cloud_support import lines_about, record_buckets, records_bucket
 
 SECRET = "s3cret-" + uuid.uuid4().hex
 VICTIM = f"victim-{uuid.uuid4().hex[:8]}"
@@ -121,7 +121,8 @@ def get(cloud: LocalCloud, path: str) -> dict[str, Any]:
 def callback_records(cloud: LocalCloud, batch_id: str) -> list[dict[str, Any]]:
     """Every record in the bucket that is a callback of this batch (read as stored)."""
     found = []
-    for blob in records_bucket(cloud).list_blobs(prefix="jobs/cb-"):
+    blobs = [b for r in record_buckets(cloud) for b in r.list_blobs(prefix="jobs/cb-")]
+    for blob in blobs:
         record = json.loads(blob.download_as_bytes())
         if record.get("callback_of") == batch_id:
             found.append(record)

@@ -98,3 +98,41 @@ def test_production_differs_only_in_backoff():
 def test_invalid_topology_is_rejected(bad):
     with pytest.raises(ValueError):
         wiring.Topology(**bad)
+
+
+def test_shard_buckets_are_created_and_told_to_every_function() -> None:
+    t = wiring.Topology(shard_buckets=("reclaim-records-1", "reclaim-records-2"))
+    assert t.records_buckets == ("reclaim-records", "reclaim-records-1", "reclaim-records-2")
+    assert set(t.records_buckets) < set(t.buckets)
+    assert t.records_env() == {
+        "RECLAIM_RECORDS_BUCKET": "reclaim-records",
+        "RECLAIM_SHARD_BUCKETS": "reclaim-records-1,reclaim-records-2",
+    }
+    assert wiring.Topology().records_env()["RECLAIM_SHARD_BUCKETS"] == ""
+
+
+@pytest.mark.parametrize(
+    "shards", [("reclaim-records",), ("x", "x"), ("reclaim-uploads",), ("bad name",)]
+)
+def test_shard_buckets_that_repeat_or_collide_are_refused(shards: tuple[str, ...]) -> None:
+    with pytest.raises(ValueError):
+        wiring.Topology(shard_buckets=shards)
+
+
+def test_the_test_switch_gives_every_test_cloud_its_shards(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from local.cloud import TEST_SHARDS_ENV, LocalCloud
+
+    monkeypatch.setenv(TEST_SHARDS_ENV, "3")
+    assert LocalCloud.for_tests().topology.shard_buckets == (
+        "reclaim-records-shard-1",
+        "reclaim-records-shard-2",
+    )
+    named = LocalCloud.for_tests(shard_buckets=("mine",))  # a test that names its own wins
+    assert named.topology.shard_buckets == ("mine",)
+    monkeypatch.setenv(TEST_SHARDS_ENV, "two")
+    with pytest.raises(ValueError, match=TEST_SHARDS_ENV):
+        LocalCloud.for_tests()
+    monkeypatch.delenv(TEST_SHARDS_ENV)
+    assert LocalCloud.for_tests().topology.shard_buckets == ()

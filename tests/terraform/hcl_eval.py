@@ -125,6 +125,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "strcontains": lambda text, part: _string(part) in _string(text),
     "floor": lambda n: float(math.floor(_number(n))),
     "length": lambda v: float(len(v)),
+    "range": lambda *bounds: [float(i) for i in range(*(int(_number(b)) for b in bounds))],
     "regex": _regex,
     "split": lambda sep, text: _string(text).split(_string(sep)),
     "tonumber": _tonumber,

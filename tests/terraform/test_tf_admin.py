@@ -70,6 +70,10 @@ def test_the_admin_runs_as_its_own_account_with_only_records_and_the_jobs_topic(
             "roles/storage.objectUser",
             "google_storage_bucket.records.name",
         ),
+        "google_storage_bucket_iam_member.admin_record_shards": (  # the same on each shard
+            "roles/storage.objectUser",
+            "google_storage_bucket.record_shards[count.index].name",
+        ),
         "google_pubsub_topic_iam_member.admin_rings_jobs": (
             "roles/pubsub.publisher",
             "google_pubsub_topic.topics[each.key].name",

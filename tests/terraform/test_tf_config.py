@@ -145,6 +145,7 @@ def test_queue_defaults_equal_the_code_defaults() -> None:
     assert set(code) - set(tf) == {
         "project",
         "records_bucket",
+        "shard_buckets",  # local.shard_buckets, from var.record_shards
         "uploads_bucket",  # local.buckets.uploads
         "uploads_file",  # the archive path of the routes file terraform read (uploads.tf)
         "jobs_topic",
@@ -237,7 +238,7 @@ def test_every_push_subscription_has_oidc_retry_dead_letter_and_never_expires() 
 
 def test_buckets_are_hardened() -> None:
     buckets = resources("google_storage_bucket")
-    assert set(buckets) == {"records", "uploads", "sources"}
+    assert set(buckets) == {"records", "record_shards", "uploads", "sources"}
     for name, b in buckets.items():
         assert b["uniform_bucket_level_access"] is True, name
         assert unquote(b["public_access_prevention"]) == "enforced", name
@@ -258,6 +259,7 @@ def test_old_bytes_are_kept_once_not_twice() -> None:
     }
     assert keep == {
         "records": (False, "var.soft_delete_days.records * 86400"),
+        "record_shards": (False, "var.soft_delete_days.records * 86400"),
         "uploads": (True, "var.soft_delete_days.uploads * 86400"),
         "sources": (True, 0),
     }

@@ -21,6 +21,7 @@ from shared.jobs import JobStatus
 from shared.outcome import OutcomeKind
 from shared.pipelines import Pipeline, StageContext, register
 from shared.queue import Queue, parse_submission
+from shared.shards import TIME_INDEX_FANOUT, fanout_slot
 from shared.storage_memory import MemoryStore
 from tests.unit.unit_support import Bell, Clock
 
@@ -236,7 +237,10 @@ def test_a_failed_or_cancelled_job_is_indexed_by_day_and_a_done_one_is_not() -> 
     deliver(queue, "bad")
     queue.cancel("stop", by="t")
     names = sorted(b.name for b in store.list_blobs("ended/"))
-    assert names == ["ended/cancelled/20260726/stop", "ended/failed/20260726/bad"]
+    assert names == [
+        f"ended/cancelled/{fanout_slot('stop')}/20260726/stop",
+        f"ended/failed/{fanout_slot('bad')}/20260726/bad",
+    ]
 
 
 def test_a_backlogged_drain_does_not_spin_on_held_jobs() -> None:
@@ -323,7 +327,8 @@ def test_bulk_selects_from_the_indexes_and_checks_each_record() -> None:
         "retry",
         now,
     )
-    assert store.calls["list"] - lists_before == 8  # one listing per day of the last 7 (+today)
+    # per day of the last 7 (+today): one listing per fan-out slot and one of the old names
+    assert store.calls["list"] - lists_before == 8 * (TIME_INDEX_FANOUT + 1)
     result = bulk.act(by_status, lambda i: queue.retry(i, by="t"), per_s=1e9, sleep=lambda s: None)
     assert sorted(result.acted) == ["f1", "f2"]
     again = bulk.select(
@@ -368,3 +373,16 @@ def test_a_keyed_job_over_its_rate_gives_back_the_place_it_took() -> None:
     assert deliver(queue, "r0").kind == OutcomeKind.DONE
     assert deliver(queue, "r1").kind == OutcomeKind.SKIPPED  # deferred by the rate
     assert free_places(store, "both")  # its place is not kept while it waits
+
+
+def test_an_ended_entry_written_under_the_old_name_is_still_selected() -> None:
+    """The ended index before the fan-out (ended/<status>/<day>/<id>): still read."""
+    queue, store, _ = make_queue()
+    submit(queue, "old-bad", payload={"fail_at": 0, "permanent": True})
+    deliver(queue, "old-bad")
+    record = store.read("old-bad").record
+    store.delete_blob(str(fp.ended_name(record)))  # as an older version indexed it:
+    store.put_blob("ended/failed/20260726/old-bad", b"", generation=0)
+    now = START + timedelta(minutes=1)
+    chosen = bulk.select(queue.ctx, bulk.Selector(status=JobStatus.FAILED), "retry", now)
+    assert [r["id"] for r in chosen] == ["old-bad"]

@@ -14,6 +14,7 @@ from shared.config import Settings
 from shared.errors import Unavailable
 from shared.features import context
 from shared.recovery import recover
+from shared.shards import TIME_INDEX_FANOUT
 from shared.storage_memory import MemoryStore
 from shared.sweeper import pending_window
 from tests.unit.unit_support import Bell
@@ -162,10 +163,11 @@ def test_sweep_costs_one_listing_and_never_lists_history() -> None:
     store.remove_pending(done)
     before = dict(store.calls)
     sweep(store)
-    # pending/, the time pass's two bounded listings (due scheduled/ buckets, unique/),
-    # flow control's two (parked/, waiting-for/) and the workflows' open markers
-    # (shared.workflows.sweep_open): six listings whatever the history holds
-    assert store.calls["list"] - before.get("list", 0) == 6
+    # pending/, the time pass's bounded listings (due scheduled/ buckets: one per fan-out
+    # slot and one of the names before it; unique/), flow control's two (parked/,
+    # waiting-for/) and the workflows' open markers (shared.workflows.sweep_open): the
+    # same count whatever the history holds
+    assert store.calls["list"] - before.get("list", 0) == 6 + TIME_INDEX_FANOUT
     assert store.calls["read"] - before.get("read", 0) == 3
 
 

@@ -205,3 +205,16 @@ def test_a_timed_out_attempt_gives_back_its_concurrency_place() -> None:
     assert store.read_blob(place_name("k", 0)).data == b""  # given back by the timeout
     released.set()
     runner.join(10)
+
+
+def test_a_delayed_job_indexed_under_the_old_name_is_still_released() -> None:
+    """The hour index before the fan-out (scheduled/<hour>/<id>): still read and released."""
+    store, bell = MemoryStore(), Bell()
+    job = post(store, bell, {"pipeline": "demo", "delay_seconds": 7200})
+    run_at = NOW + timedelta(hours=2)
+    store.delete_blob(timing.scheduled_name(job.job_id, run_at))  # as an older version
+    store.put_blob(timing.legacy_scheduled_name(job.job_id, run_at), b"", generation=0)
+    due = sweeper.run_once(context(store, bell, settings()), run_at + timedelta(seconds=1))
+    assert due.released == 1 and bell.rung == [job.job_id] and scheduled(store) == []
+    later = Clock(run_at + timedelta(seconds=2))
+    assert handle(job.job_id, store, settings(), later).kind == OutcomeKind.DONE

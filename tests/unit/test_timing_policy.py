@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shared import job_queue, records, timing
+from shared.shards import TIME_INDEX_FANOUT, fanout_slots
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 offsets = st.floats(min_value=-timing.MAX_DELAY_S, max_value=timing.MAX_DELAY_S)
@@ -143,11 +144,24 @@ def test_expire_fields_cancel_with_an_expired_error() -> None:
 def test_a_due_jobs_bucket_is_inside_the_listing_and_a_later_hours_is_not(
     run_at: datetime, now: datetime
 ) -> None:
-    name = timing.scheduled_name("j1", run_at)
-    inside = name < timing.scheduled_end(now)
-    assert inside == (run_at.replace(minute=0, second=0, microsecond=0) <= now)
-    if run_at <= now:
-        assert inside  # every due job is listed
+    ranges = timing.scheduled_ranges(now)
+    for job_id in ("j1", "order-0001", "order-0002", "order-0003"):
+        # the entry as written now, and as written before the fan-out: each is in exactly
+        # one listing while due, in none before its hour
+        for name in (
+            timing.scheduled_name(job_id, run_at),
+            timing.legacy_scheduled_name(job_id, run_at),
+        ):
+            hits = [p for p, end in ranges if name.startswith(p) and name < end]
+            assert len(hits) == (run_at.replace(minute=0, second=0, microsecond=0) <= now)
+            if run_at <= now:
+                assert hits  # every due job is listed
+
+
+def test_sequential_ids_of_one_hour_spread_over_every_slot() -> None:
+    names = {timing.scheduled_name(f"order-{i:04d}", NOW) for i in range(200)}
+    slots = {n.split("/")[1] for n in names}
+    assert slots == set(fanout_slots()) and len(slots) == TIME_INDEX_FANOUT > 1
 
 
 @given(
