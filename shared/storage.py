@@ -65,6 +65,9 @@ JOBS_PREFIX = "jobs/"
 PENDING_PREFIX = "pending/"
 DUE_METADATA = "due"
 """A pending marker's custom metadata key: when its job was last sent back due."""
+PIPELINE_METADATA = "pipeline"
+"""A pending marker's custom metadata key, written with it: its job's pipeline (so the
+sweep's gauges count a marker it does not read)."""
 STATUS_METADATA = "reclaim-status"
 """A record's custom metadata key: its status, written with the record in the same
 upload, so a waiting read learns the job ended from object metadata alone."""
@@ -147,6 +150,8 @@ class PendingEntry:
     due: datetime | None = None
     pool: str | None = None
     """The pool folder the marker is in (None: pending/<id>, the default pool's)."""
+    pipeline: str | None = None
+    """Its job's pipeline, written with the marker (None: a marker from before)."""
 
     @property
     def key(self) -> str:
@@ -165,7 +170,9 @@ class Store(Protocol):
     def create(self, record: JobRecord) -> Stored: ...
     def update(self, record: JobRecord, generation: int) -> Stored: ...
     def allow_index_prefixes(self, prefixes: Iterable[str]) -> None: ...
-    def add_pending(self, job_id: str, *, pool: str | None = None) -> None: ...
+    def add_pending(
+        self, job_id: str, *, pool: str | None = None, pipeline: str | None = None
+    ) -> None: ...
     def remove_pending(self, job_id: str, *, pool: str | None = None) -> None: ...
     def mark_due(self, job_id: str, due: datetime, *, pool: str | None = None) -> None: ...
     def list_pending(
@@ -214,6 +221,11 @@ def due_of(metadata: Mapping[str, str] | None) -> datetime | None:
     except ValueError:
         return None
     return due if due is None or due.tzinfo else due.replace(tzinfo=UTC)
+
+
+def marker_metadata(pipeline: str | None) -> dict[str, str]:
+    """The custom metadata a pending marker is created with (PIPELINE_METADATA)."""
+    return {PIPELINE_METADATA: pipeline} if isinstance(pipeline, str) and pipeline else {}
 
 
 def job_object(job_id: str) -> str:
@@ -596,8 +608,11 @@ class GcsStore(StoreBase):
 
     # markers
 
-    def add_pending(self, job_id: str, *, pool: str | None = None) -> None:
-        self._create_marker(pending_object(job_id, pool))
+    def add_pending(
+        self, job_id: str, *, pool: str | None = None, pipeline: str | None = None
+    ) -> None:
+        """The job's marker, with its pipeline as custom metadata (the same upload)."""
+        self._create_marker(pending_object(job_id, pool), marker_metadata(pipeline))
 
     def remove_pending(self, job_id: str, *, pool: str | None = None) -> None:
         name = pending_object(job_id, pool)
@@ -629,7 +644,16 @@ class GcsStore(StoreBase):
         for blob in blobs:
             key = pending_key(blob.name)
             if key is not None:
-                out.append(PendingEntry(key[1], blob.time_created, due_of(blob.metadata), key[0]))
+                meta = blob.metadata or {}
+                out.append(
+                    PendingEntry(
+                        key[1],
+                        blob.time_created,
+                        due_of(meta),
+                        key[0],
+                        meta.get(PIPELINE_METADATA),
+                    )
+                )
         return out
 
     def add_to_batch(self, batch_id: str, job_id: str) -> None:
@@ -671,10 +695,14 @@ class GcsStore(StoreBase):
 
         self._call("write", "sweep cursor", put)
 
-    def _create_marker(self, name: str) -> None:
+    def _create_marker(self, name: str, metadata: Mapping[str, str] | None = None) -> None:
         with contextlib.suppress(_Precondition):  # already there: adding is idempotent
             self._call(
-                "write", name, lambda: self._upload(name, b"", "application/octet-stream", 0)
+                "write",
+                name,
+                lambda: self._upload(
+                    name, b"", "application/octet-stream", 0, metadata=metadata
+                ),
             )
 
     def _list(self, prefix: str, limit: int | None, start_at: str | None = None) -> list[Any]:
