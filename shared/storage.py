@@ -624,7 +624,9 @@ class GcsStore(StoreBase):
 
     def mark_due(self, job_id: str, due: datetime, *, pool: str | None = None) -> None:
         """Say on the job's marker (custom metadata, one patch) when it is due again; a
-        marker already gone (the job finished) is left so."""
+        marker already gone (the job finished) is left so. A patch sets the keys it
+        names and keeps the others (the pipeline:
+        https://cloud.google.com/storage/docs/json_api/v1/how-tos/performance#patch)."""
         name = pending_object(job_id, pool)
         blob = self._bucket.blob(name)
         blob.metadata = {DUE_METADATA: due.isoformat()}

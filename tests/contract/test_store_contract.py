@@ -229,6 +229,20 @@ def test_a_marker_marked_due_is_listed_with_its_due_time_until_removed(store):
     assert [e.job_id for e in store.list_pending()] == ["job-a", "job-b"]
 
 
+def test_a_marker_is_listed_with_its_pipeline_marked_due_or_not(store):
+    """The pipeline rides on the marker's creation (no extra call), so the sweep's gauges
+    count a marker it does not read (shared.sweep_plan); a due mark keeps it."""
+    store.calls.clear()
+    store.add_pending("job-a", pipeline="demo")
+    store.add_pending("job-b", pool="light", pipeline="webhook")
+    store.add_pending("job-c")  # a marker from before: no pipeline
+    assert store.calls == {"write": 3}
+    store.mark_due("job-a", datetime(2026, 12, 2, tzinfo=UTC))
+    listed = {e.job_id: (e.pool, e.pipeline) for e in store.list_pending()}
+    assert listed == {"job-a": (None, "demo"), "job-b": ("light", "webhook"), "job-c": (None, None)}
+    assert [e.due is not None for e in store.list_pending()] == [True, False, False]
+
+
 def test_list_pending_honours_limit_and_never_lists_jobs(store):
     for i in range(5):
         store.add_pending(f"p{i}")
