@@ -31,6 +31,7 @@ ORDER = (  # the order of the table; one name per line
     "delayed",
     "throughput",
     "backlog",
+    "lost_doorbell",
     "rescue",
     "cost",
     "pools",

@@ -201,7 +201,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
         field="sweep_max_jobs",
         default="1000",
         parse=int,
-        doc="Pending entries one sweep run examines at most.",
+        doc="Pending records one sweep run reads at most (it lists the whole index; past this, it "
+        "reads first the markers that may need action: docs/operating.md, the sweep).",
         minimum=1,
     ),
     EnvVar(

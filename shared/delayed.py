@@ -113,9 +113,7 @@ def _release_one(ctx: Context, now: datetime, info: BlobInfo, job_id: str, out: 
     job = stored.record
     if job_queue.is_terminal(job) or job.get("status") != "queued":
         if not job_queue.is_terminal(job):  # started early (a stray doorbell): rescuable
-            store.add_pending(
-                job_id, pool=settings.marker_pool(job), pipeline=job.get("pipeline")
-            )
+            store.add_pending(job_id, pool=settings.marker_pool(job), pipeline=job.get("pipeline"))
         store.delete_blob(name)  # cancelled while waiting, or already started
         out.repaired += 1
         return

@@ -702,9 +702,7 @@ class GcsStore(StoreBase):
             self._call(
                 "write",
                 name,
-                lambda: self._upload(
-                    name, b"", "application/octet-stream", 0, metadata=metadata
-                ),
+                lambda: self._upload(name, b"", "application/octet-stream", 0, metadata=metadata),
             )
 
     def _list(self, prefix: str, limit: int | None, start_at: str | None = None) -> list[Any]:

@@ -20,7 +20,9 @@ def settings(**kw: Any) -> Settings:
     return Settings.from_env({}, **{"stale_seconds": 120.0, **kw})
 
 
-def entry(job_id: str, age_s: float | None, due_age_s: float | None = None, **kw: Any) -> PendingEntry:
+def entry(
+    job_id: str, age_s: float | None, due_age_s: float | None = None, **kw: Any
+) -> PendingEntry:
     created = None if age_s is None else NOW - timedelta(seconds=age_s)
     due = None if due_age_s is None else NOW - timedelta(seconds=due_age_s)
     return PendingEntry(job_id, created, due, **{"pipeline": "demo", **kw})
@@ -71,9 +73,7 @@ def test_past_the_budget_what_may_need_action_comes_first_then_the_oldest() -> N
     stale_early = entry("a-stale", 900.0, due_age_s=400.0)
     rerung = entry("m-rerung", 900.0, due_age_s=20.0)  # old, marked due 20 s ago
     unplaced = entry("y", 1.0, pipeline=None)  # a marker from before: no pipeline
-    entries = sorted(
-        [*fresh, stale_late, stale_early, rerung, unplaced], key=lambda e: e.job_id
-    )
+    entries = sorted([*fresh, stale_late, stale_early, rerung, unplaced], key=lambda e: e.job_id)
     plan = sweep_plan.plan(entries, NOW, settings(), 6)
     assert [e.job_id for e in plan.read] == ["a-stale", "zz", "y", "m-rerung", "f00", "f01"]
     assert [e.job_id for e in plan.unread] == [f"f{i:02d}" for i in range(2, 20)]
