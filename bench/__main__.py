@@ -32,6 +32,7 @@ ORDER = (  # the order of the table; one name per line
     "throughput",
     "backlog",
     "lost_doorbell",
+    "big_backlog",
     "rescue",
     "cost",
     "pools",

@@ -25,7 +25,7 @@ from local import wiring
 from local.observe import submit_batch
 from shared.jobs import JobStatus
 
-SIZES = (500, 10_000)
+SIZES = (500, 2_000)
 INSTANCES, CONCURRENCY = 8, 4
 CHUNK = 1000  # RECLAIM_MAX_BATCH_JOBS
 TARGET_RATE = 0.9

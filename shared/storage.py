@@ -75,6 +75,10 @@ BATCHES_PREFIX = "batches/"
 OUTPUTS_PREFIX = "outputs/"
 SWEEP_CURSOR = "sweep/cursor"  # where the next sweep resumes when the backlog exceeds one run
 RECORD_CONTENT_TYPE = "application/json"
+LIST_PAGE_SIZE = 1000
+"""Names per list call: Cloud Storage's most (objects.list maxResults,
+https://cloud.google.com/storage/docs/json_api/v1/objects/list), asked for explicitly so
+that fake-gcs-server pages (and counts) as Cloud Storage does."""
 
 HTTP_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds per HTTP request
 # Connections the storage client keeps open per host: every call one process may have in
@@ -728,6 +732,7 @@ class GcsStore(StoreBase):
             start_offset=start_offset,
             end_offset=end_offset,
             max_results=check_limit(limit),
+            page_size=LIST_PAGE_SIZE,
             fields="items(name,timeCreated,generation,metadata),nextPageToken",
             retry=self._retry,
             timeout=self._timeout,
