@@ -31,6 +31,8 @@ ORDER = (  # the order of the table; one name per line
     "delayed",
     "throughput",
     "backlog",
+    "lost_doorbell",
+    "big_backlog",
     "rescue",
     "cost",
     "pools",

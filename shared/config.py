@@ -125,7 +125,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
         default="reclaim-records",
         parse=_name,
         doc="Bucket holding jobs/, pending/, batches/ and outputs/ (with RECLAIM_SHARD_BUCKETS: "
-        "the home bucket, which also keeps the index objects and the sweep cursor).",
+        "the home bucket, which also keeps the index objects).",
     ),
     EnvVar(
         name="RECLAIM_SHARD_BUCKETS",
@@ -220,7 +220,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
         field="sweep_max_jobs",
         default="1000",
         parse=int,
-        doc="Pending entries one sweep run examines at most.",
+        doc="Pending records one sweep run reads at most (it lists the whole index; past this, it "
+        "reads first the markers that may need action: docs/operating.md, the sweep).",
         minimum=1,
     ),
     EnvVar(

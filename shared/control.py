@@ -87,7 +87,7 @@ def retry(ctx: Context, job_id: str, *, by: str) -> Retried:
 
 
 def _before_retry(ctx: Context, job_id: str, job: JobRecord) -> None:
-    ctx.store.add_pending(job_id, pool=ctx.settings.marker_pool(job))
+    ctx.store.add_pending(job_id, pool=ctx.settings.marker_pool(job), pipeline=job.get("pipeline"))
     workflows.reopen_for_retry(ctx.store, job)  # a batch with on_complete waits for it again
 
 

@@ -120,7 +120,7 @@ def _release_one(ctx: Context, now: datetime, info: BlobInfo, job_id: str, out: 
     job = stored.record
     if job_queue.is_terminal(job) or job.get("status") != "queued":
         if not job_queue.is_terminal(job):  # started early (a stray doorbell): rescuable
-            store.add_pending(job_id, pool=settings.marker_pool(job))
+            store.add_pending(job_id, pool=settings.marker_pool(job), pipeline=job.get("pipeline"))
         store.delete_blob(name)  # cancelled while waiting, or already started
         out.repaired += 1
         return
@@ -132,7 +132,8 @@ def _release_one(ctx: Context, now: datetime, info: BlobInfo, job_id: str, out: 
             store.delete_blob(name)
             out.repaired += 1
         return  # later this hour
-    store.add_pending(job_id, pool=settings.marker_pool(job))  # marker first: the usual rules
+    # marker first: the usual rules
+    store.add_pending(job_id, pool=settings.marker_pool(job), pipeline=job.get("pipeline"))
     if timing.expired(job, now):
         try:
             ended = store.update({**job, **job_queue.expire_fields(job, now)}, stored.generation)

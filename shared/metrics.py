@@ -139,6 +139,7 @@ class Gauge:
     running: int = 0
     oldest_due_age_s: float = 0.0  # 0 when no queued job is due
     oldest_job_id: str | None = None
+    unread: int = 0  # markers counted in queued from the listing alone (not read this run)
 
     def fields(self, *, truncated: bool = False) -> dict[str, Any]:
         """The ``queue`` line's fields."""
@@ -149,8 +150,13 @@ class Gauge:
             "running": self.running,
             "oldest_due_age_s": round(self.oldest_due_age_s, 3),
             "oldest_job_id": self.oldest_job_id,
+            "unread": self.unread,
             "truncated": truncated or None,
         }
+
+
+def _blank() -> dict[str, Any]:
+    return {"queued": 0, "running": 0, "age": 0.0, "oldest": None, "unread": 0}
 
 
 def queue_gauges(
@@ -159,18 +165,23 @@ def queue_gauges(
     *,
     pipelines: Iterable[str] = (),
     skew_s: float = job_queue.DEFAULT_SKEW_S,
+    unread: Iterable[str | None] = (),
 ) -> dict[str, Gauge]:
     """Gauges per pipeline from pending records; every name in `pipelines` gets one,
-    zeros included, so a chart falls to zero instead of stopping."""
-    counts: dict[str, dict[str, Any]] = {
-        p: {"queued": 0, "running": 0, "age": 0.0, "oldest": None} for p in pipelines
-    }
+    zeros included, so a chart falls to zero instead of stopping. `unread`: the pipelines
+    of pending markers whose records were not read (None: unknown), counted as queued
+    (their jobs were queued or claimed within the stale time: shared.sweep_plan)."""
+    counts: dict[str, dict[str, Any]] = {p: _blank() for p in pipelines}
+    for pipeline in unread:
+        c = counts.setdefault(str(pipeline or "unknown"), _blank())
+        c["queued"] += 1
+        c["unread"] += 1
     for job in records:
         status = job.get("status")
         if status not in job_queue.PENDING_STATUSES:
             continue
         pipeline = str(job.get("pipeline") or "unknown")
-        c = counts.setdefault(pipeline, {"queued": 0, "running": 0, "age": 0.0, "oldest": None})
+        c = counts.setdefault(pipeline, _blank())
         if status == JobStatus.RUNNING:
             c["running"] += 1
             continue
@@ -181,7 +192,7 @@ def queue_gauges(
         if age is not None and (c["oldest"] is None or age > c["age"]):
             c["age"], c["oldest"] = age, job.get("id")
     return {
-        p: Gauge(p, c["queued"], c["running"], c["age"], c["oldest"])
+        p: Gauge(p, c["queued"], c["running"], c["age"], c["oldest"], c["unread"])
         for p, c in sorted(counts.items())
     }
 

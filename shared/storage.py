@@ -65,13 +65,19 @@ JOBS_PREFIX = "jobs/"
 PENDING_PREFIX = "pending/"
 DUE_METADATA = "due"
 """A pending marker's custom metadata key: when its job was last sent back due."""
+PIPELINE_METADATA = "pipeline"
+"""A pending marker's custom metadata key, written with it: its job's pipeline (so the
+sweep's gauges count a marker it does not read)."""
 STATUS_METADATA = "reclaim-status"
 """A record's custom metadata key: its status, written with the record in the same
 upload, so a waiting read learns the job ended from object metadata alone."""
 BATCHES_PREFIX = "batches/"
 OUTPUTS_PREFIX = "outputs/"
-SWEEP_CURSOR = "sweep/cursor"  # where the next sweep resumes when the backlog exceeds one run
 RECORD_CONTENT_TYPE = "application/json"
+LIST_PAGE_SIZE = 1000
+"""Names per list call: Cloud Storage's most (objects.list maxResults,
+https://cloud.google.com/storage/docs/json_api/v1/objects/list), asked for explicitly so
+that fake-gcs-server pages (and counts) as Cloud Storage does."""
 
 HTTP_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds per HTTP request
 # Connections the storage client keeps open per host: every call one process may have in
@@ -147,6 +153,8 @@ class PendingEntry:
     due: datetime | None = None
     pool: str | None = None
     """The pool folder the marker is in (None: pending/<id>, the default pool's)."""
+    pipeline: str | None = None
+    """Its job's pipeline, written with the marker (None: a marker from before)."""
 
     @property
     def key(self) -> str:
@@ -165,14 +173,14 @@ class Store(Protocol):
     def create(self, record: JobRecord) -> Stored: ...
     def update(self, record: JobRecord, generation: int) -> Stored: ...
     def allow_index_prefixes(self, prefixes: Iterable[str]) -> None: ...
-    def add_pending(self, job_id: str, *, pool: str | None = None) -> None: ...
+    def add_pending(
+        self, job_id: str, *, pool: str | None = None, pipeline: str | None = None
+    ) -> None: ...
     def remove_pending(self, job_id: str, *, pool: str | None = None) -> None: ...
     def mark_due(self, job_id: str, due: datetime, *, pool: str | None = None) -> None: ...
     def list_pending(
         self, limit: int | None = None, start_at: str | None = None, *, pool: str | None = None
     ) -> list[PendingEntry]: ...
-    def read_sweep_cursor(self) -> str | None: ...
-    def write_sweep_cursor(self, start_at: str) -> None: ...
     def add_to_batch(self, batch_id: str, job_id: str) -> None: ...
     def list_batch(
         self, batch_id: str, limit: int | None = None, start_at: str | None = None
@@ -214,6 +222,11 @@ def due_of(metadata: Mapping[str, str] | None) -> datetime | None:
     except ValueError:
         return None
     return due if due is None or due.tzinfo else due.replace(tzinfo=UTC)
+
+
+def marker_metadata(pipeline: str | None) -> dict[str, str]:
+    """The custom metadata a pending marker is created with (PIPELINE_METADATA)."""
+    return {PIPELINE_METADATA: pipeline} if isinstance(pipeline, str) and pipeline else {}
 
 
 def job_object(job_id: str) -> str:
@@ -600,8 +613,11 @@ class GcsStore(StoreBase):
 
     # markers
 
-    def add_pending(self, job_id: str, *, pool: str | None = None) -> None:
-        self._create_marker(pending_object(job_id, pool))
+    def add_pending(
+        self, job_id: str, *, pool: str | None = None, pipeline: str | None = None
+    ) -> None:
+        """The job's marker, with its pipeline as custom metadata (the same upload)."""
+        self._create_marker(pending_object(job_id, pool), marker_metadata(pipeline))
 
     def remove_pending(self, job_id: str, *, pool: str | None = None) -> None:
         name = pending_object(job_id, pool)
@@ -613,7 +629,9 @@ class GcsStore(StoreBase):
 
     def mark_due(self, job_id: str, due: datetime, *, pool: str | None = None) -> None:
         """Say on the job's marker (custom metadata, one patch) when it is due again; a
-        marker already gone (the job finished) is left so."""
+        marker already gone (the job finished) is left so. A patch sets the keys it
+        names and keeps the others (the pipeline:
+        https://cloud.google.com/storage/docs/json_api/v1/how-tos/performance#patch)."""
         name = pending_object(job_id, pool)
         blob = self._bucket.blob(name)
         blob.metadata = {DUE_METADATA: due.isoformat()}
@@ -633,7 +651,16 @@ class GcsStore(StoreBase):
         for blob in blobs:
             key = pending_key(blob.name)
             if key is not None:
-                out.append(PendingEntry(key[1], blob.time_created, due_of(blob.metadata), key[0]))
+                meta = blob.metadata or {}
+                out.append(
+                    PendingEntry(
+                        key[1],
+                        blob.time_created,
+                        due_of(meta),
+                        key[0],
+                        meta.get(PIPELINE_METADATA),
+                    )
+                )
         return out
 
     def add_to_batch(self, batch_id: str, job_id: str) -> None:
@@ -651,34 +678,12 @@ class GcsStore(StoreBase):
         names = [b.name for b in self._list(JOBS_PREFIX, limit)]
         return names_to_ids(names, JOBS_PREFIX, ".json")
 
-    def read_sweep_cursor(self) -> str | None:
-        """Where the next sweep starts in the pending index (a hint, not a record)."""
-        try:
-            data, _ = self._call(
-                "read", "sweep cursor", lambda: self._download(self.bucket_name, SWEEP_CURSOR)
-            )
-        except NotFound:
-            return None
-        return data.decode("utf-8", "replace").strip() or None
-
-    def write_sweep_cursor(self, start_at: str) -> None:
-        """Overwrites the hint: two sweeps racing at worst examine some jobs twice."""
-
-        def put() -> None:
-            blob = self._bucket.blob(SWEEP_CURSOR)
-            blob.upload_from_string(
-                start_at.encode("utf-8"),
-                content_type="text/plain",
-                retry=self._retry,
-                timeout=self._timeout,
-            )
-
-        self._call("write", "sweep cursor", put)
-
-    def _create_marker(self, name: str) -> None:
+    def _create_marker(self, name: str, metadata: Mapping[str, str] | None = None) -> None:
         with contextlib.suppress(_Precondition):  # already there: adding is idempotent
             self._call(
-                "write", name, lambda: self._upload(name, b"", "application/octet-stream", 0)
+                "write",
+                name,
+                lambda: self._upload(name, b"", "application/octet-stream", 0, metadata=metadata),
             )
 
     def _list(self, prefix: str, limit: int | None, start_at: str | None = None) -> list[Any]:
@@ -704,6 +709,7 @@ class GcsStore(StoreBase):
             start_offset=start_offset,
             end_offset=end_offset,
             max_results=check_limit(limit),
+            page_size=LIST_PAGE_SIZE,
             fields="items(name,timeCreated,generation,metadata),nextPageToken",
             retry=self._retry,
             timeout=self._timeout,

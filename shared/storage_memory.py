@@ -19,7 +19,6 @@ from shared.storage import (
     PENDING_PREFIX,
     RECORD_CONTENT_TYPE,
     STATUS_METADATA,
-    SWEEP_CURSOR,
     Blob,
     BlobInfo,
     PendingEntry,
@@ -75,6 +74,7 @@ class MemoryStore(StoreBase):
         self.bucket_name = bucket_name
         self._objects: dict[tuple[str, str], MemoryObject] = {}
         self._due: dict[str, datetime] = {}  # pending marker name -> its "due" metadata
+        self._pipeline: dict[str, str] = {}  # pending marker name -> its "pipeline" metadata
         self._status: dict[str, str] = {}  # record name -> its STATUS_METADATA
         self._generation = 0
         self._lock = threading.RLock()
@@ -196,8 +196,13 @@ class MemoryStore(StoreBase):
 
     # markers
 
-    def add_pending(self, job_id: str, *, pool: str | None = None) -> None:
-        self._create_marker(pending_object(job_id, pool))
+    def add_pending(
+        self, job_id: str, *, pool: str | None = None, pipeline: str | None = None
+    ) -> None:
+        name = pending_object(job_id, pool)
+        if self._create_marker(name) and pipeline:
+            with self._lock:
+                self._pipeline[name] = pipeline
 
     def remove_pending(self, job_id: str, *, pool: str | None = None) -> None:
         name = pending_object(job_id, pool)
@@ -205,6 +210,7 @@ class MemoryStore(StoreBase):
         with self._lock:
             self._objects.pop((self.bucket_name, name), None)
             self._due.pop(name, None)
+            self._pipeline.pop(name, None)
         self._fire("delete", after=True)
 
     def mark_due(self, job_id: str, due: datetime, *, pool: str | None = None) -> None:
@@ -222,12 +228,13 @@ class MemoryStore(StoreBase):
         start = PENDING_PREFIX + start_at if start_at else ""
         listed = self._list(prefix, limit, top_only=top_only, start_name=start)
         with self._lock:
-            due = dict(self._due)
+            due, pipelines = dict(self._due), dict(self._pipeline)
         out = []
         for name, created in listed:
             key = pending_key(name)
             if key is not None:
-                out.append(PendingEntry(key[1], created, due.get(name), key[0]))
+                entry = PendingEntry(key[1], created, due.get(name), key[0], pipelines.get(name))
+                out.append(entry)
         return out
 
     def add_to_batch(self, batch_id: str, job_id: str) -> None:
@@ -243,24 +250,15 @@ class MemoryStore(StoreBase):
         names = [n for n, _ in self._list(JOBS_PREFIX, limit)]
         return names_to_ids(names, JOBS_PREFIX, ".json")
 
-    def read_sweep_cursor(self) -> str | None:
-        self._count("read")
-        with self._lock:
-            obj = self._objects.get((self.bucket_name, SWEEP_CURSOR))
-        return obj.data.decode("utf-8", "replace").strip() or None if obj else None
-
-    def write_sweep_cursor(self, start_at: str) -> None:
+    def _create_marker(self, name: str) -> bool:
+        """Whether the marker is new (adding is idempotent, as GcsStore's)."""
         self._count("write")
         with self._lock:
-            self._put(self.bucket_name, SWEEP_CURSOR, start_at.encode("utf-8"), "text/plain")
-        self._fire("write", after=True)
-
-    def _create_marker(self, name: str) -> None:
-        self._count("write")
-        with self._lock:
-            if (self.bucket_name, name) not in self._objects:
+            new = (self.bucket_name, name) not in self._objects
+            if new:
                 self._put(self.bucket_name, name, b"", "application/octet-stream")
         self._fire("write", after=True)
+        return new
 
     def _list(
         self,

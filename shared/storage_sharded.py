@@ -5,7 +5,7 @@ https://cloud.google.com/storage/docs/request-rate) only more buckets add capaci
 job's own objects (record, pending marker, batch membership, outputs) live in the shard
 `shared.shards.shard_of(id)` picks, so every write of a job lands in one bucket and the
 jobs spread evenly over them. What is not a job's own stays in the HOME shard (the first
-bucket, RECLAIM_RECORDS_BUCKET): the sweep cursor and the features' index objects (cron
+bucket, RECLAIM_RECORDS_BUCKET): the features' index objects (cron
 ticks, flow control, the delayed and ended indexes, workflows...), so each index listing
 stays one listing.
 
@@ -56,7 +56,7 @@ class ShardedStore(CallCounter):
         check_buckets(names)
         self.shards: tuple[Store, ...] = tuple(shards)
         self.bucket_names: tuple[str, ...] = tuple(names)
-        self.bucket_name = names[0]  # the home bucket: index objects, the sweep cursor
+        self.bucket_name = names[0]  # the home bucket: the index objects
         for shard in self.shards:
             if isinstance(shard, CallCounter):
                 shard.share_counter(self)
@@ -93,8 +93,10 @@ class ShardedStore(CallCounter):
 
     # markers
 
-    def add_pending(self, job_id: str, *, pool: str | None = None) -> None:
-        self.shard(job_id).add_pending(job_id, pool=pool)
+    def add_pending(
+        self, job_id: str, *, pool: str | None = None, pipeline: str | None = None
+    ) -> None:
+        self.shard(job_id).add_pending(job_id, pool=pool, pipeline=pipeline)
 
     def remove_pending(self, job_id: str, *, pool: str | None = None) -> None:
         self.shard(job_id).remove_pending(job_id, pool=pool)
@@ -109,12 +111,6 @@ class ShardedStore(CallCounter):
         limit = check_limit(limit)
         listings = [s.list_pending(limit, start_at, pool=pool) for s in self.shards]
         return merge_sorted(listings, _entry_key, limit)
-
-    def read_sweep_cursor(self) -> str | None:
-        return self.home.read_sweep_cursor()
-
-    def write_sweep_cursor(self, start_at: str) -> None:
-        self.home.write_sweep_cursor(start_at)
 
     def add_to_batch(self, batch_id: str, job_id: str) -> None:
         self.shard(job_id).add_to_batch(batch_id, job_id)

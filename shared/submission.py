@@ -454,7 +454,9 @@ def create_upload_job(
         record["batch_has_callback"] = True
     for hook in ctx.create_hooks():  # the features' indexes of the job, before its record
         hook(ctx, record)
-    store.add_pending(job_id, pool=ctx.settings.marker_pool(record))
+    store.add_pending(
+        job_id, pool=ctx.settings.marker_pool(record), pipeline=record.get("pipeline")
+    )
     try:
         stored = store.create(record)
     except AlreadyExists:
@@ -644,7 +646,9 @@ def _create_one(ctx: Context, spec: JobSpec, record: JobRecord) -> SubmittedJob 
         hook(ctx, record)
     scheduled = delayed.place(store, record, record_now(record))  # else the pending marker
     if not scheduled:
-        store.add_pending(job_id, pool=ctx.settings.marker_pool(record))
+        store.add_pending(
+            job_id, pool=ctx.settings.marker_pool(record), pipeline=record.get("pipeline")
+        )
     try:
         stored = store.create(record)
     except AlreadyExists:

@@ -1,11 +1,13 @@
 """The scheduled sweep: River-style rescue over the pending index only.
 
-Cost is O(pending), never O(history): it lists ``pending/``, every pool's markers
-(shared.pools: ``pending/<id>`` and ``pending/<pool>/<id>``), bounded by
-RECLAIM_SWEEP_MAX_JOBS and RECLAIM_SWEEP_MAX_SECONDS, reads each record and
-lets shared.recovery apply stale_action with the stale time of the job's pool; a
-requeued job is rung on its pool's topic. Every write is generation-matched, so
-two sweeps at once (or a sweep racing a status read or an owner) are safe.
+Cost is O(pending), never O(history): it lists the whole of ``pending/``, every pool's
+markers (shared.pools: ``pending/<id>`` and ``pending/<pool>/<id>``; one list call per
+1,000), reads the records whose markers say they may need action (shared.sweep_plan:
+every one when the index fits in RECLAIM_SWEEP_MAX_JOBS reads), within
+RECLAIM_SWEEP_MAX_SECONDS, and lets shared.recovery apply stale_action with the stale
+time of the job's pool; a requeued job is rung on its pool's topic. Every write is
+generation-matched, so two sweeps at once (or a sweep racing a status read or an owner)
+are safe.
 
 Index repair. Submit writes the marker first and the record second; the owner
 writes the final record first and drops the marker second. So the leftovers a
@@ -21,11 +23,13 @@ marker is the retry path's job). Corrupt records are counted, listed and left
 alone: never rewritten, never deleted, and their marker stays so the next sweep
 reports them again until a person acts.
 
-Gauges. The records the sweep reads anyway are the queue's pending jobs, so each
-run logs one ``queue`` metric line per pipeline (queued, running, the age of the
-oldest due job: shared.metrics) and one ``sweep`` line; the log-based metrics and
-alerts are built on those (docs/seeing.md). A truncated run's gauges cover the
-window it examined, and say so.
+Gauges. The records the sweep reads are the queue's pending jobs, so each run logs one
+``queue`` metric line per pipeline (queued, running, the age of the oldest due job:
+shared.metrics) and one ``sweep`` line; the log-based metrics and alerts are built on
+those (docs/seeing.md). They cover the whole index every run: a marker left unread
+counts as queued in its pipeline (the marker's metadata) and as ``unread``; the
+unread ones are the newest markers, marked within the stale time, so the oldest due job
+is among those read.
 """
 
 from __future__ import annotations
@@ -37,15 +41,15 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from shared import job_queue, metrics
+from shared import job_queue, metrics, sweep_plan
 from shared.config import Settings
-from shared.errors import CorruptRecord, InvalidInput, NotFound, ReclaimError, StorageError
+from shared.errors import CorruptRecord, InvalidInput, NotFound, ReclaimError
 from shared.jobs import JobRecord
 from shared.logs import get_logger
 from shared.pipelines import pipeline_names
 from shared.recovery import Recovery, recover
 from shared.seams import Context, SweepPass
-from shared.storage import PendingEntry, Store
+from shared.storage import PendingEntry
 
 log = get_logger(__name__)
 
@@ -65,7 +69,9 @@ class SweepResult:
     corrupt: list[str] = field(default_factory=list)
     errors: int = 0
     elapsed: float = 0.0
-    truncated: bool = False  # stopped by the job or time budget; the next run continues
+    truncated: bool = False  # markers left unread (the read or time budget): see unread
+    listed: int = 0  # markers in the pending index (the whole of it is listed every run)
+    unread: int = 0  # markers this run did not read (counted in the gauges all the same)
     released: int = 0  # time: delayed jobs moved into pending/ and rung
     expired: int = 0  # time: ended by their expiry before they started
     unique_released: int = 0  # time: unique locks that no longer held, removed
@@ -102,15 +108,16 @@ def run_once(
     first = [p for p in passes if p.beside]
     side = threading.Thread(target=_run_passes, args=(ctx, first, now, frozenset(), beside))
     side.start()
-    entries, backlog = pending_window(ctx.store, settings.sweep_max_jobs)
-    last: str | None = None
+    entries = ctx.store.list_pending()  # the whole index: one list call per 1,000 markers
+    chosen = sweep_plan.plan(entries, now, settings, settings.sweep_max_jobs)
+    result.listed = len(entries)
     pending: list[JobRecord] = []  # what the pending records are after this run
-    for entry in entries:
+    unread = list(chosen.unread)
+    for i, entry in enumerate(chosen.read):
         if monotonic() - start > settings.sweep_max_seconds:
-            result.truncated = True
+            unread += chosen.read[i:]
             break
         result.examined += 1
-        last = entry.key
         try:
             record = _sweep_entry(ctx, now, entry, result)
         except ReclaimError as exc:  # a storage hiccup or an odd record: the next run retries
@@ -123,16 +130,14 @@ def run_once(
         else:
             if record is not None:
                 pending.append(record)
-    if backlog:
-        result.truncated = True
-        if last is not None:
-            _save_cursor(ctx.store, next_cursor(last))
+    result.unread = len(unread)
+    result.truncated = bool(unread)
     side.join()
     result.add(beside.counts())
-    examined = frozenset(e.job_id for e in entries)
-    _run_passes(ctx, [p for p in passes if not p.beside], now, examined, result)
+    listed = frozenset(e.job_id for e in entries)
+    _run_passes(ctx, [p for p in passes if not p.beside], now, listed, result)
     result.elapsed = monotonic() - start
-    _log_gauges(pending, now, settings, truncated=result.truncated)
+    _log_gauges(pending, unread, now, settings)
     log.info(
         "sweep finished",
         **{k: v for k, v in result.to_json().items() if k != "corrupt"},
@@ -143,39 +148,19 @@ def run_once(
 
 
 def _log_gauges(
-    pending: list[JobRecord], now: datetime, settings: Settings, *, truncated: bool
+    pending: list[JobRecord], unread: list[PendingEntry], now: datetime, settings: Settings
 ) -> None:
-    """One ``queue`` line per known pipeline (zeros included) and per pipeline seen."""
+    """One ``queue`` line per known pipeline (zeros included) and per pipeline seen: the
+    records read, and the markers left unread counted from the listing."""
     gauges = metrics.queue_gauges(
-        pending, now, pipelines=pipeline_names(), skew_s=settings.clock_skew_seconds
+        pending,
+        now,
+        pipelines=pipeline_names(),
+        skew_s=settings.clock_skew_seconds,
+        unread=[e.pipeline for e in unread],
     )
     for gauge in gauges.values():
-        log.info("queue gauge", **gauge.fields(truncated=truncated))
-
-
-def pending_window(store: Store, limit: int) -> tuple[list[PendingEntry], bool]:
-    """Up to `limit` markers, and whether the backlog is larger than that.
-
-    A larger backlog is walked as a ring: the window starts at the cursor the
-    previous run left and wraps around, so no job waits behind a fixed first page.
-    """
-    first = store.list_pending(limit=limit)
-    if len(first) < limit:
-        return first, False  # everything pending, in one listing
-    cursor = store.read_sweep_cursor()
-    if not cursor:
-        return first, True
-    window = store.list_pending(limit=limit, start_at=cursor)
-    if len(window) < limit:
-        wrapped = store.list_pending(limit=limit - len(window))
-        window += [e for e in wrapped if e.key < cursor]
-    return window, True
-
-
-def next_cursor(last_examined: str) -> str:
-    """The smallest marker key after last_examined ('-' is the lowest character a key
-    may hold: ids, and pool folders)."""
-    return last_examined + "-"
+        log.info("queue gauge", **gauge.fields())
 
 
 def _sweep_entry(
@@ -237,13 +222,6 @@ def _run_passes(
             log.error(
                 "a sweep pass failed", name=sweep_pass.name, error=f"{type(exc).__name__}: {exc}"
             )
-
-
-def _save_cursor(store: Store, cursor: str) -> None:
-    try:
-        store.write_sweep_cursor(cursor)
-    except StorageError as exc:  # only a hint: the next run starts from the top instead
-        log.warning("sweep cursor not saved", error=f"{type(exc).__name__}: {exc}")
 
 
 def _orphan_marker_expired(entry: PendingEntry, now: datetime, settings: Settings) -> bool:

@@ -271,7 +271,9 @@ def create_callback(ctx: Context, batch_id: str) -> str | None:
         traceparent=tracing.for_job().traceparent,
     )
     record["callback_of"] = batch_id
-    ctx.store.add_pending(job_id, pool=ctx.settings.marker_pool(record))
+    ctx.store.add_pending(
+        job_id, pool=ctx.settings.marker_pool(record), pipeline=record.get("pipeline")
+    )
     try:
         ctx.store.create(record)
     except AlreadyExists:

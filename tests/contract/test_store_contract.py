@@ -188,14 +188,6 @@ def test_pending_listing_can_start_at_an_id(store):
     assert store.list_pending(start_at="d") == []
 
 
-def test_sweep_cursor_round_trips_and_is_not_a_pending_entry(store):
-    assert store.read_sweep_cursor() is None
-    store.write_sweep_cursor("b-1-")
-    store.write_sweep_cursor("c-2-")
-    assert store.read_sweep_cursor() == "c-2-"
-    assert store.list_pending() == [] and store.list_jobs() == []
-
-
 def test_pending_markers_are_idempotent_and_listed_with_creation_time(store):
     store.add_pending("job-b")
     store.add_pending("job-a")
@@ -227,6 +219,20 @@ def test_a_marker_marked_due_is_listed_with_its_due_time_until_removed(store):
     store.add_pending("job-b")  # a new marker of the same name starts unmarked
     assert {e.job_id: e.due for e in store.list_pending()} == {"job-a": None, "job-b": None}
     assert [e.job_id for e in store.list_pending()] == ["job-a", "job-b"]
+
+
+def test_a_marker_is_listed_with_its_pipeline_marked_due_or_not(store):
+    """The pipeline rides on the marker's creation (no extra call), so the sweep's gauges
+    count a marker it does not read (shared.sweep_plan); a due mark keeps it."""
+    store.calls.clear()
+    store.add_pending("job-a", pipeline="demo")
+    store.add_pending("job-b", pool="light", pipeline="webhook")
+    store.add_pending("job-c")  # a marker from before: no pipeline
+    assert store.calls == {"write": 3}
+    store.mark_due("job-a", datetime(2026, 12, 2, tzinfo=UTC))
+    listed = {e.job_id: (e.pool, e.pipeline) for e in store.list_pending()}
+    assert listed == {"job-a": (None, "demo"), "job-b": ("light", "webhook"), "job-c": (None, None)}
+    assert [e.due is not None for e in store.list_pending()] == [True, False, False]
 
 
 def test_list_pending_honours_limit_and_never_lists_jobs(store):

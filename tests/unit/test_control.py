@@ -57,9 +57,11 @@ class Recording(MemoryStore):
         super().__init__()
         self.order: list[str] = []
 
-    def add_pending(self, job_id: str, *, pool: str | None = None) -> None:
+    def add_pending(
+        self, job_id: str, *, pool: str | None = None, pipeline: str | None = None
+    ) -> None:
         self.order.append("pending")
-        super().add_pending(job_id, pool=pool)
+        super().add_pending(job_id, pool=pool, pipeline=pipeline)
 
     def update(self, record: JobRecord, generation: int) -> Stored:
         self.order.append("record")

@@ -59,6 +59,16 @@ def test_claimed_carries_the_wait_of_a_first_attempt_only() -> None:
     assert done == {"metric": "finished", "pipeline": "demo", "outcome": "done", "run_s": 1.235}
 
 
+def test_markers_left_unread_count_as_queued_in_their_pipeline() -> None:
+    gauges = metrics.queue_gauges(
+        [record("a", age_s=30)], NOW, pipelines=["demo"], unread=["demo", "demo", "other", None]
+    )
+    assert gauges["demo"] == metrics.Gauge("demo", 3, 0, 30.0, "a", unread=2)
+    assert gauges["other"] == metrics.Gauge("other", 1, unread=1)  # no age: never read
+    assert gauges["unknown"] == metrics.Gauge("unknown", 1, unread=1)  # a marker from before
+    assert gauges["demo"].fields()["unread"] == 2
+
+
 def test_the_sweep_logs_one_gauge_line_per_pipeline_and_one_run_line(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -35,9 +35,11 @@ class OrderedStore(MemoryStore):
         super().__init__()
         self.writes: list[tuple[str, str]] = []
 
-    def add_pending(self, job_id: str, *, pool: str | None = None) -> None:
+    def add_pending(
+        self, job_id: str, *, pool: str | None = None, pipeline: str | None = None
+    ) -> None:
         self.writes.append(("pending", job_id))
-        super().add_pending(job_id, pool=pool)
+        super().add_pending(job_id, pool=pool, pipeline=pipeline)
 
     def add_to_batch(self, batch_id: str, job_id: str) -> None:
         self.writes.append(("batch", job_id))

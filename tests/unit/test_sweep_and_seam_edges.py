@@ -96,11 +96,6 @@ def test_a_record_less_marker_expires_after_two_stale_periods(
     assert sweeper._orphan_marker_expired(entry, T0 + timedelta(seconds=age_s), S) is expired
 
 
-def test_the_cursor_is_just_after_the_last_examined_id() -> None:
-    assert sweeper.next_cursor("abc") == "abc-"
-    assert "abc" < sweeper.next_cursor("abc") < "abc0"
-
-
 # --------------------------------------------------------------------------- the seam's names
 
 

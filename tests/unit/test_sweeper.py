@@ -16,7 +16,6 @@ from shared.features import context
 from shared.recovery import recover
 from shared.shards import TIME_INDEX_FANOUT
 from shared.storage_memory import MemoryStore
-from shared.sweeper import pending_window
 from tests.unit.unit_support import Bell
 
 
@@ -246,23 +245,42 @@ class _ReadLog(MemoryStore):
         return super().read(job_id)
 
 
-def test_a_backlog_larger_than_one_run_is_walked_as_a_ring() -> None:
-    store = _ReadLog()
-    ids = [f"{c}{n}" for c in "0123456789abcdef" for n in range(3)]  # 48 young markers
+def _backlog(store: MemoryStore, later: datetime, deep: str) -> list[str]:
+    """48 queued jobs whose doorbells are fresh at `later` (marked due then), and one,
+    `deep` (last in name order), queued long before with its doorbell lost."""
+    ids = [f"{c}{n}" for c in "0123456789abcdef" for n in range(3)]
     for job_id in ids:
-        store.add_pending(job_id)
-    s = Settings.from_env({}, sweep_max_jobs=10)
-    for _ in range(5):  # 50 examinations: all 48 in order, then the ring wraps
-        result = sweeper.run_once(context(store, Bell(), s), datetime.now(UTC))
-        assert result.examined == 10 and result.truncated
-    assert store.read_ids == ids + ids[:2]
+        store.add_pending(job_id, pipeline="demo")
+        store.create(records.new_record(job_id, "demo", {}, later))
+        store.mark_due(job_id, later)
+    store.add_pending(deep, pipeline="demo")
+    store.create(records.new_record(deep, "demo", {}, NOW))
+    return ids
 
 
-def test_a_small_backlog_is_one_listing_and_no_cursor() -> None:
-    store = MemoryStore()
+def test_a_lost_doorbell_deep_in_a_backlog_larger_than_one_run_is_rung_by_the_first(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    store = _ReadLog()
+    later = datetime.now(UTC) + timedelta(seconds=120)  # the sweep's clock: deep is stale
+    ids = _backlog(store, later, deep="zz-deep")
+    bell = Bell()
+    capsys.readouterr()
+    result = sweeper.run_once(context(store, bell, settings(sweep_max_jobs=10)), later)
+    assert bell.rung == ["zz-deep"] and result.requeued == 1
+    assert store.read_ids[0] == "zz-deep"  # what may need action is read first
+    assert (result.listed, result.examined, result.unread, result.truncated) == (49, 10, 39, True)
+    assert store.read_ids[1:] == ids[:9]  # then the oldest markers, the newest left unread
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    demo = next(e for e in lines if e.get("metric") == "queue" and e["pipeline"] == "demo")
+    assert (demo["queued"], demo["unread"]) == (49, 39)  # the whole backlog, every run
+
+
+def test_an_index_within_the_read_budget_is_one_listing_and_every_record_read() -> None:
+    store = _ReadLog()
     for job_id in ("a", "b", "c"):
         store.add_pending(job_id)
     store.calls.clear()
-    window, backlog = pending_window(store, 10)
-    assert [e.job_id for e in window] == ["a", "b", "c"] and not backlog
-    assert store.calls == {"list": 1}
+    result = sweeper.run_once(context(store, Bell(), settings(sweep_max_jobs=3)), NOW)
+    assert store.read_ids == ["a", "b", "c"] and not result.truncated
+    assert store.calls["list"] == 6 + TIME_INDEX_FANOUT  # the pending index, the passes

@@ -1,0 +1,128 @@
+"""A large batch queued at once on 8x4 slots against 500 in the same run: jobs/s and Cloud
+Storage calls per job.
+
+The target is 10,000 jobs; the row runs 2,000 (SIZES), because fake-gcs-server's memory
+backend scans the bucket on every insert (bench.fixtures), so submitting 10,000 jobs
+(three objects each) through the local cloud takes longer than the whole of `make bench`
+may: 2,000 took 87 s to submit and 443 s to run on a shared 2-core machine.
+
+One local cloud (the claim service warm at 8 instances x concurrency 4, production's
+stale time and sweep cadence: 120 s, every 60 s), the functions' Cloud Storage calls
+counted on the wire (bench.common.bench_cloud). Each size is submitted (POST /jobs, 1,000
+a request) while the claim subscription is held as a pull subscription, so the doorbells
+wait in Pub/Sub (as bench.throughput); the clock starts when it is switched back to push
+and stops when the pending index is empty. Calls per job count everything the functions
+did from the first POST (submit, claim, drain, sweep); the jobs/s is the claim side's.
+The bucket is emptied between sizes (fake-gcs-server's inserts slow down as a bucket
+fills: bench.fixtures).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from bench.common import Bench, bench_cloud, row, wait_pending_empty
+from bench.console import CONSOLE
+from bench.fixtures import clear_bucket
+from bench.throughput import _push
+from local import wiring
+from local.observe import submit_batch
+from shared.jobs import JobStatus
+
+SIZES = (500, 2_000)
+INSTANCES, CONCURRENCY = 8, 4
+CHUNK = 1000  # RECLAIM_MAX_BATCH_JOBS
+TARGET_RATE = 0.9
+TARGET_CALLS = 1.1
+TIMEOUT_S = 1200.0
+
+
+def _size(b: Bench, client: Any, jobs: int) -> dict[str, Any]:
+    cloud = b.cloud
+    clear_bucket(client, cloud.gcs_url, cloud.endpoints["records_bucket"])
+    _push(cloud, on=False)
+    b.proxy.reset()
+    posted = time.perf_counter()
+    ids: list[str] = []
+    for first in range(0, jobs, CHUNK):
+        spec = [{"pipeline": "demo", "payload": {"stages": 1}}] * min(CHUNK, jobs - first)
+        ids += submit_batch(cloud.endpoints["jobs"], spec)[1]
+        CONSOLE.progress(f"{jobs:,} jobs: submitted {len(ids):,}")
+    submitted = time.perf_counter() - posted
+    submit_calls = b.proxy.counts()
+    start = time.perf_counter()
+    _push(cloud, on=True)
+    wait_pending_empty(b.queue, timeout_s=TIMEOUT_S, poll_s=0.2)
+    wall = time.perf_counter() - start
+    calls = b.proxy.counts()
+    records = b.snapshot(ids) if jobs <= CHUNK else {}
+    done = (
+        sum(r.get("status") == JobStatus.DONE for r in records.values())
+        if records
+        else _done_count(b, ids)
+    )
+    return {
+        "jobs": jobs,
+        "done": done,
+        "submit_s": round(submitted, 2),
+        "wall_s": round(wall, 2),
+        "jobs_per_s": round(done / wall, 2),
+        "calls": calls,
+        "submit_calls": submit_calls,
+        "calls_per_job": round(sum(calls.values()) / jobs, 3),
+    }
+
+
+def _done_count(b: Bench, ids: list[str]) -> int:
+    """Jobs done, read in chunks (the watching queue's reads are not counted)."""
+    done = 0
+    for start in range(0, len(ids), CHUNK):
+        records = b.snapshot(ids[start : start + CHUNK])
+        done += sum(r.get("status") == JobStatus.DONE for r in records.values())
+    return done
+
+
+def run() -> dict[str, Any]:
+    with bench_cloud(
+        max_instances=INSTANCES,
+        min_instances=INSTANCES,  # warm: the figure is the queue's, not start-ups'
+        concurrency=CONCURRENCY,
+        stale_seconds=120.0,
+        sweep_interval_seconds=60.0,
+    ) as b:
+        client = wiring.storage_client(b.cloud.gcs_url, b.cloud.config.topology.project)
+        measured = [_size(b, client, n) for n in SIZES]
+    small, big = measured
+    return {"raw": {"sizes": measured}, "rows": [_rate_row(small, big), _calls_row(small, big)]}
+
+
+def _rate_row(small: dict[str, Any], big: dict[str, Any]) -> dict[str, Any]:
+    ratio = big["jobs_per_s"] / small["jobs_per_s"]
+    return row(
+        f"{big['jobs']:,} jobs queued at once, {INSTANCES}x{CONCURRENCY} slots: jobs/s",
+        f"{big['jobs_per_s']:.1f} jobs/s ({big['done']:,}/{big['jobs']:,} done in "
+        f"{big['wall_s']:.0f} s; submit beforehand {big['submit_s']:.0f} s, not timed)",
+        f"{small['jobs']} jobs: {small['jobs_per_s']:.1f} jobs/s ({small['wall_s']:.1f} s)",
+        f"{ratio:.2f}x",
+        f">= {TARGET_RATE}x",
+        ratio >= TARGET_RATE and big["done"] == big["jobs"],
+    )
+
+
+def _calls_row(small: dict[str, Any], big: dict[str, Any]) -> dict[str, Any]:
+    ratio = big["calls_per_job"] / small["calls_per_job"]
+    return row(
+        f"{big['jobs']:,} jobs queued at once, {INSTANCES}x{CONCURRENCY} slots: "
+        "Cloud Storage calls per job",
+        f"{big['calls_per_job']:.2f} ({_per_job(big)})",
+        f"{small['jobs']} jobs: {small['calls_per_job']:.2f} ({_per_job(small)})",
+        f"{ratio:.2f}x",
+        f"<= {TARGET_CALLS}x",
+        ratio <= TARGET_CALLS,
+    )
+
+
+def _per_job(measured: dict[str, Any]) -> str:
+    jobs = measured["jobs"]
+    return ", ".join(f"{k} {v / jobs:.2f}" for k, v in sorted(measured["calls"].items()) if v)
