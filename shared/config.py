@@ -91,6 +91,14 @@ def _pool(value: str) -> str:
     return pools.DEFAULT if not value else pools.check_name(value)
 
 
+def _flag(value: str) -> bool:
+    if value.lower() in ("true", "1", "yes", "on"):
+        return True
+    if value.lower() in ("false", "0", "no", "off"):
+        return False
+    raise ValueError("must be true or false")
+
+
 def _log_level(value: str) -> str:
     level = value.upper()
     if level not in LOG_LEVELS:
@@ -135,6 +143,16 @@ ENV_VARS: tuple[EnvVar, ...] = (
         doc="Comma-separated record buckets beside RECLAIM_RECORDS_BUCKET: each job's "
         "objects go to one bucket by a hash of its id, so more buckets carry more jobs/s "
         "from cold (docs/capacity.md). Empty: one bucket. Fixed for a deployment's life.",
+    ),
+    EnvVar(
+        name="RECLAIM_LEGACY_NAMES",
+        field="legacy_names",
+        default="true",
+        parse=_flag,
+        doc="Whether records are also looked for under their names from before the hash "
+        "segment (jobs/<id>.json): a read that misses looks there, a create checks there "
+        "(one more read per job). Turn it off once no such record is left "
+        '(docs/capacity.md, "Names that spread load").',
     ),
     EnvVar(
         name="RECLAIM_UPLOADS_BUCKET",
@@ -385,6 +403,7 @@ class Settings:
     project: str
     records_bucket: str
     shard_buckets: tuple[str, ...]
+    legacy_names: bool
     uploads_bucket: str
     jobs_topic: str
     max_concurrent: int

@@ -50,6 +50,21 @@ def fanout_slot(job_id: str, fanout: int = TIME_INDEX_FANOUT) -> str:
     return f"s{int.from_bytes(digest[8:16], 'big') % fanout}"
 
 
+NAME_HASH_CHARS = 2
+"""Hex characters of a record's name segment: 256 key ranges under jobs/, so consecutive
+user ids (order-1234, order-1235) land far apart in the bucket's key index."""
+
+
+def name_hash(job_id: str) -> str:
+    """The segment before a job's id in its record's name (jobs/<h>/<id>.json): user ids
+    are often sequential, and names that follow a counter concentrate writes on one key
+    range (https://cloud.google.com/storage/docs/request-rate, "Use a naming convention
+    that distributes load evenly across key ranges"). From other bytes of the digest
+    than shard_of, so the names spread within each shard too."""
+    digest = hashlib.sha256(job_id.encode("utf-8")).digest()
+    return digest[16:].hex()[:NAME_HASH_CHARS]
+
+
 def fanout_slots(fanout: int = TIME_INDEX_FANOUT) -> tuple[str, ...]:
     """Every slot of a time index, in name order."""
     return tuple(sorted(f"s{k}" for k in range(fanout)))

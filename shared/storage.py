@@ -32,6 +32,7 @@ import contextlib
 import os
 import re
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -53,6 +54,7 @@ from shared.errors import (
 from shared.jobs import JobRecord, JobStatus
 from shared.pools import DEFAULT as DEFAULT_POOL
 from shared.pools import check_name as check_pool
+from shared.shards import name_hash
 
 if TYPE_CHECKING:
     from google.cloud.storage import Bucket, Client
@@ -230,8 +232,33 @@ def marker_metadata(pipeline: str | None) -> dict[str, str]:
 
 
 def job_object(job_id: str) -> str:
-    """Object name of a job's record."""
+    """Object name of a job's record: jobs/<h>/<id>.json, h a hash of the id
+    (shared.shards.name_hash), so sequential ids spread over the key index."""
+    job_id = records.validate_job_id(job_id)
+    return f"{JOBS_PREFIX}{name_hash(job_id)}/{job_id}.json"
+
+
+def legacy_job_object(job_id: str) -> str:
+    """A record's name before the hash segment (jobs/<id>.json): such records are still
+    read and updated where they are while the store looks at old names (legacy_names)."""
     return f"{JOBS_PREFIX}{records.validate_job_id(job_id)}.json"
+
+
+def record_name_id(name: str) -> str | None:
+    """The job id of a record's object name in either layout; None for any other name."""
+    if not name.startswith(JOBS_PREFIX) or not name.endswith(".json"):
+        return None
+    head, sep, job_id = name[len(JOBS_PREFIX) : -len(".json")].rpartition("/")
+    if not job_id or "/" in head or (sep and head != name_hash(job_id)):
+        return None
+    return job_id
+
+
+def record_ids(names: Iterable[str], limit: int | None = None) -> list[str]:
+    """The job ids of record names (both layouts), in id order, at most limit: a listing
+    of jobs/ comes in hash order, not id order."""
+    ids = sorted({i for i in map(record_name_id, names) if i is not None})
+    return ids if limit is None else ids[:limit]
 
 
 def pending_object(job_id: str, pool: str | None = None) -> str:
@@ -385,12 +412,115 @@ class CallCounter:
         self.calls, self._calls_lock = owner.calls, owner._calls_lock
 
 
-class StoreBase(CallCounter):
-    """What both stores share beyond counting: the index prefixes they were handed."""
+_ABSENT_MEMO_MAX = 100_000
+"""Ids a store remembers as absent at their old record name (a few MB at most)."""
+_ABSENT_MEMO_S = 60.0
+"""How long that holds: a submit's existence read and its create are a moment apart; an
+earlier reclaim still running beside this one (a rollout) may write an old name later."""
 
-    def __init__(self) -> None:
+
+class StoreBase(CallCounter):
+    """What both stores share beyond counting: the index prefixes they were handed, and
+    where a job's record is looked for (its name now, and its old name while
+    legacy_names: RECLAIM_LEGACY_NAMES, docs/capacity.md "Names that spread load")."""
+
+    def __init__(self, *, legacy_names: bool = True) -> None:
         super().__init__()
         self.index_prefixes: frozenset[str] = frozenset()
+        self.legacy_names = legacy_names
+        self._at_old_name: set[str] = set()  # ids whose record this store found at its old name
+        # id -> when this store saw it absent at its old name: only an earlier reclaim
+        # writes old names, so a submit's read that missed spares its create a second look
+        self._not_at_old_name: dict[str, float] = {}
+
+    # records, by name: the stores' own primitives (NotFound when there is no object)
+
+    def _read_name(self, job_id: str, name: str) -> Stored:
+        raise NotImplementedError
+
+    def _stat_name(self, job_id: str, name: str) -> RecordStat:
+        raise NotImplementedError
+
+    def _record_names(self, job_id: str) -> tuple[str, ...]:
+        """The names a job's record may have, the likelier first: an old record is found at
+        its old name at the cost of one more read, a new one at no extra cost."""
+        new = job_object(job_id)
+        if not self.legacy_names or self._absent_at_old_name(job_id):
+            return (new,)
+        old = legacy_job_object(job_id)
+        return (old, new) if job_id in self._at_old_name else (new, old)
+
+    def _found_at(self, job_id: str, name: str) -> None:
+        """Remember which name holds a record, so its updates go there (CAS in place)."""
+        if name == legacy_job_object(job_id):
+            self._at_old_name.add(job_id)
+        else:
+            self._at_old_name.discard(job_id)
+
+    def _missed_old_name(self, job_id: str) -> None:
+        self._at_old_name.discard(job_id)
+        if len(self._not_at_old_name) >= _ABSENT_MEMO_MAX:
+            self._not_at_old_name.clear()  # a bound on memory; a cleared id costs one more look
+        self._not_at_old_name[job_id] = time.monotonic()
+
+    def _absent_at_old_name(self, job_id: str) -> bool:
+        seen = self._not_at_old_name.get(job_id)
+        return seen is not None and time.monotonic() - seen < _ABSENT_MEMO_S
+
+    def _first(
+        self, job_id: str, fetch: Callable[[str, str], _T], names: tuple[str, ...] | None = None
+    ) -> tuple[str, _T]:
+        """(name, fetch(job_id, name)) of the first of names (default: every name the record
+        may have) that holds the record; NotFound if none."""
+        for name in self._record_names(job_id) if names is None else names:
+            try:
+                found = fetch(job_id, name)
+            except NotFound:
+                if name == legacy_job_object(job_id):
+                    self._missed_old_name(job_id)
+                continue
+            self._found_at(job_id, name)
+            return name, found
+        raise NotFound(f"no record {job_id}")
+
+    def read(self, job_id: str) -> Stored:
+        return self._first(job_id, self._read_name)[1]
+
+    def generation(self, job_id: str) -> int:
+        return self.stat(job_id).generation
+
+    def stat(self, job_id: str) -> RecordStat:
+        """The record's generation and status from its metadata alone: what a waiting
+        status read polls. NotFound when there is no record."""
+        return self._first(job_id, self._stat_name)[1]
+
+    def _name_to_write(self, job_id: str) -> str:
+        """Where an update writes: where the record was last found (an old record stays at
+        its old name, so a running job is never split between two names)."""
+        return self._record_names(job_id)[0]
+
+    def _elsewhere(self, job_id: str, tried: str) -> str | None:
+        """After a CAS at `tried` lost: the record's other name when a record is there (this
+        process had not read it), else None. One read, only on a lost CAS."""
+        others = tuple(n for n in self._record_names(job_id) if n != tried)
+        try:
+            return self._first(job_id, self._stat_name, others)[0] if others else None
+        except NotFound:
+            return None
+
+    def _refuse_old_record(self, job_id: str) -> None:
+        """Before a create: AlreadyExists when the id's record has its old name, so a
+        replayed submit finds its job instead of making a second record. One read per
+        create, while legacy_names."""
+        if not self.legacy_names or self._absent_at_old_name(job_id):
+            return
+        try:
+            self._stat_name(job_id, legacy_job_object(job_id))
+        except NotFound:
+            self._missed_old_name(job_id)
+            return
+        self._at_old_name.add(job_id)
+        raise AlreadyExists(f"record {job_id} already exists")
 
     def allow_index_prefixes(self, prefixes: Iterable[str]) -> None:
         """Serve index objects under these prefixes too (the features' own, handed in with
@@ -474,8 +604,9 @@ class GcsStore(StoreBase):
         retry: Any = None,
         timeout: Any = HTTP_TIMEOUT,
         retention_days: Mapping[JobStatus, float] | None = None,
+        legacy_names: bool = True,
     ) -> None:
-        super().__init__()
+        super().__init__(legacy_names=legacy_names)
         self._retention_days = dict(retention_days or {})
         from google.api_core import exceptions as gexc
 
@@ -529,21 +660,15 @@ class GcsStore(StoreBase):
 
     # records
 
-    def read(self, job_id: str) -> Stored:
-        name = job_object(job_id)
+    def _read_name(self, job_id: str, name: str) -> Stored:
         data, blob = self._call(
             "read", f"record {job_id}", lambda: self._download(self.bucket_name, name)
         )
         return Stored(decode_record(job_id, data), int(blob.generation or 0))
 
-    def generation(self, job_id: str) -> int:
-        return self.stat(job_id).generation
-
-    def stat(self, job_id: str) -> RecordStat:
-        """The record's generation and status from its metadata alone (objects.get without
-        the body, https://cloud.google.com/storage/docs/json_api/v1/objects/get): what a
-        waiting status read polls. NotFound when there is no record."""
-        name = job_object(job_id)
+    def _stat_name(self, job_id: str, name: str) -> RecordStat:
+        """objects.get without the body
+        (https://cloud.google.com/storage/docs/json_api/v1/objects/get)."""
 
         def stat() -> RecordStat:
             blob = self._bucket.get_blob(name, retry=self._retry, timeout=self._timeout)
@@ -556,11 +681,12 @@ class GcsStore(StoreBase):
     def create(self, record: JobRecord) -> Stored:
         job_id = record_id(record)
         new = stamped(record)
+        self._refuse_old_record(job_id)
         try:
-            return self._put_record(job_id, new, 0)
+            return self._put_record(job_id, job_object(job_id), new, 0)
         except _Precondition:
             pass
-        mine = self._landed(job_id, new["write_id"])
+        mine = self._landed(job_id, job_object(job_id), new["write_id"])
         if mine is None:
             raise AlreadyExists(f"record {job_id} already exists")
         return mine
@@ -570,14 +696,19 @@ class GcsStore(StoreBase):
         if isinstance(generation, bool) or not isinstance(generation, int) or generation < 1:
             raise ValueError(f"generation must be a positive integer, got {generation!r}")
         new = stamped(record)
-        try:
-            return self._put_record(job_id, new, generation)
-        except _Precondition:
-            pass
-        mine = self._landed(job_id, new["write_id"])
-        if mine is None:
-            raise LostRace(f"record {job_id} changed since generation {generation}")
-        return mine
+        tried: set[str] = set()
+        name: str | None = self._name_to_write(job_id)
+        while name is not None and name not in tried:
+            tried.add(name)
+            try:
+                return self._put_record(job_id, name, new, generation)
+            except _Precondition:
+                pass
+            mine = self._landed(job_id, name, new["write_id"])
+            if mine is not None:
+                return mine
+            name = self._elsewhere(job_id, name)
+        raise LostRace(f"record {job_id} changed since generation {generation}")
 
     def expires_at(self, record: JobRecord) -> datetime | None:
         """When a terminal record may go: the custom time the lifecycle rule deletes after.
@@ -590,9 +721,8 @@ class GcsStore(StoreBase):
             return None
         return datetime.now(UTC) + timedelta(days=days)
 
-    def _put_record(self, job_id: str, record: JobRecord, generation: int) -> Stored:
+    def _put_record(self, job_id: str, name: str, record: JobRecord, generation: int) -> Stored:
         data = records.encode(record)
-        name = job_object(job_id)
         expires = self.expires_at(record)
         blob = self._call(
             "write",
@@ -603,10 +733,11 @@ class GcsStore(StoreBase):
         )
         return Stored(records.decode(data, job_id), int(blob.generation or 0))
 
-    def _landed(self, job_id: str, write_id: str) -> Stored | None:
-        """After a 412: the stored record if it is our own write (the retry's first try landed)."""
+    def _landed(self, job_id: str, name: str, write_id: str) -> Stored | None:
+        """After a 412 at name: the record there if it is our own write (the retry's first
+        try landed)."""
         try:
-            current = self.read(job_id)
+            current = self._read_name(job_id, name)
         except (NotFound, CorruptRecord):
             return None
         return current if current.record.get("write_id") == write_id else None
@@ -674,9 +805,9 @@ class GcsStore(StoreBase):
         return names_to_ids([b.name for b in self._list(prefix, limit, start_at)], prefix)
 
     def list_jobs(self, limit: int | None = None) -> list[str]:
-        """Every record id (operator tool only: this costs O(history))."""
-        names = [b.name for b in self._list(JOBS_PREFIX, limit)]
-        return names_to_ids(names, JOBS_PREFIX, ".json")
+        """Every record id in id order, both name layouts (operator tool only: this costs
+        O(history), and a limit still lists every name: jobs/ is in hash order)."""
+        return record_ids([b.name for b in self._list(JOBS_PREFIX, None)], check_limit(limit))
 
     def _create_marker(self, name: str, metadata: Mapping[str, str] | None = None) -> None:
         with contextlib.suppress(_Precondition):  # already there: adding is idempotent
@@ -843,7 +974,7 @@ def _failure_types() -> tuple[type[BaseException], ...]:
     )
 
 
-_STORES: dict[tuple[str, tuple[str, ...]], Store] = {}
+_STORES: dict[tuple[str, tuple[str, ...], bool], Store] = {}
 _STORES_LOCK = threading.Lock()
 
 
@@ -852,9 +983,13 @@ def open_store(
     client: Client,
     *,
     retention_days: Mapping[JobStatus, float] | None = None,
+    legacy_names: bool = True,
 ) -> Store:
     """A GcsStore on one bucket, or a ShardedStore over several (home first) on one client."""
-    shards = [GcsStore(b, client, retention_days=retention_days) for b in buckets]
+    shards = [
+        GcsStore(b, client, retention_days=retention_days, legacy_names=legacy_names)
+        for b in buckets
+    ]
     if len(shards) == 1:
         return shards[0]
     from shared.storage_sharded import ShardedStore
@@ -864,7 +999,7 @@ def open_store(
 
 def get_store(settings: Settings) -> Store:
     """The process's one store for the settings' record buckets, created on first use."""
-    key = (settings.project, settings.records_buckets)
+    key = (settings.project, settings.records_buckets, settings.legacy_names)
     with _STORES_LOCK:
         store = _STORES.get(key)
         if store is None:
@@ -872,6 +1007,7 @@ def get_store(settings: Settings) -> Store:
                 settings.records_buckets,
                 make_client(settings.project),
                 retention_days=settings.retention_days,
+                legacy_names=settings.legacy_names,
             )
             _STORES[key] = store
         return store

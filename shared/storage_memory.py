@@ -33,12 +33,14 @@ from shared.storage import (
     index_name,
     index_prefix,
     job_object,
+    legacy_job_object,
     names_to_ids,
     output_object,
     pending_key,
     pending_listing,
     pending_object,
     record_id,
+    record_ids,
     stamped,
     status_metadata,
 )
@@ -69,8 +71,8 @@ class MemoryObject:
 class MemoryStore(StoreBase):
     """In-memory seam; thread-safe; counts calls like GcsStore."""
 
-    def __init__(self, bucket_name: str = "memory-records") -> None:
-        super().__init__()
+    def __init__(self, bucket_name: str = "memory-records", *, legacy_names: bool = True) -> None:
+        super().__init__(legacy_names=legacy_names)
         self.bucket_name = bucket_name
         self._objects: dict[tuple[str, str], MemoryObject] = {}
         self._due: dict[str, datetime] = {}  # pending marker name -> its "due" metadata
@@ -106,11 +108,13 @@ class MemoryStore(StoreBase):
                     del self._faults[i]
                     raise fault.error
 
-    def put_raw(self, job_id: str, data: bytes) -> int:
-        """Plant raw bytes as a job's record (e.g. corrupt ones); returns the generation."""
+    def put_raw(self, job_id: str, data: bytes, *, legacy: bool = False) -> int:
+        """Plant raw bytes as a job's record (e.g. corrupt ones, or under its old name with
+        legacy=True); returns the generation."""
+        name = legacy_job_object(job_id) if legacy else job_object(job_id)
         with self._lock:
-            self._keep_status(job_object(job_id), None)
-            return self._put(self.bucket_name, job_object(job_id), data, RECORD_CONTENT_TYPE)
+            self._keep_status(name, None)
+            return self._put(self.bucket_name, name, data, RECORD_CONTENT_TYPE)
 
     def put_object(
         self, bucket: str, name: str, data: bytes, content_type: str | None = None
@@ -133,8 +137,7 @@ class MemoryStore(StoreBase):
 
     # records
 
-    def read(self, job_id: str) -> Stored:
-        name = job_object(job_id)
+    def _read_name(self, job_id: str, name: str) -> Stored:
         self._count("read")
         with self._lock:
             obj = self._objects.get((self.bucket_name, name))
@@ -142,11 +145,7 @@ class MemoryStore(StoreBase):
             raise NotFound(f"no record {job_id}")
         return Stored(decode_record(job_id, obj.data), obj.generation)
 
-    def generation(self, job_id: str) -> int:
-        return self.stat(job_id).generation
-
-    def stat(self, job_id: str) -> RecordStat:
-        name = job_object(job_id)
+    def _stat_name(self, job_id: str, name: str) -> RecordStat:
         self._count("stat")
         with self._lock:
             obj = self._objects.get((self.bucket_name, name))
@@ -159,6 +158,7 @@ class MemoryStore(StoreBase):
         job_id = record_id(record)
         new = stamped(record)
         data = records.encode(new)
+        self._refuse_old_record(job_id)
         self._count("write")
         with self._lock:
             key = (self.bucket_name, job_object(job_id))
@@ -175,16 +175,28 @@ class MemoryStore(StoreBase):
             raise ValueError(f"generation must be a positive integer, got {generation!r}")
         new = stamped(record)
         data = records.encode(new)
+        name = self._name_to_write(job_id)
+        written = self._cas(name, data, new, generation)
+        if written is None:
+            other = self._elsewhere(job_id, name)
+            written = None if other is None else self._cas(other, data, new, generation)
+        if written is None:
+            raise LostRace(f"record {job_id} changed since generation {generation}")
+        return Stored(records.decode(data, job_id), written)
+
+    def _cas(self, name: str, data: bytes, record: JobRecord, generation: int) -> int | None:
+        """One generation-matched write of a record's name: its new generation, or None
+        when the stored generation is another (or there is none)."""
         self._count("write")
         with self._lock:
-            key = (self.bucket_name, job_object(job_id))
+            key = (self.bucket_name, name)
             current = self._objects.get(key)
             if current is None or current.generation != generation:
-                raise LostRace(f"record {job_id} changed since generation {generation}")
+                return None
             gen = self._put(*key, data, RECORD_CONTENT_TYPE)
-            self._keep_status(key[1], new)
+            self._keep_status(name, record)
         self._fire("write", after=True)
-        return Stored(records.decode(data, job_id), gen)
+        return gen
 
     def _keep_status(self, name: str, record: JobRecord | None) -> None:
         """What GcsStore writes as the record's custom metadata (none for planted bytes)."""
@@ -247,8 +259,8 @@ class MemoryStore(StoreBase):
         return names_to_ids([n for n, _ in self._list(prefix, limit, start_at)], prefix)
 
     def list_jobs(self, limit: int | None = None) -> list[str]:
-        names = [n for n, _ in self._list(JOBS_PREFIX, limit)]
-        return names_to_ids(names, JOBS_PREFIX, ".json")
+        names = [n for n, _ in self._list(JOBS_PREFIX, None)]
+        return record_ids(names, check_limit(limit))
 
     def _create_marker(self, name: str) -> bool:
         """Whether the marker is new (adding is idempotent, as GcsStore's)."""

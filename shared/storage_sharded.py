@@ -124,7 +124,7 @@ class ShardedStore(CallCounter):
 
     def list_jobs(self, limit: int | None = None) -> list[str]:
         limit = check_limit(limit)
-        return merge_sorted([s.list_jobs(limit) for s in self.shards], _record_name, limit)
+        return merge_sorted([s.list_jobs(limit) for s in self.shards], str, limit)
 
     # objects
 
@@ -170,8 +170,3 @@ class ShardedStore(CallCounter):
 
 def _entry_key(entry: PendingEntry) -> str:
     return entry.key
-
-
-def _record_name(job_id: str) -> str:
-    """The order a bucket lists records in: by object name (jobs/<id>.json), not by id."""
-    return f"{job_id}.json"

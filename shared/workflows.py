@@ -50,6 +50,7 @@ from shared.jobs import JobRecord, JobStatus, JsonObject
 from shared.logs import get_logger
 from shared.pipelines.base import Reads
 from shared.seams import Settled
+from shared.storage import job_object
 
 if TYPE_CHECKING:
     from shared.seams import Context
@@ -443,5 +444,5 @@ def batch_members(store: Store, batch_id: str) -> list[JsonObject]:
             status: str | None = str(store.read(job_id).record.get("status"))
         except (NotFound, CorruptRecord):
             status = None
-        out.append({"id": job_id, "status": status, "result_ref": f"jobs/{job_id}.json"})
+        out.append({"id": job_id, "status": status, "result_ref": job_object(job_id)})
     return out

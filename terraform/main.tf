@@ -48,6 +48,7 @@ locals {
     RECLAIM_PROJECT                    = var.project_id
     RECLAIM_RECORDS_BUCKET             = local.buckets.records
     RECLAIM_SHARD_BUCKETS              = join(",", local.shard_buckets)
+    RECLAIM_LEGACY_NAMES               = tostring(var.legacy_record_names)
     RECLAIM_UPLOADS_BUCKET             = local.buckets.uploads
     RECLAIM_JOBS_TOPIC                 = local.topics.jobs
     RECLAIM_MAX_CONCURRENT             = tostring(local.functions.claim.concurrency)

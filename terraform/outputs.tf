@@ -67,6 +67,7 @@ output "cli_env" {
     RECLAIM_PROJECT        = var.project_id
     RECLAIM_RECORDS_BUCKET = google_storage_bucket.records.name
     RECLAIM_SHARD_BUCKETS  = join(",", google_storage_bucket.record_shards[*].name)
+    RECLAIM_LEGACY_NAMES   = tostring(var.legacy_record_names)
     RECLAIM_JOBS_TOPIC     = google_pubsub_topic.topics["jobs"].name
   }
 }

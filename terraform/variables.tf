@@ -292,6 +292,12 @@ variable "record_shards" {
   }
 }
 
+variable "legacy_record_names" {
+  description = "Whether records are also looked for under their names from before the hash segment (jobs/<id>.json; docs/capacity.md, section Names that spread load): one more read per job. Set false once no such record is left: every job submitted before the upgrade has ended and its record has expired (the retention_days of its state after it ended; a job still queued or running keeps its record), which `gcloud storage ls 'gs://<records>/jobs/*.json'` shows as nothing listed. A new deployment can set false from the start."
+  type        = bool
+  default     = true
+}
+
 variable "reclaim_version" {
   description = "The reclaim version you pin (e.g. \"0.9.0\"): the plan fails when the library this module archives is another, so an upgrade is a change you make on purpose. \"\" = any."
   type        = string

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from shared.shards import shard_of
-from shared.storage import GcsStore, Store, job_object
+from shared.storage import GcsStore, Store, job_object, legacy_job_object
 from shared.storage_memory import MemoryStore
 from shared.storage_sharded import ShardedStore
 from tests.contract.contract_support import Harness, make_gcs_client
@@ -41,6 +41,7 @@ def _memory_harness() -> Harness:
         put_raw=store.put_raw,
         raw=raw,
         put_object=store.put_object,
+        put_legacy=lambda job_id, data: store.put_raw(job_id, data, legacy=True),
     )
 
 
@@ -51,6 +52,11 @@ def _gcs_harness(client: Any, endpoint: str) -> Harness:
 
     def put_raw(job_id: str, data: bytes) -> None:
         records_bucket.blob(job_object(job_id)).upload_from_string(data)
+
+    def put_legacy(job_id: str, data: bytes) -> int:
+        blob = records_bucket.blob(legacy_job_object(job_id))
+        blob.upload_from_string(data, content_type="application/json")
+        return int(blob.generation)
 
     def raw(name: str) -> bytes | None:
         blob = records_bucket.get_blob(name)
@@ -68,6 +74,7 @@ def _gcs_harness(client: Any, endpoint: str) -> Harness:
         put_raw=put_raw,
         raw=raw,
         put_object=put_object,
+        put_legacy=put_legacy,
     )
 
 
@@ -81,6 +88,11 @@ def _sharded_harness(client: Any, endpoint: str) -> Harness:
 
     def put_raw(job_id: str, data: bytes) -> None:
         buckets[shard_of(job_id, 2)].blob(job_object(job_id)).upload_from_string(data)
+
+    def put_legacy(job_id: str, data: bytes) -> int:
+        blob = buckets[shard_of(job_id, 2)].blob(legacy_job_object(job_id))
+        blob.upload_from_string(data, content_type="application/json")
+        return int(blob.generation)
 
     def raw(name: str) -> bytes | None:
         for bucket in buckets:
@@ -101,6 +113,7 @@ def _sharded_harness(client: Any, endpoint: str) -> Harness:
         put_raw=put_raw,
         raw=raw,
         put_object=put_object,
+        put_legacy=put_legacy,
     )
 
 

@@ -36,6 +36,9 @@ class Harness:
     put_raw: Callable[[str, bytes], object]
     raw: Callable[[str], bytes | None]
     put_object: Callable[[str, str, bytes, str | None], object]
+    put_legacy: Callable[[str, bytes], int]
+    """Plant a record's bytes under its old name (jobs/<id>.json, as an earlier reclaim
+    wrote it); returns the generation."""
 
 
 def shards(store: Store) -> int:

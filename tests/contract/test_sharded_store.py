@@ -10,7 +10,7 @@ import pytest
 
 from shared.config import Settings
 from shared.shards import shard_of
-from shared.storage import GcsStore, get_store
+from shared.storage import GcsStore, get_store, job_object
 from shared.storage_sharded import ShardedStore
 from tests.contract.contract_support import make_gcs_client, new_job
 
@@ -39,7 +39,7 @@ def test_each_job_lives_whole_in_the_shard_its_id_hashes_to(two):
     for i, bucket in enumerate(buckets):
         mine = {j for j in IDS if shard_of(j, 2) == i}
         assert mine and len(mine) < len(IDS)  # both shards hold some of them
-        assert _names(bucket, "jobs/") == {f"jobs/{j}.json" for j in mine}
+        assert _names(bucket, "jobs/") == {job_object(j) for j in mine}
         assert _names(bucket, "pending/") == {f"pending/{j}" for j in mine}
         assert _names(bucket, "batches/") == {f"batches/b1/{j}" for j in mine}
         assert _names(bucket, "outputs/") == {f"outputs/{j}/1/out.txt" for j in mine}

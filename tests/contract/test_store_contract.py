@@ -16,6 +16,7 @@ from shared.storage import (
     RecordStat,
     Stored,
     job_object,
+    legacy_job_object,
 )
 from tests.contract.contract_support import Harness, new_job, shards
 
@@ -55,11 +56,11 @@ def test_update_with_current_generation_advances_it(store):
 def test_generation_is_the_records_without_reading_its_body(store):
     created = store.create(new_job())
     job_id = created.record["id"]
+    reads, stats = store.calls["read"], store.calls["stat"]
     assert store.generation(job_id) == created.generation
-    reads = store.calls["read"]
     updated = store.update({**created.record, "status": "running"}, created.generation)
     assert store.generation(job_id) == updated.generation != created.generation
-    assert store.calls["read"] == reads and store.calls["stat"] == 2  # metadata calls only
+    assert store.calls["read"] == reads and store.calls["stat"] - stats == 2  # metadata only
     with pytest.raises(NotFound):
         store.generation("no-such-record")
 
@@ -295,6 +296,57 @@ def test_list_jobs_lists_records_only(store):
     assert store.list_jobs(limit=2) == ids[:2]
 
 
+# --- records under their old names (jobs/<id>.json) ------------------------------------
+
+
+def _plant_old(harness: Harness, job_id: str, **fields: object) -> tuple[dict, int]:
+    record = {**new_job(job_id, **fields), "write_id": "0" * 32}
+    return record, harness.put_legacy(job_id, records.encode(record))
+
+
+def test_a_record_under_its_old_name_is_read_stated_updated_in_place_and_listed(
+    harness: Harness,
+):
+    store = harness.store
+    record, generation = _plant_old(harness, "order-0001")
+    assert store.read("order-0001") == Stored(record, generation)
+    assert store.stat("order-0001").generation == generation
+    updated = store.update({**record, "status": "running"}, generation)
+    assert updated.generation != generation
+    stored = harness.raw(legacy_job_object("order-0001"))
+    assert stored is not None and records.decode(stored)["status"] == "running"  # in place
+    assert harness.raw(job_object("order-0001")) is None  # never split between two names
+    assert store.read("order-0001") == updated
+    with pytest.raises(LostRace):
+        store.update({**record, "status": "done"}, generation)  # CAS on the old name too
+    store.create(new_job("order-0002"))
+    assert store.list_jobs() == ["order-0001", "order-0002"]
+
+
+def test_a_create_of_an_id_whose_record_has_its_old_name_is_refused(harness: Harness):
+    record, generation = _plant_old(harness, "order-0003")
+    with pytest.raises(AlreadyExists):
+        harness.store.create(new_job("order-0003", payload={"other": 1}))
+    assert harness.raw(job_object("order-0003")) is None  # no second record
+    assert harness.store.read("order-0003") == Stored(record, generation)
+
+
+def test_an_update_without_a_read_finds_the_old_name(harness: Harness):
+    """A process that never read the record (another instance did) still updates it
+    where it is: the CAS on the new name misses, and the old name holds it."""
+    record, generation = _plant_old(harness, "order-0004")
+    updated = harness.store.update({**record, "status": "running"}, generation)
+    assert harness.raw(job_object("order-0004")) is None
+    assert harness.store.read("order-0004") == updated
+
+
+def test_a_corrupt_record_under_its_old_name_is_reported_and_left_alone(harness: Harness):
+    harness.put_legacy("order-0005", b"{not json")
+    with pytest.raises(CorruptRecord):
+        harness.store.read("order-0005")
+    assert harness.raw(legacy_job_object("order-0005")) == b"{not json"
+
+
 # --- outputs and uploaded objects ------------------------------------------------------
 
 
@@ -349,4 +401,5 @@ def test_calls_count_logical_operations(store):
     store.add_pending("counted")
     store.list_pending()
     store.remove_pending("counted")
-    assert store.calls == {"write": 3, "read": 1, "list": shards(store), "delete": 1}
+    # the stat: the create looks for a record under the id's old name (legacy_names)
+    assert store.calls == {"write": 3, "read": 1, "stat": 1, "list": shards(store), "delete": 1}

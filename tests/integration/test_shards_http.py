@@ -25,6 +25,7 @@ from local.cloud import ROOT, LocalCloud
 from local.wiring import RECORDS_BUCKET
 from shared import records, timing
 from shared.shards import shard_of
+from shared.storage import job_object
 from tests.integration.cloud_support import (
     cloud_store,
     fast_cloud,
@@ -68,8 +69,8 @@ def test_a_batch_spreads_over_both_shards_and_ends_with_its_progress(cloud: Loca
     )
     by_bucket = _record_names(cloud)
     for shard, names in enumerate(by_bucket):
-        mine = {f"jobs/{j}.json" for j in ids if shard_of(j, 2) == shard}
-        others = {f"jobs/{j}.json" for j in ids} - mine
+        mine = {job_object(j) for j in ids if shard_of(j, 2) == shard}
+        others = {job_object(j) for j in ids} - mine
         assert mine and mine <= names and not others & names  # each in its shard alone
 
     def progress() -> dict[str, Any] | None:
@@ -93,7 +94,7 @@ def test_the_sweep_rescues_a_job_in_the_far_shard_whose_doorbell_was_lost(
     then = datetime.now(UTC) - timedelta(hours=1)
     store.add_pending(job_id)  # marker, record, and no doorbell: only the sweep finds it
     store.create(records.new_record(job_id, "demo", {"stages": 1}, then))
-    assert list(record_buckets(cloud)[1].list_blobs(prefix=f"jobs/{job_id}"))
+    assert list(record_buckets(cloud)[1].list_blobs(prefix=job_object(job_id)))
     # read through the store, not GET /jobs (whose watchdog would ring it itself)
     wait_for(f"{job_id} done", lambda: store.read(job_id).record["status"] == "done", timeout=90)
     assert "sweep" in lines_about(Path(cloud.endpoints["log_dir"]), job_id)  # the sweep rang

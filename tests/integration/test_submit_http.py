@@ -15,6 +15,7 @@ import pytest
 import requests
 
 from local.procs import stop
+from shared.storage import job_object
 from tests.integration.function_support import make_queue, start_function
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,7 +112,7 @@ def test_submit_creates_record_marker_and_rings(submit_fn: Submit, subscriber: A
         "created": True,
     }
     stored = names(submit_fn.bucket)
-    assert f"jobs/{job_id}.json" in stored and f"pending/{job_id}" in stored
+    assert job_object(job_id) in stored and f"pending/{job_id}" in stored
     assert job_id in pull_job_ids(subscriber, submit_fn.subscription, {job_id})
     view = requests.get(f"{submit_fn.url}/jobs/{job_id}", timeout=10)
     assert view.status_code == 200
@@ -129,20 +130,20 @@ def test_same_client_id_twice_is_one_job(submit_fn: Submit) -> None:
     job_id = new_id()
     body = {"pipeline": "demo", "payload": {"stages": 1}, "id": job_id}
     first = post(submit_fn, body)
-    blob = submit_fn.bucket.get_blob(f"jobs/{job_id}.json")
+    blob = submit_fn.bucket.get_blob(job_object(job_id))
     replay = post(submit_fn, body)
     assert (first.status_code, replay.status_code) == (202, 200)
     assert replay.json()["id"] == job_id and replay.json()["created"] is False
     assert [n for n in names(submit_fn.bucket) if job_id in n] == [
-        f"jobs/{job_id}.json",
+        job_object(job_id),
         f"pending/{job_id}",
     ]
-    assert submit_fn.bucket.get_blob(f"jobs/{job_id}.json").generation == blob.generation
+    assert submit_fn.bucket.get_blob(job_object(job_id)).generation == blob.generation
 
     other = post(submit_fn, {**body, "payload": {"stages": 3}})
     assert other.status_code == 409
     assert other.json()["error"] == "conflict" and job_id in other.json()["reason"]
-    after = submit_fn.bucket.get_blob(f"jobs/{job_id}.json")
+    after = submit_fn.bucket.get_blob(job_object(job_id))
     assert after.generation == blob.generation
     assert json.loads(after.download_as_bytes())["payload"] == {"stages": 1}
 
@@ -322,7 +323,7 @@ def test_batch_over_the_job_limit_writes_nothing(submit_fn: Submit) -> None:
 
 def test_corrupt_record_is_reported_and_left_alone(submit_fn: Submit) -> None:
     job_id = new_id("corrupt")
-    blob = submit_fn.bucket.blob(f"jobs/{job_id}.json")
+    blob = submit_fn.bucket.blob(job_object(job_id))
     blob.upload_from_string(b'{"schema": 1, "id": "trunc', content_type="application/json")
     generation = submit_fn.bucket.get_blob(blob.name).generation
     resp = requests.get(f"{submit_fn.url}/jobs/{job_id}", timeout=10)
@@ -337,7 +338,7 @@ def test_corrupt_record_is_reported_and_left_alone(submit_fn: Submit) -> None:
 
 
 def _hand_edit(fn: Submit, job_id: str, **changes: Any) -> None:
-    blob = fn.bucket.get_blob(f"jobs/{job_id}.json")
+    blob = fn.bucket.get_blob(job_object(job_id))
     record = json.loads(blob.download_as_bytes())
     record.update(changes)
     blob.upload_from_string(
@@ -380,7 +381,7 @@ def test_stale_running_job_is_requeued_by_a_status_read(submit_fn: Submit, subsc
     resp = requests.get(f"{submit_fn.url}/jobs/{job_id}", timeout=10)
     assert resp.status_code == 200
     assert resp.json()["status"] == "queued" and resp.json()["watchdog"] == "requeue"
-    stored = json.loads(submit_fn.bucket.get_blob(f"jobs/{job_id}.json").download_as_bytes())
+    stored = json.loads(submit_fn.bucket.get_blob(job_object(job_id)).download_as_bytes())
     assert stored["status"] == "queued"
     assert job_id in pull_job_ids(subscriber, submit_fn.subscription, {job_id})
 
@@ -438,7 +439,7 @@ def test_a_deployments_own_pipeline_module_is_accepted(
         body = {"pipeline": "shout", "id": job_id, "payload": {"text": "hi"}}
         resp = requests.post(f"{url}/jobs", json=body, timeout=30)
         assert resp.status_code == 202, resp.text
-        assert bucket.get_blob(f"jobs/{job_id}.json") is not None
+        assert bucket.get_blob(job_object(job_id)) is not None
     finally:
         stop(proc)
     # the default deployment does not know it: a 400 that names the known pipelines

@@ -23,6 +23,7 @@ from cloudevents.http import CloudEvent
 from local.gcs import start_fake_gcs
 from local.procs import free_port, spawn, stop, wait_for_port
 from shared import records
+from shared.storage import job_object
 
 ROOT = Path(__file__).resolve().parents[2]
 EVENTS = ROOT / "tests" / "events"
@@ -116,7 +117,7 @@ def names(bucket: Any) -> list[str]:
 
 
 def job_record(fn: Upload, job_id: str) -> dict[str, Any]:
-    return json.loads(fn.records.blob(f"jobs/{job_id}.json").download_as_bytes())
+    return json.loads(fn.records.blob(job_object(job_id)).download_as_bytes())
 
 
 def notification(
@@ -194,7 +195,7 @@ def test_push_notification_creates_one_job(upload_fn: Upload) -> None:
     assert again.status_code == 200 and again.json()["created"] is False
     assert again.json()["id"] == job_id
     assert names(upload_fn.records) == before
-    assert [n for n in before if n.startswith("jobs/")].count(f"jobs/{job_id}.json") == 1
+    assert [n for n in before if n.startswith("jobs/")].count(job_object(job_id)) == 1
 
 
 def test_eventarc_binary_cloudevent_creates_one_job(upload_fn: Upload) -> None:
@@ -357,7 +358,7 @@ def test_fake_gcs_notification_pushed_by_the_emulator(upload_fn: Upload, subscri
 
 def _wait_for_record(fn: Upload, job_id: str, deadline_s: float = 30.0) -> dict[str, Any]:
     end = time.monotonic() + deadline_s
-    blob = fn.records.blob(f"jobs/{job_id}.json")
+    blob = fn.records.blob(job_object(job_id))
     while time.monotonic() < end:
         if blob.exists():
             return job_record(fn, job_id)

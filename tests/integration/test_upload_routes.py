@@ -16,6 +16,7 @@ import requests
 
 from local.cloud import LocalCloud
 from shared import records
+from shared.storage import job_object
 from tests.integration.cloud_support import batch, fast_cloud, job, job_bucket
 from tests.polling import wait_for
 
@@ -99,7 +100,7 @@ def test_routed_upload_starts_its_pipeline_with_object_and_metadata(cloud: Local
     body = ended(cloud, job_id)
     assert body["status"] == "done", body
     assert body["pipeline"] == "csv-summary"
-    record = json.loads(job_bucket(cloud, job_id).blob(f"jobs/{job_id}.json").download_as_bytes())
+    record = json.loads(job_bucket(cloud, job_id).blob(job_object(job_id)).download_as_bytes())
     assert record["payload"]["delimiter"] == ";"  # from the object's custom metadata
     assert record["payload"]["name"] == "plain/prices.csv"
     assert record["payload"]["generation"] == generation

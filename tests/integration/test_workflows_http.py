@@ -24,6 +24,7 @@ import trustme
 from local.cloud import LocalCloud
 from shared import workflow_graph as graph
 from shared.pipelines import webhook_delivery as wd
+from shared.storage import job_object, record_name_id
 from tests import polling
 from tests.integration.cloud_support import lines_about, record_buckets, records_bucket
 
@@ -121,7 +122,8 @@ def get(cloud: LocalCloud, path: str) -> dict[str, Any]:
 def callback_records(cloud: LocalCloud, batch_id: str) -> list[dict[str, Any]]:
     """Every record in the bucket that is a callback of this batch (read as stored)."""
     found = []
-    blobs = [b for r in record_buckets(cloud) for b in r.list_blobs(prefix="jobs/cb-")]
+    blobs = [b for r in record_buckets(cloud) for b in r.list_blobs(prefix="jobs/")]
+    blobs = [b for b in blobs if (record_name_id(b.name) or "").startswith("cb-")]
     for blob in blobs:
         record = json.loads(blob.download_as_bytes())
         if record.get("callback_of") == batch_id:
@@ -325,7 +327,7 @@ def test_a_webhook_as_on_complete_carries_the_members(
     (hit,) = receiver.hits(path)
     members = json.loads(hit[3])["reclaim"]["batch"]
     assert sorted(m["status"] for m in members) == ["done"] * 3
-    assert all(m["result_ref"] == f"jobs/{m['id']}.json" for m in members)
+    assert all(m["result_ref"] == job_object(m["id"]) for m in members)
 
 
 @pytest.mark.parametrize(

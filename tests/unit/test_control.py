@@ -13,7 +13,7 @@ from shared.config import Settings
 from shared.errors import CorruptRecord, IllegalTransition, JobNotFound, LostRace
 from shared.features import context
 from shared.jobs import JobRecord, JobStatus
-from shared.storage import Stored
+from shared.storage import Stored, job_object
 from shared.storage_memory import MemoryStore
 from tests.unit.unit_support import Bell
 
@@ -117,7 +117,7 @@ def test_cancel_of_an_unknown_or_unreadable_job() -> None:
     store.put_raw("bad", b"{")
     with pytest.raises(CorruptRecord):
         cancel(store, "bad")
-    assert store.raw(store.bucket_name, "jobs/bad.json").data == b"{"  # type: ignore[union-attr]
+    assert store.raw(store.bucket_name, job_object("bad")).data == b"{"  # type: ignore[union-attr]
 
 
 # ------------------------------------------------------------------ retry

@@ -18,6 +18,7 @@ from shared.errors import Unavailable
 from shared.features import context
 from shared.outcome import Outcome, OutcomeKind
 from shared.pipelines import PermanentError, StageContext, Stopped, get_pipeline
+from shared.storage import job_object
 from shared.storage_memory import MemoryStore
 from tests.unit.unit_support import (
     Bell,
@@ -63,7 +64,7 @@ def test_corrupt_record_is_acked_and_never_touched() -> None:
     gen = store.put_raw("broken", b"{not json")
     outcome = handle("broken", store, settings())
     assert outcome.kind == OutcomeKind.CORRUPT
-    raw = store.raw(store.bucket_name, "jobs/broken.json")
+    raw = store.raw(store.bucket_name, job_object("broken"))
     assert raw is not None and raw.generation == gen and raw.data == b"{not json"
     assert pending(store) == ["broken"]
 

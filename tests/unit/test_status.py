@@ -20,6 +20,7 @@ from shared.features import context
 from shared.jobs import MEMBER_MISSING, MEMBER_UNREADABLE, JobStatus
 from shared.queue import parse_submission
 from shared.status import read_batch, read_job, render_job
+from shared.storage import job_object
 from shared.storage_memory import MemoryStore
 from shared.submission import submit
 from tests.unit.unit_support import Bell
@@ -99,7 +100,7 @@ def test_read_errors_name_what_went_wrong_and_touch_nothing() -> None:
     with pytest.raises(CorruptRecord) as corrupt:
         read_job(context(store, bell, SETTINGS), "bad", NOW)
     assert corrupt.value.job_id == "bad"
-    assert store.raw(store.bucket_name, "jobs/bad.json").data == b'{"schema": 1}'  # type: ignore[union-attr]
+    assert store.raw(store.bucket_name, job_object("bad")).data == b'{"schema": 1}'  # type: ignore[union-attr]
 
 
 def test_render_tolerates_hand_edited_fields() -> None:

@@ -12,6 +12,7 @@ from shared import records
 from shared.config import Settings
 from shared.features import context
 from shared.queue import parse_submission
+from shared.storage import job_object
 from shared.storage_memory import MemoryStore
 from shared.submission import (
     MAX_PAYLOAD_BYTES,
@@ -271,7 +272,7 @@ def test_corrupt_existing_record_is_a_conflict_and_untouched() -> None:
     store.put_raw("broken", b"{not json")
     with pytest.raises(Conflict, match="unreadable"):
         run(store, Bell(), {"pipeline": "demo", "id": "broken"})
-    assert store.raw(store.bucket_name, "jobs/broken.json").data == b"{not json"  # type: ignore[union-attr]
+    assert store.raw(store.bucket_name, job_object("broken")).data == b"{not json"  # type: ignore[union-attr]
     assert store.names("pending/") == []
 
 

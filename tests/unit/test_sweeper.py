@@ -15,6 +15,7 @@ from shared.errors import Unavailable
 from shared.features import context
 from shared.recovery import recover
 from shared.shards import TIME_INDEX_FANOUT
+from shared.storage import job_object
 from shared.storage_memory import MemoryStore
 from tests.unit.unit_support import Bell
 
@@ -135,7 +136,7 @@ def test_corrupt_and_hand_edited_records_do_not_crash_the_sweep() -> None:
     result = sweep(store)
     assert sorted(result.corrupt) == ["corrupt-1", "wrong-schema"]
     assert result.errors == 0 and result.examined == 5
-    raw = store.raw(store.bucket_name, "jobs/corrupt-1.json")
+    raw = store.raw(store.bucket_name, job_object("corrupt-1"))
     assert raw is not None and raw.generation == gen and raw.data == b"\xff not json"
     assert {"corrupt-1", "wrong-schema"} <= set(pending(store))  # reported again next time
     assert store.read(garbage_attempts).record["status"] == "failed"

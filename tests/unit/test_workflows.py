@@ -18,6 +18,7 @@ from shared.features import context
 from shared.jobs import JobStatus
 from shared.pipelines import StageContext
 from shared.queue import parse_submission
+from shared.storage import job_object
 from shared.storage_memory import MemoryStore
 from tests.unit.unit_support import Bell, Clock, handle, pipeline, settings
 
@@ -171,7 +172,7 @@ def test_the_last_member_creates_one_callback_listing_every_member() -> None:
         ids[1]: "failed",
         ids[2]: "cancelled",
     }
-    assert all(m["result_ref"] == f"jobs/{m['id']}.json" for m in members)
+    assert all(m["result_ref"] == job_object(m["id"]) for m in members)
 
 
 def test_members_racing_to_finish_create_exactly_one_callback() -> None:
