@@ -150,8 +150,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
         default="true",
         parse=_flag,
         doc="Whether records are also looked for under their names from before the hash "
-        "segment (jobs/<id>.json): a read that misses looks there, a create checks there "
-        "(one more read per job). Turn it off once no such record is left "
+        "segment (jobs/<id>.json): a read that misses looks there, a create of a "
+        "user-chosen id checks there (one more read). Turn it off once no such record is left "
         '(docs/capacity.md, "Names that spread load").',
     ),
     EnvVar(

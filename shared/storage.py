@@ -172,7 +172,12 @@ class Store(Protocol):
     def read(self, job_id: str) -> Stored: ...
     def generation(self, job_id: str) -> int: ...
     def stat(self, job_id: str) -> RecordStat: ...
-    def create(self, record: JobRecord) -> Stored: ...
+    def create(self, record: JobRecord, *, fresh_id: bool = False) -> Stored:
+        """Create-only; AlreadyExists when the id has a record. fresh_id: the id was just
+        drawn at random (records.new_job_id), so no earlier reclaim wrote it under its old
+        name and the store need not look there."""
+        ...
+
     def update(self, record: JobRecord, generation: int) -> Stored: ...
     def allow_index_prefixes(self, prefixes: Iterable[str]) -> None: ...
     def add_pending(
@@ -678,10 +683,11 @@ class GcsStore(StoreBase):
 
         return self._call("stat", f"record {job_id}", stat)
 
-    def create(self, record: JobRecord) -> Stored:
+    def create(self, record: JobRecord, *, fresh_id: bool = False) -> Stored:
         job_id = record_id(record)
         new = stamped(record)
-        self._refuse_old_record(job_id)
+        if not fresh_id:
+            self._refuse_old_record(job_id)
         try:
             return self._put_record(job_id, job_object(job_id), new, 0)
         except _Precondition:

@@ -154,11 +154,12 @@ class MemoryStore(StoreBase):
             raise NotFound(f"no record {job_id}")
         return RecordStat(obj.generation, status)
 
-    def create(self, record: JobRecord) -> Stored:
+    def create(self, record: JobRecord, *, fresh_id: bool = False) -> Stored:
         job_id = record_id(record)
         new = stamped(record)
         data = records.encode(new)
-        self._refuse_old_record(job_id)
+        if not fresh_id:
+            self._refuse_old_record(job_id)
         self._count("write")
         with self._lock:
             key = (self.bucket_name, job_object(job_id))

@@ -80,8 +80,8 @@ class ShardedStore(CallCounter):
     def stat(self, job_id: str) -> RecordStat:
         return self.shard(job_id).stat(job_id)
 
-    def create(self, record: JobRecord) -> Stored:
-        return self.shard(record_id(record)).create(record)
+    def create(self, record: JobRecord, *, fresh_id: bool = False) -> Stored:
+        return self.shard(record_id(record)).create(record, fresh_id=fresh_id)
 
     def update(self, record: JobRecord, generation: int) -> Stored:
         return self.shard(record_id(record)).update(record, generation)

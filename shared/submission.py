@@ -649,8 +649,8 @@ def _create_one(ctx: Context, spec: JobSpec, record: JobRecord) -> SubmittedJob 
         store.add_pending(
             job_id, pool=ctx.settings.marker_pool(record), pipeline=record.get("pipeline")
         )
-    try:
-        stored = store.create(record)
+    try:  # an id drawn here (no client id) is random: no old record name can hold it
+        stored = store.create(record, fresh_id=not spec.client_id)
     except AlreadyExists:
         try:
             found = _compare(job_id, spec, store.read(job_id).record, _replay_keys(ctx.features))

@@ -293,7 +293,7 @@ variable "record_shards" {
 }
 
 variable "legacy_record_names" {
-  description = "Whether records are also looked for under their names from before the hash segment (jobs/<id>.json; docs/capacity.md, section Names that spread load): one more read per job. Set false once no such record is left: every job submitted before the upgrade has ended and its record has expired (the retention_days of its state after it ended; a job still queued or running keeps its record), which `gcloud storage ls 'gs://<records>/jobs/*.json'` shows as nothing listed. A new deployment can set false from the start."
+  description = "Whether records are also looked for under their names from before the hash segment (jobs/<id>.json; docs/capacity.md, section Names that spread load): one more read per submitted user-chosen id. Set false once no such record is left: every job submitted before the upgrade has ended and its record has expired (the retention_days of its state after it ended; a job still queued or running keeps its record), which `gcloud storage ls 'gs://<records>/jobs/*.json'` shows as nothing listed. A new deployment can set false from the start."
   type        = bool
   default     = true
 }

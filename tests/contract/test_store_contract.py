@@ -331,6 +331,11 @@ def test_a_create_of_an_id_whose_record_has_its_old_name_is_refused(harness: Har
     assert harness.store.read("order-0003") == Stored(record, generation)
 
 
+def test_a_create_of_a_fresh_id_makes_one_call(store):
+    store.create(new_job(), fresh_id=True)  # a random id: no old name to look at
+    assert store.calls == {"write": 1}
+
+
 def test_an_update_without_a_read_finds_the_old_name(harness: Harness):
     """A process that never read the record (another instance did) still updates it
     where it is: the CAS on the new name misses, and the old name holds it."""

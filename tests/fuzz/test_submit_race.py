@@ -36,9 +36,9 @@ class MeetBeforeCreate(MemoryStore):
         super().__init__()
         self.barrier = threading.Barrier(parties, timeout=10)
 
-    def create(self, record: dict[str, Any]) -> Stored:
+    def create(self, record: dict[str, Any], *, fresh_id: bool = False) -> Stored:
         self.barrier.wait()
-        return super().create(record)
+        return super().create(record, fresh_id=fresh_id)
 
 
 def _submit(store: MemoryStore, batch: str) -> int:

@@ -93,3 +93,11 @@ def test_a_submit_read_that_missed_spares_the_create_a_second_look() -> None:
     assert store.calls == {"read": 2, "write": 1}
     store.read("fresh-1")
     assert store.calls["read"] == 3  # found under its name: no look at the old one
+
+
+def test_a_create_of_a_freshly_drawn_id_does_not_look_at_old_names() -> None:
+    store = MemoryStore()
+    store.create(new_job(), fresh_id=True)
+    assert store.calls == {"write": 1}
+    store.create(new_job("user-1"))
+    assert store.calls == {"write": 2, "stat": 1}  # a chosen id: its old name is looked at

@@ -46,9 +46,9 @@ class OrderedStore(MemoryStore):
         self.writes.append(("batch", job_id))
         super().add_to_batch(batch_id, job_id)
 
-    def create(self, record: dict[str, Any]) -> Any:
+    def create(self, record: dict[str, Any], *, fresh_id: bool = False) -> Any:
         self.writes.append(("record", record["id"]))
-        return super().create(record)
+        return super().create(record, fresh_id=fresh_id)
 
 
 def run(store: MemoryStore, bell: Bell, body: Any) -> Any:

@@ -32,9 +32,9 @@ class Ordered(MemoryStore):
         self.log.append(name)
         return super().put_blob(name, data, generation=generation)
 
-    def create(self, record: JobRecord) -> Stored:
+    def create(self, record: JobRecord, *, fresh_id: bool = False) -> Stored:
         self.log.append(f"record {record['id']}")
-        return super().create(record)
+        return super().create(record, fresh_id=fresh_id)
 
 
 def queue_on(store: MemoryStore) -> Queue:
