@@ -28,6 +28,7 @@ from shared.config import Settings
 from shared.errors import BatchNotFound, CorruptRecord
 from shared.features import context
 from shared.outcome import OutcomeKind
+from shared.storage import job_object
 from shared.storage_memory import MemoryStore
 from tests.fuzz.fuzz_support import fuzz
 from tests.fuzz.strategies import (
@@ -120,7 +121,7 @@ def test_a_hostile_record_is_answered_reported_or_skipped_never_pinned(
         record = store.read(JOB).record
     except CorruptRecord:
         assert JOB in sweeper.run_once(context(store, bell, SETTINGS), at).corrupt
-        assert store.raw(store.bucket_name, f"jobs/{JOB}.json").data == data  # untouched
+        assert store.raw(store.bucket_name, job_object(JOB)).data == data  # untouched
         return
     assert job_queue.is_terminal(record), f"pinned: {record.get('status')} after {ROUNDS} rounds"
 
