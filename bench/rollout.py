@@ -22,6 +22,7 @@ from typing import Any
 
 from bench.common import Bench, bench_cloud, row, wait_terminal
 from bench.console import CONSOLE
+from bench.fixtures import clear_bucket
 from bench.spread import Spread
 from local import wiring
 from local.demo import RELEASE_MODULE
@@ -34,6 +35,10 @@ REPEATS = 3
 
 
 def _batch(b: Bench, roll_out: bool) -> dict[str, Any]:
+    # every batch starts on an emptied bucket: fake-gcs-server's memory backend scans a
+    # bucket's objects on every read and write (bench/fixtures.py), so the previous
+    # batches' records and outputs would slow each batch down more than the last
+    clear_bucket(_storage(b), b.cloud.gcs_url, b.cloud.endpoints["records_bucket"])
     started = time.monotonic()
     _id, ids = submit_batch(
         b.cloud.endpoints["jobs"], [{"pipeline": "demo", "payload": PAYLOAD}] * JOBS
@@ -80,9 +85,13 @@ def _pushes(b: Bench) -> dict[str, int]:
     return {k: int(v) for k, v in found.items() if isinstance(v, int)}
 
 
+def _storage(b: Bench) -> Any:
+    return wiring.storage_client(b.cloud.gcs_url, b.cloud.endpoints["project"])
+
+
 def _rerun_stages(b: Bench, ids: list[str]) -> int:
     """Stage outputs written by more than one attempt (outputs/<id>/<attempt>/<name>)."""
-    storage = wiring.storage_client(b.cloud.gcs_url, b.cloud.endpoints["project"])
+    storage = _storage(b)
     bucket = b.cloud.endpoints["records_bucket"]
     wanted = set(ids)
     per_stage: Counter[tuple[str, str]] = Counter()
