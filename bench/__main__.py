@@ -16,13 +16,16 @@ import importlib
 import json
 import os
 import platform
+import signal
 import sys
 import time
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from bench.console import CONSOLE
 from bench.report import markdown
+from local.procs import stop_children
 
 HERE = Path(__file__).resolve().parent
 ORDER = (  # the order of the table; one name per line
@@ -77,8 +80,17 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(ORDER)}")
     log = CONSOLE.start(HERE / "logs", a.verbose)
     CONSOLE.say(f"logs: {_shown(log)}")
+    received = _stop_on_signals()
     try:
         results = _run(chosen, a.only, a.out)
+    except KeyboardInterrupt:
+        left = stop_children()  # what a teardown the signal cut short left running
+        CONSOLE.say(
+            "interrupted: the run's local clouds are stopped"
+            + (f" ({len(left)} process(es) stopped at the end)" if left else "")
+            + "; no results written"
+        )
+        return 128 + (received[0] if received else signal.SIGINT)
     finally:
         CONSOLE.close()
     table = markdown(results)
@@ -114,6 +126,24 @@ def _run(chosen: list[str], only: str, out: Path) -> dict[str, Any]:
     path.write_text(json.dumps(results, indent=2, sort_keys=False) + "\n")
     (out / "results.md").write_text(markdown(results))
     return results
+
+
+def _stop_on_signals() -> list[int]:
+    """SIGTERM and Ctrl-C stop the run the way an error does: the benchmark's `with`
+    blocks tear its local clouds down (emulators, function instances), which run in
+    their own process groups and so get no signal of their own. The first signal
+    interrupts; later ones are ignored, so that they cannot cut the teardown short.
+    Returns the list the first signal's number is added to."""
+    received: list[int] = []
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        if not received:
+            received.append(signum)
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
+    return received
 
 
 def _verdicts(rows: list[dict[str, Any]]) -> str:
