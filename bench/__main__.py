@@ -50,6 +50,12 @@ ORDER = (  # the order of the table; one name per line
 )
 
 
+LONG = ("big_backlog",)
+"""Rows of several minutes each, left out of a plain run (make bench stays a ten-minute
+run): `--only big_backlog` (make bench-scale) runs them; a plain run keeps their last
+figures in the table, with the time they were measured."""
+
+
 def _environment() -> dict[str, Any]:
     return {
         "platform": f"{platform.system()} {platform.machine()}",
@@ -74,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=HERE, help="directory for results.json/.md")
     p.add_argument("-v", "--verbose", action="store_true", help="show every log line live")
     a = p.parse_args(argv)
-    chosen = [n.strip() for n in a.only.split(",") if n.strip()] or list(ORDER)
+    chosen = [n.strip() for n in a.only.split(",") if n.strip()] or [
+        n for n in ORDER if n not in LONG
+    ]
     unknown = sorted(set(chosen) - set(ORDER))
     if unknown:
         p.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(ORDER)}")
@@ -102,8 +110,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(chosen: list[str], only: str, out: Path) -> dict[str, Any]:
     path = out / "results.json"
-    results = _load(path) if only else {}
-    benchmarks: dict[str, Any] = dict(results.get("benchmarks", {}))
+    kept = _load(path).get("benchmarks", {})  # --only: every other entry; else LONG's
+    benchmarks: dict[str, Any] = {
+        n: v for n, v in kept.items() if (only and n not in chosen) or (not only and n in LONG)
+    }
     started_all = time.monotonic()
     for i, name in enumerate(chosen, 1):
         started = time.monotonic()
@@ -111,6 +121,7 @@ def _run(chosen: list[str], only: str, out: Path) -> dict[str, Any]:
         module = importlib.import_module(f"bench.{name}")
         benchmarks[name] = module.run()
         benchmarks[name]["seconds"] = round(time.monotonic() - started, 1)
+        benchmarks[name]["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         CONSOLE.say(
             f"[{i}/{len(chosen)}] {name}: {_verdicts(benchmarks[name]['rows'])}, "
             f"{benchmarks[name]['seconds']:.0f} s"
