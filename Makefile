@@ -18,7 +18,7 @@ TF_WHEELS := \
 	$(TF_CACHE)/cdktf_cdktf_provider_time-11.0.1-py3-none-any.whl
 TF_VARS ?= terraform.tfvars
 
-.PHONY: help venv wheel browser test unit lint fmt dev demo demo-pools bench mutate tf-venv tf-schema tf-check deploy destroy clean
+.PHONY: help venv wheel browser test unit lint fmt dev demo demo-pools bench bench-scale mutate tf-venv tf-schema tf-check deploy destroy clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
@@ -85,6 +85,9 @@ demo-pools: venv ## Two worker pools side by side: quick jobs never wait behind 
 
 bench: venv ## Benchmarks: writes bench/results.json and bench/results.md
 	$(PY) -m bench
+
+bench-scale: venv ## The benchmarks of several minutes each (10,000-job scale), into the same table
+	$(PY) -m bench --only big_backlog
 
 MUTATE_STAMP := $(VENV)/.mutate-installed
 $(MUTATE_STAMP): requirements-mutate.txt $(STAMP)

@@ -16,13 +16,16 @@ import importlib
 import json
 import os
 import platform
+import signal
 import sys
 import time
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from bench.console import CONSOLE
 from bench.report import markdown
+from local.procs import stop_children
 
 HERE = Path(__file__).resolve().parent
 ORDER = (  # the order of the table; one name per line
@@ -45,6 +48,12 @@ ORDER = (  # the order of the table; one name per line
     "capacity",
     "run_jobs",
 )
+
+
+LONG = ("big_backlog",)
+"""Rows of several minutes each, left out of a plain run (make bench stays a ten-minute
+run): `--only big_backlog` (make bench-scale) runs them; a plain run keeps their last
+figures in the table, with the time they were measured."""
 
 
 def _environment() -> dict[str, Any]:
@@ -71,14 +80,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=HERE, help="directory for results.json/.md")
     p.add_argument("-v", "--verbose", action="store_true", help="show every log line live")
     a = p.parse_args(argv)
-    chosen = [n.strip() for n in a.only.split(",") if n.strip()] or list(ORDER)
+    chosen = [n.strip() for n in a.only.split(",") if n.strip()] or [
+        n for n in ORDER if n not in LONG
+    ]
     unknown = sorted(set(chosen) - set(ORDER))
     if unknown:
         p.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(ORDER)}")
     log = CONSOLE.start(HERE / "logs", a.verbose)
     CONSOLE.say(f"logs: {_shown(log)}")
+    received = _stop_on_signals()
     try:
         results = _run(chosen, a.only, a.out)
+    except KeyboardInterrupt:
+        left = stop_children()  # what a teardown the signal cut short left running
+        CONSOLE.say(
+            "interrupted: the run's local clouds are stopped"
+            + (f" ({len(left)} process(es) stopped at the end)" if left else "")
+            + "; no results written"
+        )
+        return 128 + (received[0] if received else signal.SIGINT)
     finally:
         CONSOLE.close()
     table = markdown(results)
@@ -90,8 +110,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(chosen: list[str], only: str, out: Path) -> dict[str, Any]:
     path = out / "results.json"
-    results = _load(path) if only else {}
-    benchmarks: dict[str, Any] = dict(results.get("benchmarks", {}))
+    kept = _load(path).get("benchmarks", {})  # --only: every other entry; else LONG's
+    benchmarks: dict[str, Any] = {
+        n: v for n, v in kept.items() if (only and n not in chosen) or (not only and n in LONG)
+    }
     started_all = time.monotonic()
     for i, name in enumerate(chosen, 1):
         started = time.monotonic()
@@ -99,6 +121,7 @@ def _run(chosen: list[str], only: str, out: Path) -> dict[str, Any]:
         module = importlib.import_module(f"bench.{name}")
         benchmarks[name] = module.run()
         benchmarks[name]["seconds"] = round(time.monotonic() - started, 1)
+        benchmarks[name]["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         CONSOLE.say(
             f"[{i}/{len(chosen)}] {name}: {_verdicts(benchmarks[name]['rows'])}, "
             f"{benchmarks[name]['seconds']:.0f} s"
@@ -114,6 +137,24 @@ def _run(chosen: list[str], only: str, out: Path) -> dict[str, Any]:
     path.write_text(json.dumps(results, indent=2, sort_keys=False) + "\n")
     (out / "results.md").write_text(markdown(results))
     return results
+
+
+def _stop_on_signals() -> list[int]:
+    """SIGTERM and Ctrl-C stop the run the way an error does: the benchmark's `with`
+    blocks tear its local clouds down (emulators, function instances), which run in
+    their own process groups and so get no signal of their own. The first signal
+    interrupts; later ones are ignored, so that they cannot cut the teardown short.
+    Returns the list the first signal's number is added to."""
+    received: list[int] = []
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        if not received:
+            received.append(signum)
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
+    return received
 
 
 def _verdicts(rows: list[dict[str, Any]]) -> str:

@@ -7,17 +7,25 @@ own). Calls are counted on the wire by local.faultproxy (client retries and
 checkpointed: the worst case) with as many jobs as slots, then with twice as
 many (doorbells wait for a slot, the drain at work), and no-op stages
 (boundaries within 1 s are coalesced).
+
+Reads are judged by what causes them: per job, the record (the claim) and the workflows
+parent mark (a job ending reads workflows/parents/<id>, a class B read that spares a
+job without children the class A listing of its children); per claim process, the
+pipeline's pause flag, read at most once per shared.flow.PAUSE_CACHE_S whatever the
+number of jobs, so it is bounded by the run's wall time, not counted per job.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 import urllib.request
 from typing import Any
 
 from bench.common import bench_cloud, row, wait_terminal
 from shared.config import Settings
+from shared.flow import PAUSE_CACHE_S
 from shared.jobs import JobStatus
 
 STAGES = 3
@@ -36,6 +44,8 @@ STALE_S = 30.0
 DRAIN_GATE_S = Settings.from_env({}, stale_seconds=STALE_S).drain_interval_seconds
 TARGET_MUTATIONS = STAGES + 4
 TARGET_READS = 2.0
+"""Reads per job: the record and the workflows parent mark (the pause flag apart)."""
+PAUSE_FLAG = "read paused/"
 TARGET_PUBLISHES = 1.0
 
 
@@ -71,12 +81,26 @@ def _measure(b: Any, sleep_s: float, jobs: int) -> dict[str, Any]:
         "per_job": per,
         "mutations_per_job": round((counts["write"] + counts["delete"]) / jobs, 2),
         "reads_per_job": per["read"],
+        **_reads(touched, jobs, time.monotonic() - start),
         "lists_per_job": per["list"],
         "publishes_per_job": round((b.publishes() - pub0) / jobs, 2),
         "by_prefix": touched,
         "by_prefix_status": b.proxy.by_prefix(statuses=True),
         "class_a_per_job": round((counts["write"] + counts["list"]) / jobs, 2),
         "class_a_by_source": class_a_sources(touched, jobs),
+    }
+
+
+def _reads(by_prefix: dict[str, int], jobs: int, wall_s: float) -> dict[str, Any]:
+    """Reads per job without the pause flag's, and the pause flag's reads against their
+    bound: one per claim process per PAUSE_CACHE_S of the run (and one at its start)."""
+    reads = {k.split(" ", 1)[1]: n for k, n in by_prefix.items() if k.startswith("read ")}
+    pause = by_prefix.get(PAUSE_FLAG, 0)
+    return {
+        "job_reads_per_job": round((sum(reads.values()) - pause) / jobs, 2),
+        "reads_by_prefix_per_job": {k: round(n / jobs, 2) for k, n in reads.items()},
+        "pause_flag_reads": pause,
+        "pause_flag_bound": INSTANCES * (math.floor(wall_s / PAUSE_CACHE_S) + 1),
     }
 
 
@@ -132,35 +156,41 @@ def _class_a_row(raw: dict[str, Any]) -> dict[str, Any]:
 
 def _row(name: str, m: dict[str, Any]) -> dict[str, Any]:
     per = m["per_job"]
+    reads_ok = m["job_reads_per_job"] <= TARGET_READS
+    pause_ok = m["pause_flag_reads"] <= m["pause_flag_bound"]
     met = (
         m["mutations_per_job"] <= TARGET_MUTATIONS
-        and m["reads_per_job"] <= TARGET_READS
+        and reads_ok
+        and pause_ok
         and m["publishes_per_job"] <= TARGET_PUBLISHES
     )
+    by = m["reads_by_prefix_per_job"]
+    shown = ", ".join(f"{k} {v:g}" for k, v in by.items() if k != PAUSE_FLAG.split(" ")[1])
     figure = (
         f"{m['mutations_per_job']:g} mutations (write {per['write']:g} incl. "
-        f"{m['lost_cas_per_job']:g} lost CAS, delete {per['delete']:g}), {per['read']:g} reads, "
-        f"{per['list']:g} lists, {m['publishes_per_job']:g} publish(es)"
+        f"{m['lost_cas_per_job']:g} lost CAS, delete {per['delete']:g}), "
+        f"{m['job_reads_per_job']:g} reads ({shown}) + pause flag {m['pause_flag_reads']} "
+        f"in {m['wall_s']:g} s, {per['list']:g} lists, {m['publishes_per_job']:g} publish(es)"
     )
-    note = ""
-    if m["reads_per_job"] > TARGET_READS or m["mutations_per_job"] > TARGET_MUTATIONS:
-        note = (
-            f"the claim path itself costs 1 read per job; the rest ({m['reads_per_job'] - 1:.2f} "
-            f"reads, {per['list']:g} lists and {m['lost_cas_per_job']:g} writes answered 412 "
-            "per job) is the drain that runs when a slot frees: with more jobs than slots, "
-            "doorbells wait in Cloud Run's pending queue, and once a push shows that its "
-            "doorbell waited (publishTime, deliveryAttempt) every freed slot lists the pending "
-            "index and reads a few records, in its own random order, to take a due job itself "
-            "rather than leave it to a held-back doorbell; a doorbell that arrives after its job "
-            "was drained costs one more read. The happy path (first row) costs 1 read"
-        )
+    note = (
+        "reads per job: the record (the claim) and the workflows parent mark (a job that "
+        "ends reads workflows/parents/<id>: a class B read, where a listing of its children "
+        "would be class A); with more jobs than slots a drained job whose doorbell comes "
+        "later costs one more record read. The pipeline's pause flag is read at most once "
+        f"per {PAUSE_CACHE_S:g} s per claim process (shared.flow), whatever the number of "
+        f"jobs: its bound is {INSTANCES} instances x (wall time / {PAUSE_CACHE_S:g} s + 1), "
+        "not a count per job. Lists: the drain's listing of the pending index when a slot "
+        "frees (rate-limited per process)"
+    )
     return row(
         name,
         figure,
-        f"target S+4 = {TARGET_MUTATIONS} mutations, {TARGET_READS:g} reads, "
+        f"target S+4 = {TARGET_MUTATIONS} mutations, {TARGET_READS:g} reads per job, "
+        f"the pause flag within its bound ({m['pause_flag_bound']}), "
         f"{TARGET_PUBLISHES:g} publish",
-        f"{m['mutations_per_job'] / TARGET_MUTATIONS:.2f} of the mutation budget",
-        f"<= {TARGET_MUTATIONS} mut, <= 2 reads, 1 pub",
+        f"{m['mutations_per_job'] / TARGET_MUTATIONS:.2f} of the mutation budget, "
+        f"{m['job_reads_per_job'] / TARGET_READS:.2f} of the read budget",
+        f"<= {TARGET_MUTATIONS} mut, <= {TARGET_READS:g} reads/job, pause flag <= bound, 1 pub",
         met,
         note,
     )

@@ -53,6 +53,14 @@ def markdown(results: Mapping[str, Any]) -> str:
         f"`{results.get('command', 'make bench')}` "
         f"(local cloud: fake-gcs-server + the project's Pub/Sub emulator)."
     )
+    earlier = [
+        f"{name} ({bench['measured_at']})"
+        for name, bench in results.get("benchmarks", {}).items()
+        if bench.get("measured_at") not in (None, results.get("generated_at"))
+    ]
+    if earlier:
+        lines.append("")
+        lines.append("Kept from earlier runs, measured then: " + ", ".join(earlier) + ".")
     if notes:
         lines.append("")
         lines += [f"[{i}] {_cell(n)}" for i, n in enumerate(notes, 1)]

@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.common import median, row
 from bench.console import CONSOLE
-from bench.fixtures import wait_loaded, write_data_dir
+from bench.fixtures import building, data_dir_parent, wait_loaded, write_data_dir
 from bench.spread import Spread
 from local import wiring
 from local.faultproxy import FaultProxy
@@ -128,12 +128,13 @@ def compare(
     built = MemoryStore(bucket)
     Queue(built, _Bell(), settings).submit(parse_submission({"jobs": jobs}, settings))
     now = datetime.now(UTC)
-    for i in range(count):
-        add(built, settings, now, i)
-        if (i + 1) % SHOW_EVERY == 0:
-            CONSOLE.progress(f"{bucket}: built {i + 1:,}/{count:,} jobs in memory")
+    with building():
+        for i in range(count):
+            add(built, settings, now, i)
+            if (i + 1) % SHOW_EVERY == 0:
+                CONSOLE.progress(f"{bucket}: built {i + 1:,}/{count:,} jobs in memory")
     port = free_port()
-    with tempfile.TemporaryDirectory(prefix="bench-gcs-") as data:
+    with tempfile.TemporaryDirectory(prefix="bench-gcs-", dir=data_dir_parent()) as data:
         objects = write_data_dir(built, Path(data))
         CONSOLE.progress(f"{bucket}: fake-gcs-server loading {objects:,} objects")
         fake = start_fake_gcs("127.0.0.1", port, data_dir=Path(data), start_timeout=LOAD_S)

@@ -152,7 +152,12 @@ def wait_group_stopped(pgid: int, stopped: bool = True, timeout: float = 5.0) ->
 
 
 def _group_states(pgid: int) -> dict[int, str]:
-    found = {}
+    return {pid: state for pid, state, _parent, group in _processes() if group == pgid}
+
+
+def _processes() -> Iterator[tuple[int, str, int, int]]:
+    """(pid, state, parent pid, process group) of every process, read from /proc (Linux);
+    zombies (state Z) excluded."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -162,9 +167,8 @@ def _group_states(pgid: int) -> dict[int, str]:
         except OSError:
             continue
         fields = stat[stat.rfind(")") + 2 :].split()
-        if fields and fields[0] != "Z" and int(fields[2]) == pgid:
-            found[int(entry)] = fields[0]
-    return found
+        if fields and fields[0] != "Z":
+            yield int(entry), fields[0], int(fields[1]), int(fields[2])
 
 
 def stop(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> None:
@@ -207,6 +211,46 @@ def reap(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     _reap_group(proc.pid)
+
+
+def stop_children(timeout: float = 5.0) -> list[int]:
+    """The last resort of an interrupted run: SIGTERM every child this process still has,
+    with its process group when it leads one (spawn() gives each its own), SIGKILL what
+    lingers past timeout; returns their pids. A teardown cut short leaves none behind."""
+    me = os.getpid()
+    children = {pid: group == pid for pid, _st, parent, group in _processes() if parent == me}
+
+    def send(sig: int) -> None:
+        for pid, leads in children.items():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if leads:
+                    os.killpg(pid, sig)
+                else:
+                    os.kill(pid, sig)
+
+    def alive() -> bool:
+        return any(group_pids(pid) if leads else _exists(pid) for pid, leads in children.items())
+
+    send(signal.SIGTERM)
+    send(signal.SIGCONT)  # a paused (SIGSTOP) child must wake to exit
+    deadline = time.monotonic() + timeout
+    while alive() and time.monotonic() < deadline:
+        _collect(children)
+        time.sleep(0.05)
+    send(signal.SIGKILL)
+    _collect(children)
+    return list(children)
+
+
+def _exists(pid: int) -> bool:
+    return any(p == pid for p, _st, _parent, _group in _processes())
+
+
+def _collect(children: dict[int, bool]) -> None:
+    """Reap the children that have exited (they are ours to wait for)."""
+    for pid in children:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
 
 
 def _reap_group(pgid: int, timeout: float = 5.0) -> None:
