@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import requests
 
 from local.cloud import LocalCloud
+from shared.storage import job_object
 from tests import polling
 from tests.integration.cloud_support import job_bucket, lines_about
 
@@ -39,7 +41,7 @@ def test_a_jobs_lines_across_functions_carry_one_trace() -> None:
         # watchdog itself and take the re-ring away from the sweep
         record = (
             f"{e['storage_emulator_host']}/storage/v1/b/{job_bucket(cloud, 'traced-1').name}/o/"
-            "jobs%2Ftraced-1.json?alt=media"
+            f"{quote(job_object('traced-1'), safe='')}?alt=media"
         )
         job = polling.wait_for(
             "traced-1 done",
