@@ -223,10 +223,14 @@ def rate_gate(ctx: Context, stored: Stored, now: datetime) -> Outcome | None:
     mine = isinstance(token, str) and token.startswith(fp.rates_prefix(key))
     if mine and fp.token_window(str(token)) == _window_now(ctx, rate):
         return None  # the token it reserved is for this window
-    start, name = _reserve(ctx.store, key, rate, str(job.get("id")), ctx.clock())
-    if name is not None and fp.window_label(start) == _window_now(ctx, rate):
-        return None  # the claim is stamped right after this, within the window
     job_id = str(job.get("id"))
+    for _ in range(2):  # a window may end between the reservation and this check: again
+        start, name = _reserve(ctx.store, key, rate, job_id, ctx.clock())
+        current = rate.window_start(ctx.clock())
+        if name is not None and fp.window_label(start) == fp.window_label(current):
+            return None  # the claim is stamped right after this, within the window
+        if name is None or start > current:
+            break  # deferred to a later window
     new: JobRecord = {**job, **fp.defer_fields(job, start, name)}
     try:
         ctx.store.update(new, stored.generation)

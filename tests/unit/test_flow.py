@@ -228,6 +228,24 @@ def test_over_its_rate_a_job_is_deferred_to_a_reserved_token_of_the_next_window(
     assert deliver(queue, "r2").kind == OutcomeKind.DONE
 
 
+def test_a_token_whose_window_ends_while_it_is_taken_is_taken_again_in_the_next() -> None:
+    queue, store, _ = make_queue()
+    submit(queue, "tick", concurrency_key="api", rate="2/s")
+    put_blob = store.put_blob
+
+    def put_then_tick(name: str, data: bytes, *, generation: int) -> int:
+        written = put_blob(name, data, generation=generation)
+        if name == fp.token_name("api", START.replace(microsecond=0), 0):
+            queue.clock.advance(1)  # type: ignore[attr-defined]  # the second ends meanwhile
+        return written
+
+    store.put_blob = put_then_tick  # type: ignore[method-assign]
+    assert deliver(queue, "tick").kind == OutcomeKind.DONE  # not deferred into the past
+    now_window = START.replace(microsecond=0) + timedelta(seconds=1)
+    assert store.read("tick").record["status"] == JobStatus.DONE
+    assert fp.token_name("api", now_window, 0) in {b.name for b in store.list_blobs("rates/")}
+
+
 def test_a_failed_or_cancelled_job_is_indexed_by_day_and_a_done_one_is_not() -> None:
     queue, store, _ = make_queue()
     submit(queue, "ok")
