@@ -115,6 +115,7 @@ def _run(chosen: list[str], only: str, out: Path) -> dict[str, Any]:
         n: v for n, v in kept.items() if (only and n not in chosen) or (not only and n in LONG)
     }
     started_all = time.monotonic()
+    run = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())  # names this run's entries
     for i, name in enumerate(chosen, 1):
         started = time.monotonic()
         CONSOLE.say(f"[{i}/{len(chosen)}] {name} ...")
@@ -122,6 +123,7 @@ def _run(chosen: list[str], only: str, out: Path) -> dict[str, Any]:
         benchmarks[name] = module.run()
         benchmarks[name]["seconds"] = round(time.monotonic() - started, 1)
         benchmarks[name]["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        benchmarks[name]["run"] = run
         CONSOLE.say(
             f"[{i}/{len(chosen)}] {name}: {_verdicts(benchmarks[name]['rows'])}, "
             f"{benchmarks[name]['seconds']:.0f} s"
@@ -130,6 +132,7 @@ def _run(chosen: list[str], only: str, out: Path) -> dict[str, Any]:
         "generated_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": "make bench" if not only else f"python -m bench --only {only}",
         "environment": _environment(),
+        "run": run,
         "seconds": round(time.monotonic() - started_all, 1),
         "benchmarks": {n: benchmarks[n] for n in ORDER if n in benchmarks},
     }

@@ -54,9 +54,9 @@ def markdown(results: Mapping[str, Any]) -> str:
         f"(local cloud: fake-gcs-server + the project's Pub/Sub emulator)."
     )
     earlier = [
-        f"{name} ({bench['measured_at']})"
+        f"{name} ({bench.get('measured_at', 'before entries were dated')})"
         for name, bench in results.get("benchmarks", {}).items()
-        if bench.get("measured_at") not in (None, results.get("generated_at"))
+        if bench.get("run") != results.get("run")  # measured by an earlier run
     ]
     if earlier:
         lines.append("")
