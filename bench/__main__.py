@@ -110,10 +110,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(chosen: list[str], only: str, out: Path) -> dict[str, Any]:
     path = out / "results.json"
-    kept = _load(path).get("benchmarks", {})  # --only: every other entry; else LONG's
-    benchmarks: dict[str, Any] = {
-        n: v for n, v in kept.items() if (only and n not in chosen) or (not only and n in LONG)
-    }
+    # the entries this run does not measure keep their last figures (a plain run: LONG's)
+    kept = _load(path).get("benchmarks", {})
+    benchmarks: dict[str, Any] = {n: v for n, v in kept.items() if n not in chosen}
     started_all = time.monotonic()
     run = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())  # names this run's entries
     for i, name in enumerate(chosen, 1):
