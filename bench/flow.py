@@ -14,11 +14,11 @@ import statistics
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from bench.common import bench_cloud, row, wait_terminal
+from bench.common import SilentDoorbell, bench_cloud, row, wait_terminal
 from shared.claim.drain import DrainGate
 from shared.claim.slots import Slots
 from shared.config import Settings
@@ -26,24 +26,6 @@ from shared.queue import Queue, parse_submission
 
 JOBS = 20
 PAIRS = 10
-
-
-class _Silent:
-    """A doorbell that rings nothing: the jobs are delivered by hand, one by one."""
-
-    def ring(
-        self, job_id: str, traceparent: str | None = None, *, pipeline: str | None = None
-    ) -> None:
-        return None
-
-    def ring_many(
-        self,
-        job_ids: Iterable[str],
-        traceparents: Mapping[str, str] | None = None,
-        *,
-        pipelines: Mapping[str, str] | None = None,
-    ) -> list[str]:
-        return []
 
 
 def _calls_per_job(queue: Queue, fields: dict[str, Any]) -> dict[str, float]:
@@ -103,7 +85,7 @@ def run() -> dict[str, Any]:
     raw: dict[str, Any] = {}
     with bench_cloud(max_instances=3, concurrency=8, sweep_interval_seconds=0) as b:
         settings = Settings.from_env({}, drain_max_jobs=0)
-        queue = Queue(b.queue.store, _Silent(), settings)
+        queue = Queue(b.queue.store, SilentDoorbell(), settings)
         raw["unkeyed"] = _calls_per_job(queue, {})
         raw["keyed"] = _calls_per_job(
             queue, {"concurrency_key": f"k-{uuid.uuid4().hex[:6]}", "max_running": 2}
