@@ -86,8 +86,8 @@ demo-pools: venv ## Two worker pools side by side: quick jobs never wait behind 
 bench: venv ## Benchmarks: writes bench/results.json and bench/results.md
 	$(PY) -m bench
 
-bench-scale: venv ## The benchmarks of several minutes each (10,000-job scale), into the same table
-	$(PY) -m bench --only big_backlog
+bench-scale: venv ## The long benchmarks (a 2,000-job backlog, the drain off), into the same table
+	$(PY) -m bench --only big_backlog,drain_off
 
 MUTATE_STAMP := $(VENV)/.mutate-installed
 $(MUTATE_STAMP): requirements-mutate.txt $(STAMP)

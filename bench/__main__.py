@@ -1,5 +1,8 @@
 """`python -m bench` (make bench): run the benchmarks, write results.json and results.md.
 
+A run of several entries measures those judged on counts in a second process beside the
+others (bench/lanes.py), so the whole run fits ten minutes on 2 cores.
+
 `--only calls,sweep` runs a subset and keeps the other entries of an existing
 results.json, so one figure can be refreshed without re-running everything. The
 terminal shows each benchmark, progress and the table; the logs go to the file the run
@@ -23,6 +26,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from bench import lanes
 from bench.console import CONSOLE
 from bench.report import markdown
 from local.procs import stop_children
@@ -34,6 +38,7 @@ ORDER = (  # the order of the table; one name per line
     "delayed",
     "throughput",
     "backlog",
+    "drain_off",
     "lost_doorbell",
     "big_backlog",
     "rescue",
@@ -50,10 +55,11 @@ ORDER = (  # the order of the table; one name per line
 )
 
 
-LONG = ("big_backlog",)
-"""Rows of several minutes each, left out of a plain run (make bench stays a ten-minute
-run): `--only big_backlog` (make bench-scale) runs them; a plain run keeps their last
-figures in the table, with the time they were measured."""
+LONG = ("big_backlog", "drain_off")
+"""Rows left out of a plain run, so that make bench stays a ten-minute run: several
+minutes each (big_backlog), or a contrast no target needs (drain_off). `make bench-scale`
+runs them; a plain run keeps their last figures in the table, with when they were
+measured."""
 
 
 def _environment() -> dict[str, Any]:
@@ -79,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(ORDER)}")
     p.add_argument("--out", type=Path, default=HERE, help="directory for results.json/.md")
     p.add_argument("-v", "--verbose", action="store_true", help="show every log line live")
+    p.add_argument("--lane-of", type=Path, help=argparse.SUPPRESS)  # bench.lanes: its log
     a = p.parse_args(argv)
     chosen = [n.strip() for n in a.only.split(",") if n.strip()] or [
         n for n in ORDER if n not in LONG
@@ -86,11 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(chosen) - set(ORDER))
     if unknown:
         p.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(ORDER)}")
-    log = CONSOLE.start(HERE / "logs", a.verbose)
-    CONSOLE.say(f"logs: {_shown(log)}")
+    log = CONSOLE.start(HERE / "logs", a.verbose, a.lane_of)
+    if a.lane_of is None:
+        CONSOLE.say(f"logs: {_shown(log)}")
     received = _stop_on_signals()
     try:
-        results = _run(chosen, a.only, a.out)
+        results = _run(chosen, a.only, a.out, lane=a.lane_of is None, verbose=a.verbose)
     except KeyboardInterrupt:
         left = stop_children()  # what a teardown the signal cut short left running
         CONSOLE.say(
@@ -101,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + (received[0] if received else signal.SIGINT)
     finally:
         CONSOLE.close()
+    if a.lane_of is not None:
+        return 0  # the run that started this lane shows the table
     table = markdown(results)
     print("\n" + table)
     print(f"wrote {_shown(a.out / 'results.json')} and {_shown(a.out / 'results.md')}")
@@ -108,25 +118,38 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _run(chosen: list[str], only: str, out: Path) -> dict[str, Any]:
+def _run(
+    chosen: list[str], only: str, out: Path, *, lane: bool = True, verbose: bool = False
+) -> dict[str, Any]:
     path = out / "results.json"
     # the entries this run does not measure keep their last figures (a plain run: LONG's)
     kept = _load(path).get("benchmarks", {})
     benchmarks: dict[str, Any] = {n: v for n, v in kept.items() if n not in chosen}
     started_all = time.monotonic()
     run = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())  # names this run's entries
-    for i, name in enumerate(chosen, 1):
-        started = time.monotonic()
-        CONSOLE.say(f"[{i}/{len(chosen)}] {name} ...")
-        module = importlib.import_module(f"bench.{name}")
-        benchmarks[name] = module.run()
-        benchmarks[name]["seconds"] = round(time.monotonic() - started, 1)
-        benchmarks[name]["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    here, beside = lanes.split(chosen) if lane else (chosen, [])
+    log = CONSOLE.path or HERE / "logs" / "bench.log"
+    second = lanes.Beside(beside, log, verbose) if beside else None
+    try:
+        for i, name in enumerate(here, 1):
+            started = time.monotonic()
+            CONSOLE.say(f"[{i}/{len(here)}] {name} ...")
+            module = importlib.import_module(f"bench.{name}")
+            benchmarks[name] = module.run()
+            benchmarks[name]["seconds"] = round(time.monotonic() - started, 1)
+            benchmarks[name]["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+            CONSOLE.say(
+                f"[{i}/{len(here)}] {name}: {_verdicts(benchmarks[name]['rows'])}, "
+                f"{benchmarks[name]['seconds']:.0f} s"
+            )
+        if second is not None:
+            benchmarks.update(second.finish())
+    except BaseException:
+        if second is not None:
+            second.stop()
+        raise
+    for name in chosen:
         benchmarks[name]["run"] = run
-        CONSOLE.say(
-            f"[{i}/{len(chosen)}] {name}: {_verdicts(benchmarks[name]['rows'])}, "
-            f"{benchmarks[name]['seconds']:.0f} s"
-        )
     results = {
         "generated_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "command": "make bench" if not only else f"python -m bench --only {only}",

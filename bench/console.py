@@ -40,13 +40,14 @@ class Console:
         self._tty = sys.stdout.isatty()
         self._progress = False
 
-    def start(self, log_dir: Path, verbose: bool) -> Path:
-        """Open bench/logs/bench-<time>.log and send every logger of this process to it."""
+    def start(self, log_dir: Path, verbose: bool, path: Path | None = None) -> Path:
+        """Open bench/logs/bench-<time>.log (or `path`: a lane's own) and send every
+        logger of this process to it."""
         self.verbose = verbose
         log_dir.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        self.path = log_dir / f"bench-{stamp}.log"
-        self._clouds = log_dir / f"bench-{stamp}-clouds"
+        self.path = path or log_dir / f"bench-{stamp}.log"
+        self._clouds = self.path.with_name(self.path.stem + "-clouds")
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
         handler = _LineHandler(self)
         handler.setFormatter(logs.JsonFormatter())
@@ -74,19 +75,21 @@ class Console:
         return self._clouds / f"cloud-{uuid.uuid4().hex[:8]}"
 
     def say(self, text: str) -> None:
-        """A line that stays on the terminal."""
-        self._end_progress()
-        print(text, flush=True)
+        """A line that stays on the terminal (from any thread: the beside lane's relay)."""
+        with self._lock:
+            self._end_progress()
+            print(text, flush=True)
 
     def progress(self, text: str) -> None:
         """The one line that says how far a long benchmark is: rewritten in place on a
         terminal, a line of its own otherwise."""
-        if self._tty and not self.verbose:
-            sys.stdout.write("\r\033[K  " + text)
-            sys.stdout.flush()
-            self._progress = True
-        else:
-            print("  " + text, flush=True)
+        with self._lock:
+            if self._tty and not self.verbose:
+                sys.stdout.write("\r\033[K  " + text)
+                sys.stdout.flush()
+                self._progress = True
+            else:
+                print("  " + text, flush=True)
 
     def _end_progress(self) -> None:
         if self._progress:

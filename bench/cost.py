@@ -1,7 +1,7 @@
 """What 1,000 jobs cost on GCP: a measured run on the local cloud, priced with the public
 list prices, against one always-on e2-small worker VM.
 
-The run: 200 `demo` jobs of 3 stages of 1 s with an output each (a small job that mostly
+The run: 100 `demo` jobs of 3 stages of 1 s with an output each (a small job that mostly
 waits, as I/O-bound work does), one POST, claim scaled from zero on the local Cloud Run
 (2 instances x concurrency 4, scaled in after 2 s idle), no scheduler tick (the sweep's
 cost is per month, not per job: see FIXED below). Measured: billable instance-seconds
@@ -27,7 +27,7 @@ from typing import Any
 from bench.common import bench_cloud, row, wait_terminal
 from local.observe import emulator_stats, submit_batch, topic_count
 
-JOBS = 200
+JOBS = 100
 STAGES, SLEEP_S = 3, 1.0
 PER = 1000
 CHECKED = "2026-12-01"

@@ -17,7 +17,7 @@ The heavy jobs hold their slots without using the CPU (a sleep with check()): lo
 every pool shares this machine's 2 cores, which on GCP each pool's own instances do not,
 so CPU contention here would measure the laptop, not the design.
 
-Cost per 1,000 jobs per pool: COST_JOBS jobs of each pool, one batch each, priced with
+Cost per 1,000 jobs per pool: COST_JOBS jobs of the pool, one batch each, priced with
 bench/cost.py's cited list prices (Cloud Run request-based billing, Cloud Storage
 operations, Pub/Sub throughput) at each pool's own sizing; the submit function's share
 is counted in both.
@@ -44,11 +44,13 @@ from shared.errors import ReclaimError
 
 LIGHT_JOBS = 20
 SHARED_LIGHT_JOBS = 3
-SHARED_HOLD_S = 15.0  # one claim for both: a light job waits up to this for a heavy slot
+SHARED_HOLD_S = 5.0  # one claim for both: a light job waits up to this for a heavy slot
 HEAVY_CONCURRENCY = 2
 HEAVY_BACKLOG = 4
 HOLD_S = 600.0  # longer than the run: the heavy slots stay held until cancelled
-COST_JOBS = 100
+COST_JOBS = {"light": 100, "heavy": 20}
+"""Jobs priced per pool: a heavy job holds one of its 2 slots COST_HEAVY_HOLD_S, so 20 of
+them take 20 s of the run where the light ones end at once."""
 COST_HEAVY_HOLD_S = 2.0
 TARGET = 1.2
 SIZING = {"light": (1.0, 0.5), "heavy": (2.0, 4.0), "submit": cost.SIZING["submit"]}
@@ -242,7 +244,7 @@ def _costs(b: Any) -> dict[str, Any]:
     out = {}
     for pool, payload in (("light", {}), ("heavy", {"hold_s": COST_HEAVY_HOLD_S})):
         before = _snapshot(b)
-        jobs = [{"pipeline": f"bench-{pool}", "payload": payload}] * COST_JOBS
+        jobs = [{"pipeline": f"bench-{pool}", "payload": payload}] * COST_JOBS[pool]
         _batch, ids = submit_batch(b.cloud.endpoints["jobs"], jobs)
         records = wait_terminal(b.queue, ids, timeout_s=600)
         _idle(b, f"claim-{pool}")
@@ -256,7 +258,7 @@ def price(pool: str, m: dict[str, Any]) -> dict[str, float]:
     """Per 1,000 jobs of one pool: its claim's and submit's compute at their sizing, the
     requests, GCS operations and Pub/Sub messages (bench/cost.py's prices; pure)."""
     p = {k: v["usd"] for k, v in cost.PRICES.items()}
-    scale = cost.PER / COST_JOBS
+    scale = cost.PER / COST_JOBS[pool]
     compute = sum(
         m["instance_seconds"][k] * scale * (SIZING[k][0] * p["cpu_s"] + SIZING[k][1] * p["gib_s"])
         for k in (pool, "submit")
@@ -294,7 +296,7 @@ def run() -> dict[str, Any]:
         u, m = costs[pool]["usd"], costs[pool]["measured"]
         return (
             f"${u['total']:.4f}: compute ${u['compute']:.4f} ({m['instance_seconds'][pool]:.0f} "
-            f"instance-s of claim-{pool} per {COST_JOBS}), requests ${u['requests']:.4f}, "
+            f"instance-s of claim-{pool} per {COST_JOBS[pool]}), requests ${u['requests']:.4f}, "
             f"GCS ${u['gcs']:.4f}, Pub/Sub ${u['pubsub']:.5f}"
         )
 

@@ -58,6 +58,17 @@ def markdown(results: Mapping[str, Any]) -> str:
         for name, bench in results.get("benchmarks", {}).items()
         if bench.get("run") != results.get("run")  # measured by an earlier run
     ]
+    beside = [
+        name
+        for name, bench in results.get("benchmarks", {}).items()
+        if bench.get("lane") == "beside" and bench.get("run") == results.get("run")
+    ]
+    if beside:
+        lines.append("")
+        lines.append(
+            "Measured in a second process while the others ran (bench/lanes.py: rows judged "
+            "on counts or on wide bounds): " + ", ".join(beside) + "."
+        )
     if earlier:
         lines.append("")
         lines.append("Kept from earlier runs, measured then: " + ", ".join(earlier) + ".")

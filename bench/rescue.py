@@ -2,7 +2,7 @@
 staleness rescue), each against its bound.
 
 3 warm claim instances x concurrency 4 on the local Cloud Run, stale_s 6, sweep every
-2 s. Each round submits 6 long jobs (3 stages of 4 s; they spread 2 per instance),
+2 s. Each round submits 6 jobs (3 stages of 2 s; they spread 2 per instance),
 waits until they run, and reclaims the instance holding the most, mid-stage:
 
 - gracefully (SIGTERM, the grace, SIGKILL, as a rollout or host maintenance does): its
@@ -39,12 +39,15 @@ STALE_S = 6.0
 SWEEP_S = 2.0
 ROUNDS = 2
 JOBS = 6
+STAGE_S = 2.0
+"""Each job's 3 stages: long enough that the signal lands mid-stage (1 s after every job
+runs), short enough that a round's jobs end soon after the rescue."""
 SLACK_S = 2.0
 HAND_BACK_TARGET_S = 2.0
 
 
 def _round(b: Bench, graceful: bool) -> list[dict[str, float]]:
-    jobs = [{"pipeline": "demo", "payload": {"stages": 3, "sleep_s": 4.0}}] * JOBS
+    jobs = [{"pipeline": "demo", "payload": {"stages": 3, "sleep_s": STAGE_S}}] * JOBS
     _batch, ids = submit_batch(b.cloud.endpoints["jobs"], jobs)
     deadline = time.monotonic() + 30
     victims: dict[str, tuple[str, int]] = {}

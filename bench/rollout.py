@@ -9,13 +9,14 @@ job and hand their jobs back; the new release resumes them by stage name).
 Figures: jobs lost (not done at the end; target 0), completed stages run again (a stage
 output written by more than one attempt; target 0: a stage's output is written only when
 it completes), jobs resumed by name, and the wall-time ratio of the two batches (target
-<= 1.3x, on the median of REPEATS rollouts, shown with min and max). Batches without
-and with a rollout alternate, starting and ending without; each rollout's baseline is the
-mean wall time of the batches just before and after it (the machine's load drifts).
+<= 1.3x, on the median of REPEATS rollouts, shown with min and max). Batches with and
+without a rollout alternate, starting and ending with one; each rollout's baseline is the
+mean wall time of the batches next to it (the machine's load drifts).
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections import Counter
 from typing import Any
@@ -105,18 +106,17 @@ def _rerun_stages(b: Bench, ids: list[str]) -> int:
 def run() -> dict[str, Any]:
     batches: list[dict[str, Any]] = []
     with bench_cloud(max_instances=3, min_instances=3, concurrency=4, stale_seconds=30.0) as b:
-        batches.append(_batch(b, roll_out=False))
-        for i in range(REPEATS):
-            CONSOLE.progress(f"rollout {i + 1}/{REPEATS}")
-            batches.append(_batch(b, roll_out=True))
-            batches.append(_batch(b, roll_out=False))
-    rollouts = batches[1::2]
-    baselines = batches[0::2]
-    # each rollout's baseline brackets it (the mean of the batch before and the one
-    # after), so a drift of the shared machine's load between batches weighs on both
+        for i in range(2 * REPEATS - 1):  # with, without, with, ...: starting and ending with
+            if i % 2 == 0:
+                CONSOLE.progress(f"rollout {i // 2 + 1}/{REPEATS}")
+            batches.append(_batch(b, roll_out=i % 2 == 0))
+    rollouts = batches[0::2]
+    baselines = batches[1::2]
+    # each rollout's baseline is the mean of the batches next to it (one for the first and
+    # the last), so a drift of the shared machine's load between batches weighs on both
     ratios = [
-        r["wall_s"] / ((before["wall_s"] + after["wall_s"]) / 2)
-        for r, before, after in zip(rollouts, baselines, baselines[1:], strict=False)
+        r["wall_s"] / statistics.mean(x["wall_s"] for x in baselines[max(k - 1, 0) : k + 1])
+        for k, r in enumerate(rollouts)
     ]
     ratio = Spread.of(ratios)
     lost = sum(r["lost"] for r in rollouts)
@@ -141,7 +141,7 @@ def run() -> dict[str, Any]:
                 f"{sum(r['by_name'] for r in rollouts)} resumed by stage name, "
                 f"{first['receipts']} ran the added stage (first rollout); wall "
                 f"{walls.shown(1)} s",
-                f"the same batch without a rollout, run before and after each: wall "
+                f"the same batch without a rollout, run between the rollouts: wall "
                 f"{base.shown(1)} s, lost {sum(x['lost'] for x in baselines)}",
                 f"{ratio.shown(2)}x the wall time",
                 f"0 lost, 0 re-run, <= {RATIO_TARGET:g}x (median)",
