@@ -142,6 +142,8 @@ def _run(
                 f"[{i}/{len(here)}] {name}: {_verdicts(benchmarks[name]['rows'])}, "
                 f"{benchmarks[name]['seconds']:.0f} s"
             )
+            if second is not None:
+                second.check()
         if second is not None:
             benchmarks.update(second.finish())
     except BaseException:

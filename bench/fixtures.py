@@ -122,10 +122,13 @@ def building() -> Iterator[None]:
         project.setLevel(level)
 
 
-def write_data_dir(store: MemoryStore, root: Path) -> int:
+def write_data_dir(
+    store: MemoryStore, root: Path, leave_out: Callable[[str], bool] | None = None
+) -> int:
     """The store's records bucket as fake-gcs-server's -data folder (root/<bucket>/<name>),
-    which it loads before it listens: one insert per object, no HTTP; returns how many."""
-    names = store.names()
+    which it loads before it listens: one insert per object, no HTTP; returns how many.
+    Objects whose names `leave_out` accepts are not written."""
+    names = [n for n in store.names() if leave_out is None or not leave_out(n)]
     for name in names:
         obj = store.raw(store.bucket_name, name)
         if obj is None:

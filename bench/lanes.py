@@ -97,6 +97,12 @@ class Beside:
             if line.startswith("["):
                 CONSOLE.say("beside " + line.rstrip("\n"))
 
+    def check(self) -> None:
+        """Between the timed lane's entries: stop the run when the beside lane failed."""
+        code = self._proc.poll()
+        if code not in (None, 0):
+            self.finish()  # raises, naming the log
+
     def finish(self) -> dict[str, Any]:
         """Wait for the lane; its entries, or an error naming its log when it failed."""
         code = self._proc.wait()

@@ -114,15 +114,19 @@ class _Side:
 
 
 def compare(
-    bucket: str, add: Callable[[Store, Settings, datetime, int], None], count: int
+    bucket: str,
+    add: Callable[[Store, Settings, datetime, int], None],
+    count: int,
+    leave_out: Callable[[str], bool] | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The sweep of PENDING fresh jobs alone (bucket `<bucket>-alone`) and beside the
     `count` jobs `add` builds (bucket `<bucket>`), the two sweeps taking turns, so a
     change in the machine's load between them falls on both. The second bucket is built
     on a MemoryStore by the library (the same submit of the pending jobs, then `add`)
     and fake-gcs-server starts holding it (bench.fixtures.write_data_dir; that writing
-    is not what is measured). fake-gcs-server keeps each bucket's objects apart, so the
-    one bucket's listing does not see the other's."""
+    is not what is measured; objects `leave_out` accepts are not loaded).
+    fake-gcs-server keeps each bucket's objects apart, so the one bucket's listing does
+    not see the other's."""
     jobs = [
         {"pipeline": "demo", "id": f"p{i:03d}-{records.new_job_id()[:12]}"} for i in range(PENDING)
     ]
@@ -137,7 +141,7 @@ def compare(
                 CONSOLE.progress(f"{bucket}: built {i + 1:,}/{count:,} jobs in memory")
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="bench-gcs-", dir=data_dir_parent()) as data:
-        objects = write_data_dir(built, Path(data))
+        objects = write_data_dir(built, Path(data), leave_out)
         CONSOLE.progress(f"{bucket}: fake-gcs-server loading {objects:,} objects")
         fake = start_fake_gcs("127.0.0.1", port, data_dir=Path(data), start_timeout=LOAD_S)
         try:

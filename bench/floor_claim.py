@@ -1,0 +1,44 @@
+"""The throughput row's floor: the least a claim function can do with a doorbell, served
+the way reclaim's is (Pub/Sub push, the local Cloud Run's front, functions-framework, the
+same storage client and connection pool): read the job's record, write it running and
+then done (each write generation-matched), delete its pending marker. No policy, stage,
+heartbeat, drain, flow gate or log line: what reclaim's claim costs beyond this is the
+row's ratio. bench/throughput.py deploys it as a local cloud's `claim`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import flask
+
+from shared.events import job_id_from_delivery, parse_pubsub
+from shared.jobs import JobStatus
+from shared.storage import job_object, make_client, pending_object
+
+_bucket: Any = None
+
+
+def _records() -> Any:
+    global _bucket
+    if _bucket is None:
+        client = make_client(os.environ.get("GOOGLE_CLOUD_PROJECT"))
+        _bucket = client.bucket(os.environ["RECLAIM_RECORDS_BUCKET"])
+    return _bucket
+
+
+def claim(request: flask.Request) -> tuple[str, int]:
+    job_id = job_id_from_delivery(parse_pubsub(request))
+    bucket = _records()
+    blob = bucket.blob(job_object(job_id))
+    record = json.loads(blob.download_as_bytes())
+    generation = blob.generation
+    for status in (JobStatus.RUNNING, JobStatus.DONE):
+        record["status"] = status
+        write = bucket.blob(job_object(job_id))
+        write.upload_from_string(json.dumps(record), if_generation_match=generation)
+        generation = write.generation
+    bucket.blob(pending_object(job_id)).delete()
+    return "", 200
