@@ -1,7 +1,7 @@
 """`python -m bench` (make bench): run the benchmarks, write results.json and results.md.
 
-A run of several entries measures those judged on counts in a second process beside the
-others (bench/lanes.py), so the whole run fits ten minutes on 2 cores.
+A run of several entries measures those judged on counts in two more processes beside
+the others (bench/lanes.py), so the whole run fits ten minutes on 2 cores.
 
 `--only calls,sweep` runs a subset and keeps the other entries of an existing
 results.json, so one figure can be refreshed without re-running everything. The
@@ -127,11 +127,17 @@ def _run(
     benchmarks: dict[str, Any] = {n: v for n, v in kept.items() if n not in chosen}
     started_all = time.monotonic()
     run = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())  # names this run's entries
-    here, beside = lanes.split(chosen) if lane else (chosen, [])
+    first, beside, last = lanes.split(chosen) if lane else (chosen, [], [])
     log = CONSOLE.path or HERE / "logs" / "bench.log"
-    second = lanes.Beside(beside, log, verbose) if beside else None
+    others = lanes.start(beside, log, verbose) if beside else []
+    here = first + last
     try:
         for i, name in enumerate(here, 1):
+            if i == len(first) + 1 and others:
+                CONSOLE.say(f"waiting for {', '.join(o.label for o in others)} ...")
+                for other in others:
+                    benchmarks.update(other.finish())
+                others = []
             started = time.monotonic()
             CONSOLE.say(f"[{i}/{len(here)}] {name} ...")
             module = importlib.import_module(f"bench.{name}")
@@ -142,13 +148,13 @@ def _run(
                 f"[{i}/{len(here)}] {name}: {_verdicts(benchmarks[name]['rows'])}, "
                 f"{benchmarks[name]['seconds']:.0f} s"
             )
-            if second is not None:
-                second.check()
-        if second is not None:
-            benchmarks.update(second.finish())
+            for other in others:
+                other.check()
+        for other in others:
+            benchmarks.update(other.finish())
     except BaseException:
-        if second is not None:
-            second.stop()
+        for other in others:
+            other.stop()
         raise
     for name in chosen:
         benchmarks[name]["run"] = run

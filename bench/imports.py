@@ -22,7 +22,7 @@ from bench.console import CONSOLE
 from bench.spread import Spread
 from local.cloud import DEFAULT_FUNCTIONS, ROOT
 
-REPEATS = 7
+REPEATS = 5
 TARGET = 1.3
 
 _MODULE = """

@@ -1,11 +1,11 @@
-"""Two lanes, so that `make bench` fits ten minutes on 2 cores: the entries whose rows are
-judged on counts, or on bounds far from what they measure, run in a second process (the
-beside lane) while this one runs the entries judged on times near their targets (the
-timed lane), those most sensitive to the machine's load last, when the beside lane has
-usually finished. The table says which entries were measured beside the others.
+"""Lanes, so that `make bench` fits ten minutes on 2 cores. The entries whose rows are
+judged on counts, or on bounds far from what they measure, run in two more processes
+(the beside lanes) while this one runs the timed entries whose verdicts a busy machine
+does not move either (backlog, handback); then this process waits for the beside lanes
+and runs the rest (LAST) on a quiet machine. The table says which entries ran beside.
 
-The beside lane is `python -m bench --only <its entries> --lane-of <the run's log>`: it
-takes the second half of this process's block of ports (RECLAIM_PORT_BLOCK, see
+A beside lane is `python -m bench --only <its entries> --lane-of <its log>`: it takes its
+own part of this process's block of ports (RECLAIM_PORT_BLOCK, see
 local.procs.free_port), writes its log next to the run's (appended to it at the end),
 and its results file is merged into the run's, entry by entry.
 """
@@ -27,67 +27,73 @@ from typing import Any
 from bench.console import CONSOLE
 
 BESIDE = (
-    "calls",
-    "sweep",
-    "delayed",
-    "lost_doorbell",
-    "rescue",
-    "cost",
-    "client",
-    "flow",
-    "workflows",
-    "run_jobs",
-    "capacity",
+    ("sweep", "delayed", "cost", "run_jobs", "capacity", "flow"),
+    ("calls", "lost_doorbell", "rescue", "client", "workflows"),
 )
-"""Entries judged on call counts (calls, sweep, delayed, lost_doorbell, client, the flow and
-workflows calls rows), on bounds several times their figure (rescue's hand-back 0.2 s
-against 2 s, its staleness 5 s against 10 s; the flow and workflows hand-offs, tens of ms
-against a second), or not judged (cost, run_jobs, capacity)."""
-LAST = ("pools", "throughput", "imports")
-"""Timed entries run at the end of the timed lane: their ratios compare figures of tens of
-milliseconds (pools, imports) or a CPU-bound rate (throughput), which a second lane's load
-would move; the beside lane is usually done by then."""
+"""The beside lanes, each a process, balanced by time (a fixture load and a sleeping batch
+in each): entries judged on call counts (calls, sweep, delayed, lost_doorbell, client, the
+flow and workflows calls rows), on bounds several times their figure (rescue's hand-back
+0.2 s against 2 s, its staleness 5 s against 10 s; the flow and workflows hand-offs, tens
+of ms against a second), or not judged (cost, run_jobs, capacity)."""
+LAST = ("rollout", "pools", "throughput", "imports")
+"""Timed entries run once the beside lanes are done: their ratios compare a fixed cost
+with a short batch (rollout: 1.32x beside the lanes, 1.18x alone), figures of tens of
+milliseconds (pools, imports) or a CPU-bound rate (throughput), which other lanes' load
+would move. The timed entries before them (backlog, handback) are judged with a margin
+the lanes' load does not use up."""
 STOP_WAIT_S = 60.0
-"""How long an interrupted run waits for the beside lane's own teardown."""
+"""How long an interrupted run waits for a beside lane's own teardown."""
 
 
-def split(chosen: list[str]) -> tuple[list[str], list[str]]:
-    """(timed lane in run order, beside lane) for a run of `chosen` entries. A run that
-    would leave either lane empty runs all of them in this process, in their order."""
-    beside = [n for n in chosen if n in BESIDE]
-    timed = [n for n in chosen if n not in BESIDE and n not in LAST]
-    timed += [n for n in LAST if n in chosen]
-    if not beside or not timed:
-        return list(chosen), []
-    return timed, beside
+def split(chosen: list[str]) -> tuple[list[str], list[list[str]], list[str]]:
+    """(timed entries run beside the lanes, the beside lanes, the entries run after them),
+    each in the table's order. A run whose timed entries or beside lanes would be empty
+    runs every entry in this process, in its order: (chosen, [], [])."""
+    lanes = [[n for n in chosen if n in lane] for lane in BESIDE]
+    lanes = [lane for lane in lanes if lane]
+    timed = [n for n in chosen if not any(n in lane for lane in BESIDE)]
+    if not lanes or not timed:
+        return list(chosen), [], []
+    first = [n for n in timed if n not in LAST]
+    return first, lanes, [n for n in timed if n in LAST]
 
 
-def port_blocks(block: str) -> tuple[str, str]:
-    """(this process's, the beside lane's) RECLAIM_PORT_BLOCK: the two halves of `block`
-    ("i/n"; the whole range when empty), so the lanes never hand out the same port."""
+def port_blocks(block: str, parts: int) -> list[str]:
+    """`parts` disjoint RECLAIM_PORT_BLOCKs inside `block` ("i/n"; the whole range when
+    empty): this process's first, then one per beside lane, so no two hand out a port."""
     index, count = (int(n) for n in block.split("/")) if block else (0, 1)
-    return f"{2 * index}/{2 * count}", f"{2 * index + 1}/{2 * count}"
+    return [f"{index * parts + j}/{count * parts}" for j in range(parts)]
+
+
+def start(lanes: list[list[str]], log: Path, verbose: bool) -> list[Beside]:
+    """Every beside lane's process, each with its own ports (this process keeps the
+    first block: set before it picks its first port)."""
+    blocks = port_blocks(os.environ.get("RECLAIM_PORT_BLOCK", ""), len(lanes) + 1)
+    os.environ["RECLAIM_PORT_BLOCK"] = blocks[0]
+    return [
+        Beside(names, log, verbose, i, block)
+        for i, (names, block) in enumerate(zip(lanes, blocks[1:], strict=True), 1)
+    ]
 
 
 class Beside:
-    """The beside lane's process: its terminal lines relayed, its results merged."""
+    """A beside lane's process: its terminal lines relayed, its results merged."""
 
-    def __init__(self, names: list[str], log: Path, verbose: bool) -> None:
-        mine, theirs = port_blocks(os.environ.get("RECLAIM_PORT_BLOCK", ""))
-        os.environ["RECLAIM_PORT_BLOCK"] = mine  # before this process picks its first port
+    def __init__(self, names: list[str], log: Path, verbose: bool, number: int, ports: str) -> None:
         self.names = names
-        self.log = log.with_name(log.stem + "-beside.log")
+        self.label = f"beside-{number}"
+        self.log = log.with_name(f"{log.stem}-{self.label}.log")
         self._out = Path(tempfile.mkdtemp(prefix="bench-beside-"))
         argv = [sys.executable, "-m", "bench", "--only", ",".join(names)]
         argv += ["--out", str(self._out), "--lane-of", str(self.log)]
-        env = {**os.environ, "RECLAIM_PORT_BLOCK": theirs, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "RECLAIM_PORT_BLOCK": ports, "PYTHONUNBUFFERED": "1"}
         self._proc = subprocess.Popen(
             argv + (["-v"] if verbose else []),
             stdout=subprocess.PIPE,
             text=True,
             env=env,
         )
-        self._relay = threading.Thread(target=self._relay_lines, name="bench-beside", daemon=True)
+        self._relay = threading.Thread(target=self._relay_lines, name=self.label, daemon=True)
         self._relay.start()
 
     def _relay_lines(self) -> None:
@@ -95,7 +101,7 @@ class Beside:
         assert self._proc.stdout is not None
         for line in self._proc.stdout:
             if line.startswith("["):
-                CONSOLE.say("beside " + line.rstrip("\n"))
+                CONSOLE.say(f"{self.label} " + line.rstrip("\n"))
 
     def check(self) -> None:
         """Between the timed lane's entries: stop the run when the beside lane failed."""
@@ -110,7 +116,7 @@ class Beside:
         self._append_log()
         if code != 0:
             raise RuntimeError(
-                f"the beside lane ({', '.join(self.names)}) failed with exit code {code}; "
+                f"{self.label} ({', '.join(self.names)}) failed with exit code {code}; "
                 f"its log is in {CONSOLE.path}"
             )
         results = json.loads((self._out / "results.json").read_text())
@@ -137,7 +143,7 @@ class Beside:
         if not self.log.exists():
             return
         with open(self.log, encoding="utf-8", errors="replace") as lines:
-            CONSOLE.write(f"===== the beside lane ({', '.join(self.names)}) =====")
+            CONSOLE.write(f"===== {self.label} ({', '.join(self.names)}) =====")
             for line in lines:
                 CONSOLE.write(line.rstrip("\n"))
         self.log.unlink()

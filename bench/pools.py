@@ -48,9 +48,9 @@ SHARED_HOLD_S = 5.0  # one claim for both: a light job waits up to this for a he
 HEAVY_CONCURRENCY = 2
 HEAVY_BACKLOG = 4
 HOLD_S = 600.0  # longer than the run: the heavy slots stay held until cancelled
-COST_JOBS = {"light": 100, "heavy": 20}
-"""Jobs priced per pool: a heavy job holds one of its 2 slots COST_HEAVY_HOLD_S, so 20 of
-them take 20 s of the run where the light ones end at once."""
+COST_JOBS = {"light": 100, "heavy": 10}
+"""Jobs priced per pool: a heavy job holds one of its 2 slots COST_HEAVY_HOLD_S, so 10 of
+them take 10 s of the run where the light ones end at once."""
 COST_HEAVY_HOLD_S = 2.0
 TARGET = 1.2
 SIZING = {"light": (1.0, 0.5), "heavy": (2.0, 4.0), "submit": cost.SIZING["submit"]}

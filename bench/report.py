@@ -66,8 +66,8 @@ def markdown(results: Mapping[str, Any]) -> str:
     if beside:
         lines.append("")
         lines.append(
-            "Measured in a second process while the others ran (bench/lanes.py: rows judged "
-            "on counts or on wide bounds): " + ", ".join(beside) + "."
+            "Measured in processes of their own beside the others (bench/lanes.py: rows "
+            "judged on counts or on wide bounds): " + ", ".join(beside) + "."
         )
     if earlier:
         lines.append("")

@@ -9,33 +9,41 @@ from bench.common import row
 from bench.report import markdown
 
 
-def test_every_lane_entry_is_a_benchmark_and_none_is_both() -> None:
-    assert set(lanes.BESIDE) <= set(ORDER)
+def _beside() -> set[str]:
+    return {n for lane in lanes.BESIDE for n in lane}
+
+
+def test_every_lane_entry_is_a_benchmark_and_none_is_in_two() -> None:
+    assert _beside() <= set(ORDER)
+    assert sum(len(lane) for lane in lanes.BESIDE) == len(_beside())
     assert set(lanes.LAST) <= set(ORDER)
-    assert not set(lanes.BESIDE) & set(lanes.LAST)
-    assert not set(lanes.BESIDE) & set(LONG)
+    assert not _beside() & set(lanes.LAST)
+    assert not _beside() & set(LONG)
 
 
-def test_a_plain_run_splits_into_two_lanes_the_sensitive_entries_last() -> None:
+def test_a_plain_run_splits_into_lanes_the_sensitive_entries_after_them() -> None:
     plain = [n for n in ORDER if n not in LONG]
-    timed, beside = lanes.split(plain)
-    assert sorted(timed + beside) == sorted(plain)
-    assert beside == [n for n in plain if n in lanes.BESIDE]  # in the table's order
-    assert timed[-len(lanes.LAST) :] == list(lanes.LAST)
-    assert "throughput" in timed and "rollout" in timed and "calls" in beside
+    first, beside, last = lanes.split(plain)
+    assert sorted(first + [n for lane in beside for n in lane] + last) == sorted(plain)
+    assert len(beside) == len(lanes.BESIDE)
+    for lane in beside:
+        assert lane == [n for n in plain if n in lane]  # each in the table's order
+    assert last == [n for n in plain if n in lanes.LAST]
+    assert "backlog" in first and "throughput" in last and "calls" in beside[1]
 
 
-def test_a_run_that_would_leave_a_lane_empty_runs_in_one_process_in_its_order() -> None:
-    assert lanes.split(["cost", "calls"]) == (["cost", "calls"], [])
-    assert lanes.split(["imports", "rollout"]) == (["imports", "rollout"], [])
-    assert lanes.split(["throughput"]) == (["throughput"], [])
+def test_a_run_that_would_leave_the_lanes_or_the_timed_entries_empty_runs_in_order() -> None:
+    assert lanes.split(["cost", "calls"]) == (["cost", "calls"], [], [])
+    assert lanes.split(["imports", "rollout"]) == (["imports", "rollout"], [], [])
+    assert lanes.split(["throughput"]) == (["throughput"], [], [])
+    # a lane of its own for the beside entry; the timed ones after it, as LAST says
+    assert lanes.split(["calls", "imports"]) == ([], [["calls"]], ["imports"])
 
 
-def test_the_lanes_take_disjoint_halves_of_the_port_block() -> None:
-    assert lanes.port_blocks("") == ("0/2", "1/2")
-    # inside a pytest-xdist worker's block 3 of 6: the two halves of that block
-    mine, theirs = lanes.port_blocks("3/6")
-    assert (mine, theirs) == ("6/12", "7/12")
+def test_the_lanes_take_disjoint_parts_of_the_port_block() -> None:
+    assert lanes.port_blocks("", 3) == ["0/3", "1/3", "2/3"]
+    # inside a pytest-xdist worker's block 3 of 6: three parts of that block
+    assert lanes.port_blocks("3/6", 3) == ["9/18", "10/18", "11/18"]
 
 
 def test_the_table_names_the_entries_measured_beside_in_this_run_only() -> None:
