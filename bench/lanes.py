@@ -1,8 +1,8 @@
 """Lanes, so that `make bench` fits ten minutes on 2 cores. The entries whose rows are
-judged on counts, or on bounds far from what they measure, run in two more processes
-(the beside lanes) while this one runs the timed entries whose verdicts a busy machine
-does not move either (backlog, handback); then this process waits for the beside lanes
-and runs the rest (LAST) on a quiet machine. The table says which entries ran beside.
+judged on counts, or on bounds far from what they measure, run in three more processes
+(the beside lanes) while this one runs the timed entry whose verdict a busy machine does
+not move either (backlog); then this process waits for the beside lanes and runs the
+rest (LAST) on a quiet machine. The table says which entries ran beside.
 
 A beside lane is `python -m bench --only <its entries> --lane-of <its log>`: it takes its
 own part of this process's block of ports (RECLAIM_PORT_BLOCK, see
@@ -27,20 +27,22 @@ from typing import Any
 from bench.console import CONSOLE
 
 BESIDE = (
-    ("sweep", "delayed", "cost", "run_jobs", "capacity", "flow"),
-    ("calls", "lost_doorbell", "rescue", "client", "workflows"),
+    ("sweep", "delayed", "run_jobs", "capacity"),
+    ("calls", "cost", "flow"),
+    ("lost_doorbell", "rescue", "client", "workflows"),
 )
-"""The beside lanes, each a process, balanced by time (a fixture load and a sleeping batch
-in each): entries judged on call counts (calls, sweep, delayed, lost_doorbell, client, the
-flow and workflows calls rows), on bounds several times their figure (rescue's hand-back
-0.2 s against 2 s, its staleness 5 s against 10 s; the flow and workflows hand-offs, tens
-of ms against a second), or not judged (cost, run_jobs, capacity)."""
-LAST = ("rollout", "pools", "throughput", "imports")
+"""The beside lanes, each a process, balanced by time (about 100 s each alone): entries
+judged on call counts (calls, sweep, delayed, lost_doorbell, client, the flow and
+workflows calls rows), on bounds several times their figure (rescue's hand-back 0.2 s
+against 2 s, its staleness 5 s against 10 s; the flow and workflows hand-offs, tens of
+ms against a second), or not judged (cost, run_jobs, capacity)."""
+LAST = ("throughput", "pools", "imports", "handback", "rollout")
 """Timed entries run once the beside lanes are done: their ratios compare a fixed cost
-with a short batch (rollout: 1.32x beside the lanes, 1.18x alone), figures of tens of
-milliseconds (pools, imports) or a CPU-bound rate (throughput), which other lanes' load
-would move. The timed entries before them (backlog, handback) are judged with a margin
-the lanes' load does not use up."""
+with a short batch (rollout: 1.32x beside a lane, 1.18x alone), figures of tens of
+milliseconds (pools, imports), a CPU-bound rate (throughput) or a wait for a free slot
+(handback: 0.00 s alone, 8.3 s beside two lanes), which other lanes' load would move.
+The timed entry before them (backlog: 0.95x against 1.3x beside the lanes) keeps its
+margin under that load."""
 STOP_WAIT_S = 60.0
 """How long an interrupted run waits for a beside lane's own teardown."""
 
