@@ -17,6 +17,9 @@ TF_WHEELS := \
 	$(TF_CACHE)/cdktf_cdktf_provider_google_beta-16.12.1-py3-none-any.whl \
 	$(TF_CACHE)/cdktf_cdktf_provider_time-11.0.1-py3-none-any.whl
 TF_VARS ?= terraform.tfvars
+# pip at -qq: errors only. At -q every install repeats this machine's index warnings (a
+# hundred lines that would bury make bench's table); a failed install still says why.
+PIP_QUIET := --quiet --quiet
 
 .PHONY: help venv wheel browser test unit lint fmt dev demo demo-pools bench bench-scale mutate tf-venv tf-schema tf-check deploy destroy clean
 
@@ -25,10 +28,10 @@ help: ## List the targets
 
 $(STAMP): requirements.txt requirements-dev.txt pyproject.toml setup.py client/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements-dev.txt
-	$(PY) -m pip install --quiet --no-deps -e .
-	$(PY) -m pip install --quiet --no-deps -e client  # the Python client (its tests: tests/client)
+	$(PY) -m pip install $(PIP_QUIET) --upgrade pip
+	$(PY) -m pip install $(PIP_QUIET) -r requirements-dev.txt
+	$(PY) -m pip install $(PIP_QUIET) --no-deps -e .
+	$(PY) -m pip install $(PIP_QUIET) --no-deps -e client  # the Python client (its tests: tests/client)
 	touch $(STAMP)
 
 venv: $(STAMP) ## Create .venv with the pinned packages
@@ -91,7 +94,7 @@ bench-scale: venv ## The long benchmarks (a 2,000-job backlog, the drain off), i
 
 MUTATE_STAMP := $(VENV)/.mutate-installed
 $(MUTATE_STAMP): requirements-mutate.txt $(STAMP)
-	$(PY) -m pip install --quiet -r requirements-mutate.txt
+	$(PY) -m pip install $(PIP_QUIET) -r requirements-mutate.txt
 	touch $(MUTATE_STAMP)
 
 # mutmut's settings (modules, tests per mutant) are in pyproject.toml [tool.mutmut].
@@ -103,8 +106,8 @@ mutate: venv $(MUTATE_STAMP) ## Mutation testing of the core with mutmut (MODULE
 
 $(TF_STAMP): requirements-tf.txt
 	test -x $(TF_VENV)/bin/python || $(PYTHON) -m venv $(TF_VENV)
-	$(TF_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(TF_VENV)/bin/python -m pip install --quiet -r requirements-tf.txt
+	$(TF_VENV)/bin/python -m pip install $(PIP_QUIET) --upgrade pip
+	$(TF_VENV)/bin/python -m pip install $(PIP_QUIET) -r requirements-tf.txt
 	touch $(TF_STAMP)
 
 # cdktf_cdktf_provider_<name>-<version>-py3-none-any.whl -> cdktf-cdktf-provider-<name>==<version>

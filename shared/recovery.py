@@ -7,7 +7,6 @@ of them changes it. Losing that race is fine: someone else acted.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -86,10 +85,27 @@ def rescue_now(ctx: Context, stored: Stored, now: datetime, why: str) -> Recover
 
 def _requeue(ctx: Context, stored: Stored, now: datetime, why: str | None = None) -> Recovery:
     """A silent owner's job (rescue) or a queued job whose doorbell was lost (refresh),
-    back to queued with a fresh updated_at, then rung; `why` the owner is known gone."""
+    back to queued with a fresh updated_at, then rung; `why` the owner is known gone.
+
+    A queued job is rung first and written only if the ring went out: its history then
+    counts the re-rings in a row (shared.job_queue.rerings: each waits twice as long as
+    the last), and a failed ring leaves the record stale for the next run to try again.
+    Ringing first is safe for a queued job: a claim that wins the doorbell before the
+    write only makes the write lose its race."""
     job = stored.record
     job_id = str(job["id"])
     rescued = job.get("status") == JobStatus.RUNNING
+    trace = job.get("traceparent")
+    if not rescued:
+        if ring_or_leave(ctx.doorbell, job_id, trace, pipeline=job.get("pipeline")) is not None:
+            return Recovery("requeue", stored)  # not rung: stays stale for the next run
+        log.info(
+            "re-rang a queued job",
+            job_id=job_id,
+            attempt=job_queue.attempts_of(job),
+            rerings=job_queue.rerings(job) + 1,
+            traceparent=trace,
+        )
     error = None
     if why is not None:
         error = job_queue.error_info(
@@ -104,23 +120,25 @@ def _requeue(ctx: Context, stored: Stored, now: datetime, why: str | None = None
     try:
         written = ctx.store.update(new, stored.generation)
     except (LostRace, NotFound):
-        return Recovery(None, ctx.store.read(job_id))
+        return Recovery(None, ctx.store.read(job_id), rang=not rescued)
     if rescued:  # what the silent owner held goes back (a concurrency place: shared.flow)
         finish.after_requeue(ctx, written.record)
-    # a freed slot takes it whatever becomes of the doorbell
-    mark_due(ctx.store, job_id, now, pool=ctx.settings.marker_pool(job))
-    trace = job.get("traceparent")
-    log.log(
-        logging.WARNING if rescued else logging.INFO,
-        "rescued a job whose owner went silent" if rescued else "re-rang a queued job",
+    # a freed slot takes it whatever becomes of the doorbell; the sweep reads the markers
+    # of jobs re-rung again and again (a backlog) after the others (shared.sweep_plan)
+    again = 0 if rescued else job_queue.rerings(written.record)
+    mark_due(ctx.store, job_id, now, pool=ctx.settings.marker_pool(job), rerings=again)
+    if not rescued:
+        return Recovery("requeue", written, rang=True)
+    log.warning(
+        "rescued a job whose owner went silent",
         job_id=job_id,
         owner=job.get("owner"),
         attempt=job_queue.attempts_of(job),
         traceparent=trace,
-        **(metrics.rescued(job) if rescued else {}),
+        **metrics.rescued(job),
     )
     rang = ring_or_leave(ctx.doorbell, job_id, trace, pipeline=job.get("pipeline")) is None
-    return Recovery("requeue", written, rescued=rescued, rang=rang)
+    return Recovery("requeue", written, rescued=True, rang=rang)
 
 
 def _fail(

@@ -67,6 +67,10 @@ JOBS_PREFIX = "jobs/"
 PENDING_PREFIX = "pending/"
 DUE_METADATA = "due"
 """A pending marker's custom metadata key: when its job was last sent back due."""
+RERINGS_METADATA = "reclaim-rerings"
+"""A pending marker's custom metadata key, written with its due mark: how many times in a
+row the sweep has re-rung its queued job (absent: none; shared.sweep_plan reads the
+others first)."""
 PIPELINE_METADATA = "pipeline"
 """A pending marker's custom metadata key, written with it: its job's pipeline (so the
 sweep's gauges count a marker it does not read)."""
@@ -157,6 +161,8 @@ class PendingEntry:
     """The pool folder the marker is in (None: pending/<id>, the default pool's)."""
     pipeline: str | None = None
     """Its job's pipeline, written with the marker (None: a marker from before)."""
+    rerings: int = 0
+    """Re-rings in a row of its queued job, written with the due mark (0: none)."""
 
     @property
     def key(self) -> str:
@@ -184,7 +190,9 @@ class Store(Protocol):
         self, job_id: str, *, pool: str | None = None, pipeline: str | None = None
     ) -> None: ...
     def remove_pending(self, job_id: str, *, pool: str | None = None) -> None: ...
-    def mark_due(self, job_id: str, due: datetime, *, pool: str | None = None) -> None: ...
+    def mark_due(
+        self, job_id: str, due: datetime, *, pool: str | None = None, rerings: int = 0
+    ) -> None: ...
     def list_pending(
         self, limit: int | None = None, start_at: str | None = None, *, pool: str | None = None
     ) -> list[PendingEntry]: ...
@@ -219,6 +227,21 @@ def status_metadata(record: JobRecord) -> dict[str, str]:
     """The custom metadata a record is written with (STATUS_METADATA)."""
     status = record.get("status")
     return {STATUS_METADATA: status} if isinstance(status, str) else {}
+
+
+def rerings_of(metadata: Mapping[str, str] | None) -> int:
+    """A marker's re-ring count from its custom metadata (0 if absent or unreadable)."""
+    raw = (metadata or {}).get(RERINGS_METADATA)
+    try:
+        return max(int(raw), 0) if raw else 0
+    except ValueError:
+        return 0
+
+
+def due_metadata(due: datetime, rerings: int) -> dict[str, str | None]:
+    """The patch of a due mark: the time, and the re-ring count (None removes the key: a
+    hand-back or a rescue starts the count again)."""
+    return {DUE_METADATA: due.isoformat(), RERINGS_METADATA: str(rerings) if rerings else None}
 
 
 def due_of(metadata: Mapping[str, str] | None) -> datetime | None:
@@ -764,14 +787,17 @@ class GcsStore(StoreBase):
                 "delete", name, lambda: blob.delete(retry=self._retry, timeout=self._timeout)
             )
 
-    def mark_due(self, job_id: str, due: datetime, *, pool: str | None = None) -> None:
-        """Say on the job's marker (custom metadata, one patch) when it is due again; a
-        marker already gone (the job finished) is left so. A patch sets the keys it
-        names and keeps the others (the pipeline:
+    def mark_due(
+        self, job_id: str, due: datetime, *, pool: str | None = None, rerings: int = 0
+    ) -> None:
+        """Say on the job's marker (custom metadata, one patch) when it is due again, and
+        how many times in a row it was re-rung; a marker already gone (the job finished)
+        is left so. A patch sets the keys it names, removes those it sets to null and
+        keeps the others (the pipeline:
         https://cloud.google.com/storage/docs/json_api/v1/how-tos/performance#patch)."""
         name = pending_object(job_id, pool)
         blob = self._bucket.blob(name)
-        blob.metadata = {DUE_METADATA: due.isoformat()}
+        blob.metadata = due_metadata(due, rerings)
         with contextlib.suppress(NotFound):
             self._call("write", name, lambda: blob.patch(retry=self._retry, timeout=self._timeout))
 
@@ -796,6 +822,7 @@ class GcsStore(StoreBase):
                         due_of(meta),
                         key[0],
                         meta.get(PIPELINE_METADATA),
+                        rerings_of(meta),
                     )
                 )
         return out

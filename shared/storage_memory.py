@@ -77,6 +77,7 @@ class MemoryStore(StoreBase):
         self._objects: dict[tuple[str, str], MemoryObject] = {}
         self._due: dict[str, datetime] = {}  # pending marker name -> its "due" metadata
         self._pipeline: dict[str, str] = {}  # pending marker name -> its "pipeline" metadata
+        self._rerings: dict[str, int] = {}  # pending marker name -> its re-ring count
         self._status: dict[str, str] = {}  # record name -> its STATUS_METADATA
         self._generation = 0
         self._lock = threading.RLock()
@@ -224,14 +225,18 @@ class MemoryStore(StoreBase):
             self._objects.pop((self.bucket_name, name), None)
             self._due.pop(name, None)
             self._pipeline.pop(name, None)
+            self._rerings.pop(name, None)
         self._fire("delete", after=True)
 
-    def mark_due(self, job_id: str, due: datetime, *, pool: str | None = None) -> None:
+    def mark_due(
+        self, job_id: str, due: datetime, *, pool: str | None = None, rerings: int = 0
+    ) -> None:
         name = pending_object(job_id, pool)
         self._count("write")
         with self._lock:
             if (self.bucket_name, name) in self._objects:
                 self._due[name] = due
+                self._rerings[name] = rerings
         self._fire("write", after=True)
 
     def list_pending(
@@ -241,12 +246,19 @@ class MemoryStore(StoreBase):
         start = PENDING_PREFIX + start_at if start_at else ""
         listed = self._list(prefix, limit, top_only=top_only, start_name=start)
         with self._lock:
-            due, pipelines = dict(self._due), dict(self._pipeline)
+            due, pipelines, rerings = dict(self._due), dict(self._pipeline), dict(self._rerings)
         out = []
         for name, created in listed:
             key = pending_key(name)
             if key is not None:
-                entry = PendingEntry(key[1], created, due.get(name), key[0], pipelines.get(name))
+                entry = PendingEntry(
+                    key[1],
+                    created,
+                    due.get(name),
+                    key[0],
+                    pipelines.get(name),
+                    rerings.get(name, 0),
+                )
                 out.append(entry)
         return out
 

@@ -101,8 +101,10 @@ class ShardedStore(CallCounter):
     def remove_pending(self, job_id: str, *, pool: str | None = None) -> None:
         self.shard(job_id).remove_pending(job_id, pool=pool)
 
-    def mark_due(self, job_id: str, due: datetime, *, pool: str | None = None) -> None:
-        self.shard(job_id).mark_due(job_id, due, pool=pool)
+    def mark_due(
+        self, job_id: str, due: datetime, *, pool: str | None = None, rerings: int = 0
+    ) -> None:
+        self.shard(job_id).mark_due(job_id, due, pool=pool, rerings=rerings)
 
     def list_pending(
         self, limit: int | None = None, start_at: str | None = None, *, pool: str | None = None

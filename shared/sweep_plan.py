@@ -20,7 +20,10 @@ unread), and leaves the newest unread. A lost doorbell (a queued job whose recor
 stale) is therefore rung by the first run after its job can be stale, wherever it is in
 the index, whenever the markers that may need action fit in the budget; past that,
 they are taken longest-marked first, and each one handled gets a fresh mark (it goes to
-the back), so every one is read within ceil(may-need-action / budget) runs. Skipping a
+the back), so every one is read within ceil(may-need-action / budget) runs. Markers whose
+queued job the sweep has re-rung in a row (a backlog that waits past the stale time:
+its doorbells are still in Pub/Sub, and each re-ring waits twice as long as the last)
+are read after those re-rung fewer times, so they never hold a new lost doorbell back. Skipping a
 read never loses a job: a skipped marker only grows older until it is read.
 """
 
@@ -83,7 +86,9 @@ def plan(entries: Sequence[PendingEntry], now: datetime, settings: Settings, lim
     rest: list[PendingEntry] = []
     for entry in entries:
         (act if may_need_action(entry, now, quiet) else rest).append(entry)
-    act.sort(key=lambda e: (_stamp(marked_at(e)), e.key))
+    # the jobs re-rung fewest times in a row first (a backlog's re-rung jobs wait longer
+    # each time: shared.job_queue.RERING_DOUBLINGS_MAX), each group longest-marked first
+    act.sort(key=lambda e: (e.rerings, _stamp(marked_at(e)), e.key))
     rest.sort(key=lambda e: (e.pipeline is not None, _stamp(e.created), e.key))
     order = act + rest
     return Plan(order[:limit], order[limit:])

@@ -347,14 +347,16 @@ def candidates(
     return out + [(e.job_id, False) for e in rest[:reads]]
 
 
-def mark_due(store: Store, job_id: str, due: datetime, *, pool: str | None = None) -> bool:
+def mark_due(
+    store: Store, job_id: str, due: datetime, *, pool: str | None = None, rerings: int = 0
+) -> bool:
     """Mark a job sent back to the queue due (a hand-back, a rescue, a re-ring) on its
     pending marker, so the next freed slot anywhere takes it from the listing whatever
     became of its doorbell (`pool`: the marker's folder, Settings.marker_pool). False
     (logged) if the write failed: the doorbell, the drain's safety net and the sweep still
     cover the job."""
     try:
-        store.mark_due(job_id, due, pool=pool)
+        store.mark_due(job_id, due, pool=pool, rerings=rerings)
     except StorageError as exc:
         log.warning("could not mark the job due on its marker", job_id=job_id, error=str(exc))
         return False

@@ -236,6 +236,20 @@ def test_a_marker_is_listed_with_its_pipeline_marked_due_or_not(store):
     assert [e.due is not None for e in store.list_pending()] == [True, False, False]
 
 
+def test_a_due_mark_carries_the_re_ring_count_and_a_later_mark_can_clear_it(store):
+    """The sweep re-rings a waiting job less often each time, and reads its marker after
+    the others (shared.sweep_plan); a hand-back or a rescue (rerings 0) clears the count
+    by removing the key, keeping the pipeline."""
+    due = datetime(2026, 12, 2, tzinfo=UTC)
+    store.add_pending("job-a", pipeline="demo")
+    store.add_pending("job-b")
+    store.mark_due("job-a", due, rerings=3)
+    assert {e.job_id: e.rerings for e in store.list_pending()} == {"job-a": 3, "job-b": 0}
+    store.mark_due("job-a", due + timedelta(seconds=1))
+    [a, _b] = store.list_pending()
+    assert (a.rerings, a.due, a.pipeline) == (0, due + timedelta(seconds=1), "demo")
+
+
 def test_list_pending_honours_limit_and_never_lists_jobs(store):
     for i in range(5):
         store.add_pending(f"p{i}")

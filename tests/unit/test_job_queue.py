@@ -160,6 +160,34 @@ def test_stale_action_requeues_stale_queued_job() -> None:
     assert q.stale_action(job(updated_at=ago(STALE - 1)), NOW, STALE, MAX) is None
 
 
+def test_a_queued_job_re_rung_in_a_row_waits_twice_as_long_each_time() -> None:
+    """A backlog that waits past the stale time still holds its doorbells in Pub/Sub:
+    the sweep re-rings such a job after stale, 2x stale, 4x stale... (at most 16x)."""
+    record = job(updated_at=ago(0))
+    for n in range(6):
+        record = {**record, **q.requeue_fields(record, NOW - timedelta(seconds=1))}
+        assert q.rerings(record) == n + 1
+        limit = STALE * 2 ** min(n + 1, q.RERING_DOUBLINGS_MAX)
+        waited = {**record, "updated_at": ago(limit - 1)}
+        assert q.stale_action(waited, NOW, STALE, MAX) is None
+        waited = {**record, "updated_at": ago(limit + 1)}
+        assert q.stale_action(waited, NOW, STALE, MAX) == "requeue"
+
+
+def test_only_re_rings_in_a_row_count() -> None:
+    ring = {"at": ago(5), "event": "requeued", "owner": None, "attempt": 1}
+    assert q.rerings(job(history=[])) == q.rerings(job()) == 0
+    assert q.rerings(job(history=[{"event": "submitted"}, ring, ring])) == 2
+    # a hand-back, a retry after an error or a rescue between them starts the count again
+    error = {**ring, "error": {"type": "Boom"}}
+    rescued = {**ring, "event": "rescued", "owner": "i-1"}
+    assert q.rerings(job(history=[ring, error, ring])) == 1
+    assert q.rerings(job(history=[ring, rescued])) == 0
+    # a running job's own staleness is not stretched: it is not queued
+    stale_running = running(updated_at=ago(STALE + 1), history=[ring, ring, ring])
+    assert q.stale_action(stale_running, NOW, STALE, MAX) == "requeue"
+
+
 @pytest.mark.parametrize("status", ["done", "failed", "cancelled", "bogus"])
 def test_stale_action_ignores_non_pending(status: str) -> None:
     assert q.stale_action(job(status=status, updated_at=None), NOW, STALE, MAX) is None

@@ -84,3 +84,12 @@ def test_markers_that_may_need_action_past_the_budget_are_taken_longest_marked_f
     plan = sweep_plan.plan(entries, NOW, settings(), 2)
     assert [e.job_id for e in plan.read] == ["s4", "s3"]
     assert len(plan.unread) == 3
+
+
+def test_markers_of_jobs_re_rung_in_a_row_are_read_after_the_others() -> None:
+    """A backlog's re-rung jobs (older marks, longer waits) never hold back a new lost
+    doorbell: fewer re-rings first, each group longest-marked first."""
+    backlog = [entry(f"b{i}", 5000.0 + i, rerings=2 + i % 2) for i in range(4)]
+    fresh_loss = entry("lost", 200.0)
+    plan = sweep_plan.plan([*backlog, fresh_loss], NOW, settings(), 3)
+    assert [e.job_id for e in plan.read] == ["lost", "b2", "b0"]

@@ -181,6 +181,21 @@ def test_a_failed_ring_is_counted_and_retried_next_time() -> None:
     assert sweep(store, bell, now=later).rung == 1 and bell.rung == [job_id]
 
 
+def test_a_backlog_waiting_past_the_stale_time_is_re_rung_less_often_each_time() -> None:
+    """Stale 30 s: re-rung at once (stale since LONG_AGO), then past 60 s, then past 120 s;
+    a sweep in between rings nothing and writes nothing. The marker carries the count."""
+    store = MemoryStore()
+    job_id = submit(store)
+    rings = []
+    for offset in (0, 31, 61, 100, 182, 250, 302):
+        bell = Bell()
+        sweep(store, bell, now=NOW + timedelta(seconds=offset))
+        rings += [offset] * len(bell.rung)
+    assert rings == [0, 61, 182]
+    assert job_queue.rerings(store.read(job_id).record) == 3
+    assert [e.rerings for e in store.list_pending()] == [3]
+
+
 def test_recover_losing_the_race_returns_the_fresh_record() -> None:
     store = MemoryStore()
     job_id = submit(store)
