@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import UTC, datetime
 from typing import Any
 
 import flask
@@ -37,6 +38,7 @@ def claim(request: flask.Request) -> tuple[str, int]:
     generation = blob.generation
     for status in (JobStatus.RUNNING, JobStatus.DONE):
         record["status"] = status
+        record["updated_at"] = datetime.now(UTC).isoformat()  # when it ended: the rate's clock
         write = bucket.blob(job_object(job_id))
         write.upload_from_string(json.dumps(record), if_generation_match=generation)
         generation = write.generation
