@@ -1,6 +1,6 @@
 """`python -m bench` (make bench): run the benchmarks, write results.json and results.md.
 
-A run of several entries measures those judged on counts in three more processes beside
+A run of several entries measures those judged on counts in four more processes beside
 the others (bench/lanes.py), so the whole run fits ten minutes on 2 cores.
 
 `--only calls,sweep` runs a subset and keeps the other entries of an existing

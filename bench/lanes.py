@@ -1,5 +1,5 @@
 """Lanes, so that `make bench` fits ten minutes on 2 cores. The entries whose rows are
-judged on counts, or on bounds far from what they measure, run in three more processes
+judged on counts, or on bounds far from what they measure, run in four more processes
 (the beside lanes) while this one runs the timed entry whose verdict a busy machine does
 not move either (backlog); then this process waits for the beside lanes and runs the
 rest (LAST) on a quiet machine. The table says which entries ran beside.
@@ -27,11 +27,12 @@ from typing import Any
 from bench.console import CONSOLE
 
 BESIDE = (
-    ("sweep", "delayed", "run_jobs", "capacity"),
-    ("calls", "cost", "flow"),
-    ("lost_doorbell", "rescue", "client", "workflows"),
+    ("sweep", "delayed", "capacity"),
+    ("calls", "cost"),
+    ("lost_doorbell", "rescue"),
+    ("flow", "workflows", "client", "run_jobs"),
 )
-"""The beside lanes, each a process, balanced by time (about 100 s each alone): entries
+"""The beside lanes, each a process, balanced by time (80 to 100 s each alone): entries
 judged on call counts (calls, sweep, delayed, lost_doorbell, client, the flow and
 workflows calls rows), on bounds several times their figure (rescue's hand-back 0.2 s
 against 2 s, its staleness 5 s against 10 s; the flow and workflows hand-offs, tens of

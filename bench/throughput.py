@@ -53,8 +53,9 @@ least a claim can do here. The floor makes 4 calls per job and reclaim's claim o
 job 5 to 6 (claim and done writes, a checkpoint when one is due, the marker's delete, the
 record and the workflows parent reads: the calls rows), so calls alone would allow 0.67
 to 0.8; on 2 CPU-bound cores its own CPU per job (policy, heartbeat thread, drain
-listing, a JSON log line a step) costs about as much again: measured 0.48 to 0.54 (steady
-rates, two fresh-clone runs), so the target sits below the spread of one run, not in it.
+listing, a JSON log line a step) costs about as much again: the steady ratios of one run
+were 0.48 to 0.54 (bench/results.md has the latest), so the target sits below the spread
+of a run, not in it.
 (0.6 was set against the earlier floor of calls on threads, without the HTTP hops.)"""
 FLOOR = FunctionSpec("bench/floor_claim.py", "claim")
 REPEATS = 3
