@@ -46,7 +46,7 @@ def test_the_lanes_take_disjoint_parts_of_the_port_block() -> None:
     assert lanes.port_blocks("3/6", 3) == ["9/18", "10/18", "11/18"]
 
 
-def test_the_table_names_the_entries_measured_beside_in_this_run_only() -> None:
+def test_the_table_names_the_entries_measured_beside_whichever_run_measured_them() -> None:
     r = row("a", "1", "1", "1", "1", True)
     results = {
         "run": "now",
@@ -57,5 +57,5 @@ def test_the_table_names_the_entries_measured_beside_in_this_run_only() -> None:
         },
     }
     text = markdown(results)
-    assert "(bench/lanes.py: rows judged on counts or on wide bounds): calls." in text
+    assert "(bench/lanes.py: rows judged on counts or on wide bounds): calls, cost." in text
     assert "Kept from earlier runs, measured then: cost (then)." in text
