@@ -1,8 +1,10 @@
 """A bench run stopped by SIGTERM (a CI timeout, `kill`) leaves no local cloud behind.
 
 The local clouds' processes (emulators, function instances) run in process groups of
-their own, so the signal reaches the bench alone: its teardown must stop them. The run
-is `python -m bench --only throughput`, signalled once its function instances serve.
+their own, so the signal reaches the bench alone: its teardown must stop them, and a
+beside lane's (a process of its own, bench.lanes) must be stopped by its own teardown.
+The runs are `python -m bench --only throughput` and `--only rescue,imports` (rescue in
+a lane), signalled once their function instances serve.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTED_S = 120.0
@@ -62,9 +66,16 @@ def _kill_all(pids: list[int]) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
-def test_sigterm_stops_every_local_cloud_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "only",
+    [
+        "throughput",  # one process
+        "rescue,imports",  # rescue in a beside lane (bench.lanes), its clouds the lane's
+    ],
+)
+def test_sigterm_stops_every_local_cloud_process(tmp_path: Path, only: str) -> None:
     run = subprocess.Popen(
-        [sys.executable, "-m", "bench", "--only", "throughput", "--out", str(tmp_path)],
+        [sys.executable, "-m", "bench", "--only", only, "--out", str(tmp_path)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

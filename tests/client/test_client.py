@@ -60,7 +60,8 @@ def test_wait_blocks_on_a_running_job_until_it_ends_and_times_out_when_asked(
 
 
 def test_cancel_a_running_job(client: Client) -> None:
-    job = client.submit("demo", {"stages": 2, "sleep_s": 2}, id=new_id("cancel"))
+    # long enough that the cancel lands while it runs (a stage checks for it as it sleeps)
+    job = client.submit("demo", {"stages": 2, "sleep_s": 30}, id=new_id("cancel"))
     wait_for("running", lambda: client.get(job.id).status == "running")
     cancelled = client.cancel(job.id, reason="not needed")
     assert cancelled.status == "cancelled"

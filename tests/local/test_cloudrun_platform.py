@@ -304,6 +304,9 @@ def test_a_crashed_instance_is_replaced(make: Make) -> None:
     status, first = _get(p.url("svc") + "/")
     os.killpg(first["pgid"], signal.SIGKILL)
     _until("the instance to die", lambda: not group_pids(first["pgid"]))
+    # the platform notices the exit on its own (a request routed before that may meet the
+    # dead instance, as one can on Cloud Run): the state the test starts from
+    _until("the platform to see the crash", lambda: _stats(p)["crashes"] == 1)
     status, second = _get(p.url("svc") + "/")
     assert status == 200 and second["pgid"] != first["pgid"]
     assert _stats(p)["crashes"] == 1 and "svc-0" in p.crashed()

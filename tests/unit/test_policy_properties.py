@@ -53,7 +53,10 @@ def _walk_to_terminal(record: dict[str, Any], now: datetime) -> tuple[dict[str, 
     while not q.is_terminal(record):
         steps += 1
         assert steps <= bound, f"job never reached a terminal state: {record}"
-        now += timedelta(seconds=STALE + q.MAX_DELAY_S + q.DEFAULT_SKEW_S + 1)
+        # past the longest a stale job may be left: a queued job re-rung in a row waits
+        # stale x 2**n (q.RERING_DOUBLINGS_MAX), as long as its not_before allows
+        stale_max = STALE * 2**q.RERING_DOUBLINGS_MAX
+        now += timedelta(seconds=stale_max + q.MAX_DELAY_S + q.DEFAULT_SKEW_S + 1)
         if q.claimable(record, now, STALE, MAX):
             record = {**record, **q.claim_fields(record, "doomed", now)}
             continue
@@ -178,7 +181,9 @@ class JobLife(RuleBasedStateMachine):
         was = self.record["status"]
         attempts = q.attempts_of(self.record)
         ok = self._apply(q.retry_fields, self.now, by="bob", default_max_attempts=budget)
-        in_budget = attempts == q.ATTEMPTS_UNREADABLE or attempts + budget <= q.MAX_ATTEMPTS_LIMIT
+        if attempts == q.ATTEMPTS_UNREADABLE:  # the history's highest attempt is the floor
+            attempts = q._highest_attempt_in_history(self.record)
+        in_budget = attempts + budget <= q.MAX_ATTEMPTS_LIMIT
         assert ok == (was in q.RETRYABLE_STATUSES and in_budget)
         if ok:
             assert self.record["attempts"] >= min(attempts, q.MAX_ATTEMPTS_LIMIT) or self.edited
