@@ -15,7 +15,7 @@ from shared import finish, job_queue, metrics
 from shared.claim.drain import mark_due
 from shared.doorbell import ring_or_leave
 from shared.errors import AttemptsExhausted, LostRace, NotFound, OwnerGone
-from shared.jobs import JobRecord, JobStatus, WatchdogAction
+from shared.jobs import JobError, JobRecord, JobStatus, WatchdogAction
 from shared.logs import get_logger
 
 if TYPE_CHECKING:
@@ -84,28 +84,44 @@ def rescue_now(ctx: Context, stored: Stored, now: datetime, why: str) -> Recover
 
 
 def _requeue(ctx: Context, stored: Stored, now: datetime, why: str | None = None) -> Recovery:
-    """A silent owner's job (rescue) or a queued job whose doorbell was lost (refresh),
-    back to queued with a fresh updated_at, then rung; `why` the owner is known gone.
+    """A stale job back to queued with a fresh updated_at, and rung: a silent owner's
+    (rescue; `why` the owner is known gone) or a queued one whose doorbell was lost."""
+    if stored.record.get("status") == JobStatus.RUNNING:
+        return _rescue(ctx, stored, now, why)
+    return _rering(ctx, stored, now)
 
-    A queued job is rung first and written only if the ring went out: its history then
-    counts the re-rings in a row (shared.job_queue.rerings: each waits twice as long as
-    the last), and a failed ring leaves the record stale for the next run to try again.
-    Ringing first is safe for a queued job: a claim that wins the doorbell before the
-    write only makes the write lose its race."""
+
+def _rering(ctx: Context, stored: Stored, now: datetime) -> Recovery:
+    """A queued job whose doorbell was lost, rung first and written only if the ring went
+    out: its history then counts the re-rings in a row (shared.job_queue.rerings: each
+    waits twice as long as the last), and a failed ring leaves the record stale for the
+    next run to try again. Ringing first is safe for a queued job: a claim that wins the
+    doorbell before the write only makes the write lose its race."""
     job = stored.record
     job_id = str(job["id"])
-    rescued = job.get("status") == JobStatus.RUNNING
     trace = job.get("traceparent")
-    if not rescued:
-        if ring_or_leave(ctx.doorbell, job_id, trace, pipeline=job.get("pipeline")) is not None:
-            return Recovery("requeue", stored)  # not rung: stays stale for the next run
-        log.info(
-            "re-rang a queued job",
-            job_id=job_id,
-            attempt=job_queue.attempts_of(job),
-            rerings=job_queue.rerings(job) + 1,
-            traceparent=trace,
-        )
+    if ring_or_leave(ctx.doorbell, job_id, trace, pipeline=job.get("pipeline")) is not None:
+        return Recovery("requeue", stored)  # not rung: stays stale for the next run
+    log.info(
+        "re-rang a queued job",
+        job_id=job_id,
+        attempt=job_queue.attempts_of(job),
+        rerings=job_queue.rerings(job) + 1,
+        traceparent=trace,
+    )
+    written = _write_requeued(ctx, stored, now, rescued=False)
+    if written is None:
+        return Recovery(None, ctx.store.read(job_id), rang=True)
+    # the sweep reads the markers of jobs re-rung again and again after the others
+    _mark(ctx, written, now, rerings=job_queue.rerings(written.record))
+    return Recovery("requeue", written, rang=True)
+
+
+def _rescue(ctx: Context, stored: Stored, now: datetime, why: str | None) -> Recovery:
+    """A running job whose owner went silent (or is known gone: `why`): written back to
+    queued, what it held released, then rung."""
+    job = stored.record
+    job_id = str(job["id"])
     error = None
     if why is not None:
         error = job_queue.error_info(
@@ -115,20 +131,12 @@ def _requeue(ctx: Context, stored: Stored, now: datetime, why: str | None = None
             now=now,
             retryable=True,
         )
-    fields = job_queue.requeue_fields(job, now, rescued=rescued, error=error)
-    new: JobRecord = {**job, **fields}
-    try:
-        written = ctx.store.update(new, stored.generation)
-    except (LostRace, NotFound):
-        return Recovery(None, ctx.store.read(job_id), rang=not rescued)
-    if rescued:  # what the silent owner held goes back (a concurrency place: shared.flow)
-        finish.after_requeue(ctx, written.record)
-    # a freed slot takes it whatever becomes of the doorbell; the sweep reads the markers
-    # of jobs re-rung again and again (a backlog) after the others (shared.sweep_plan)
-    again = 0 if rescued else job_queue.rerings(written.record)
-    mark_due(ctx.store, job_id, now, pool=ctx.settings.marker_pool(job), rerings=again)
-    if not rescued:
-        return Recovery("requeue", written, rang=True)
+    written = _write_requeued(ctx, stored, now, rescued=True, error=error)
+    if written is None:
+        return Recovery(None, ctx.store.read(job_id))
+    finish.after_requeue(ctx, written.record)  # what the owner held (a concurrency place)
+    _mark(ctx, written, now, rerings=0)
+    trace = job.get("traceparent")
     log.warning(
         "rescued a job whose owner went silent",
         job_id=job_id,
@@ -139,6 +147,23 @@ def _requeue(ctx: Context, stored: Stored, now: datetime, why: str | None = None
     )
     rang = ring_or_leave(ctx.doorbell, job_id, trace, pipeline=job.get("pipeline")) is None
     return Recovery("requeue", written, rescued=True, rang=rang)
+
+
+def _write_requeued(
+    ctx: Context, stored: Stored, now: datetime, *, rescued: bool, error: JobError | None = None
+) -> Stored | None:
+    """The record back to queued, generation-matched; None when someone else acted first."""
+    fields = job_queue.requeue_fields(stored.record, now, rescued=rescued, error=error)
+    try:
+        return ctx.store.update({**stored.record, **fields}, stored.generation)
+    except (LostRace, NotFound):
+        return None
+
+
+def _mark(ctx: Context, written: Stored, now: datetime, *, rerings: int) -> None:
+    """A freed slot takes the job from its marker whatever becomes of the doorbell."""
+    pool = ctx.settings.marker_pool(written.record)
+    mark_due(ctx.store, str(written.record["id"]), now, pool=pool, rerings=rerings)
 
 
 def _fail(
