@@ -130,32 +130,22 @@ def _run(
     first, beside, last = lanes.split(chosen) if lane else (chosen, [], [])
     log = CONSOLE.path or HERE / "logs" / "bench.log"
     others = lanes.start(beside, log, verbose) if beside else []
-    here = first + last
+    total = len(first) + len(last)
     try:
-        for i, name in enumerate(here, 1):
-            if i == len(first) + 1 and others:
-                CONSOLE.say(f"waiting for {', '.join(o.label for o in others)} ...")
-                for other in others:
-                    benchmarks.update(other.finish())
-                others = []
-            started = time.monotonic()
-            CONSOLE.say(f"[{i}/{len(here)}] {name} ...")
-            module = importlib.import_module(f"bench.{name}")
-            benchmarks[name] = module.run()
-            benchmarks[name]["seconds"] = round(time.monotonic() - started, 1)
-            benchmarks[name]["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-            CONSOLE.say(
-                f"[{i}/{len(here)}] {name}: {_verdicts(benchmarks[name]['rows'])}, "
-                f"{benchmarks[name]['seconds']:.0f} s"
-            )
+        for i, name in enumerate(first, 1):
+            benchmarks[name] = _measure(name, i, total)
             for other in others:
                 other.check()
+        if others and last:
+            CONSOLE.say(f"waiting for {', '.join(o.label for o in others)} ...")
         for other in others:
             benchmarks.update(other.finish())
     except BaseException:
         for other in others:
             other.stop()
         raise
+    for i, name in enumerate(last, len(first) + 1):
+        benchmarks[name] = _measure(name, i, total)
     for name in chosen:
         benchmarks[name]["run"] = run
     results = {
@@ -170,6 +160,17 @@ def _run(
     path.write_text(json.dumps(results, indent=2, sort_keys=False) + "\n")
     (out / "results.md").write_text(markdown(results))
     return results
+
+
+def _measure(name: str, i: int, total: int) -> dict[str, Any]:
+    """One entry's run(), with how long it took and when, its verdicts on the terminal."""
+    started = time.monotonic()
+    CONSOLE.say(f"[{i}/{total}] {name} ...")
+    measured: dict[str, Any] = importlib.import_module(f"bench.{name}").run()
+    measured["seconds"] = round(time.monotonic() - started, 1)
+    measured["measured_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    CONSOLE.say(f"[{i}/{total}] {name}: {_verdicts(measured['rows'])}, {measured['seconds']:.0f} s")
+    return measured
 
 
 def _stop_on_signals() -> list[int]:

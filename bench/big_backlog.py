@@ -28,9 +28,8 @@ from typing import Any
 from bench.common import Bench, bench_cloud, row, wait_pending_empty
 from bench.console import CONSOLE
 from bench.fixtures import clear_bucket
-from bench.throughput import FLOOR, _push
+from bench.throughput import _push, claim_functions
 from local import wiring
-from local.cloud import DEFAULT_FUNCTIONS
 from local.observe import submit_batch
 from shared.jobs import JobStatus
 
@@ -89,9 +88,8 @@ def _done_count(b: Bench, ids: list[str]) -> int:
 
 def _measure(floor: bool) -> list[dict[str, Any]]:
     """Each size on one local cloud: reclaim's claim, or the floor's (bench.throughput)."""
-    functions = {**DEFAULT_FUNCTIONS, "claim": FLOOR} if floor else dict(DEFAULT_FUNCTIONS)
     with bench_cloud(
-        functions=functions,
+        functions=claim_functions(floor),
         max_instances=INSTANCES,
         min_instances=INSTANCES,  # warm: the figure is the queue's, not start-ups'
         concurrency=CONCURRENCY,

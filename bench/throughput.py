@@ -58,6 +58,13 @@ were 0.48 to 0.54 (bench/results.md has the latest), so the target sits below th
 of a run, not in it.
 (0.6 was set against the earlier floor of calls on threads, without the HTTP hops.)"""
 FLOOR = FunctionSpec("bench/floor_claim.py", "claim")
+
+
+def claim_functions(floor: bool) -> dict[str, FunctionSpec]:
+    """A local cloud's functions: the project's, or with the floor serving as claim."""
+    return {**DEFAULT_FUNCTIONS, "claim": FLOOR} if floor else dict(DEFAULT_FUNCTIONS)
+
+
 REPEATS = 3
 
 
@@ -75,8 +82,9 @@ def _push(cloud: LocalCloud, on: bool) -> None:
         subscriber.transport.close()
 
 
-def _framework(cloud: LocalCloud, client: Any, slots: int) -> dict[str, Any]:
-    """Submit with the doorbells held, then time the claim side from their release."""
+def _batch(cloud: LocalCloud, client: Any, slots: int) -> dict[str, Any]:
+    """Submit with the doorbells held, then time the claim side (reclaim's or the
+    floor's) from their release."""
     queue = watching_queue(cloud)
     clear_bucket(client, cloud.gcs_url, cloud.endpoints["records_bucket"])
     jobs = [{"pipeline": "demo", "payload": {"stages": 1}} for _ in range(JOBS)]
@@ -115,9 +123,8 @@ STEADY = (0.1, 0.9)
 """The completions a steady rate is measured between: the push window's slow start (a few
 pushes at first, more as they succeed) and the last slots' tail left out. A batch the
 floor ends in under 3 s measured end to end spread 82-136 jobs/s within one run."""
-
-
 STEADY_MIN = 10
+"""Fewer completions than this tell no steady rate (the batch's end-to-end one stands)."""
 
 
 def steady_rate(ended: list[datetime]) -> float | None:
@@ -152,9 +159,8 @@ def _busy(before: tuple[int, int], after: tuple[int, int]) -> float | None:
 def _cloud(instances: int, max_concurrent: int, *, floor: bool) -> LocalCloud:
     """Warm instances (min = max), so the figure is the queue's, not start-ups'; the
     floor's cloud serves bench/floor_claim.py as its claim."""
-    functions = {**DEFAULT_FUNCTIONS, "claim": FLOOR} if floor else dict(DEFAULT_FUNCTIONS)
     return local_cloud(
-        functions=functions,
+        functions=claim_functions(floor),
         max_instances=instances,
         min_instances=instances,
         concurrency=max_concurrent,
@@ -180,8 +186,8 @@ def _variant(instances: int, max_concurrent: int) -> dict[str, Any]:
         }
         for i in range(REPEATS):
             CONSOLE.progress(f"{instances}x{max_concurrent} slots: repeat {i + 1}/{REPEATS}")
-            floor = _framework(floor_cloud, clients[floor_cloud], slots)
-            framework = _framework(cloud, clients[cloud], slots)
+            floor = _batch(floor_cloud, clients[floor_cloud], slots)
+            framework = _batch(cloud, clients[cloud], slots)
             ratio = _rate(framework) / _rate(floor)
             repeats.append({"framework": framework, "floor": floor, "ratio": round(ratio, 3)})
         stats = emulator_stats(cloud.endpoints["emulator_admin"])
