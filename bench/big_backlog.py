@@ -59,6 +59,7 @@ def _size(b: Bench, client: Any, jobs: int, side: str) -> dict[str, Any]:
     wait_pending_empty(b.queue, timeout_s=TIMEOUT_S, poll_s=0.2)
     wall = time.perf_counter() - start
     calls = b.proxy.counts()
+    by_prefix = b.proxy.by_prefix(statuses=True)
     records = b.snapshot(ids) if jobs <= CHUNK else {}
     done = (
         sum(r.get("status") == JobStatus.DONE for r in records.values())
@@ -72,6 +73,7 @@ def _size(b: Bench, client: Any, jobs: int, side: str) -> dict[str, Any]:
         "wall_s": round(wall, 2),
         "jobs_per_s": round(done / wall, 2),
         "calls": calls,
+        "by_prefix": by_prefix,
         "submit_calls": submit_calls,
         "calls_per_job": round(sum(calls.values()) / jobs, 3),
     }
@@ -147,7 +149,23 @@ def _calls_row(small: dict[str, Any], big: dict[str, Any]) -> dict[str, Any]:
         f"{ratio:.2f}x",
         f"<= {TARGET_CALLS}x",
         ratio <= TARGET_CALLS,
+        note=_extra_calls(small, big),
     )
+
+
+def _extra_calls(small: dict[str, Any], big: dict[str, Any]) -> str:
+    """Where the big size's extra calls per job went, by kind, prefix and answer."""
+
+    def per_job(m: dict[str, Any]) -> dict[str, float]:
+        return {k: v / m["jobs"] for k, v in m.get("by_prefix", {}).items()}
+
+    a, b = per_job(small), per_job(big)
+    moved = {k: b.get(k, 0.0) - a.get(k, 0.0) for k in set(a) | set(b)}
+    shown = sorted((k for k, d in moved.items() if abs(d) >= 0.01), key=lambda k: -abs(moved[k]))
+    if not shown:
+        return ""
+    parts = [f"{k} {a.get(k, 0.0):.2f} -> {b.get(k, 0.0):.2f}" for k in shown[:8]]
+    return "calls per job by kind, prefix and answer, small -> big: " + "; ".join(parts)
 
 
 def _per_job(measured: dict[str, Any]) -> str:

@@ -55,7 +55,7 @@ def list_jobs(
         flt, value = chosen[0]
         ids = flt.ids(ctx, value)
     elif status in (*job_queue.PENDING_STATUSES, *job_queue.WAITING_STATUSES):
-        ids = pending_ids(store)
+        ids = sorted(pending_ids(store))  # id order, as the whole history lists
     else:
         ids = store.list_jobs()
     listing = Listing()
@@ -109,7 +109,8 @@ def read_many(store: Store, job_ids: Iterable[str]) -> Listing:
 
 
 def pending_ids(store: Store, limit: int | None = None) -> list[str]:
-    """Ids in the pending index (jobs that still owe work), in name order."""
+    """Ids in the pending index (jobs that still owe work), in its markers' name order
+    (their hash segment's: shared.storage.pending_object), not id order."""
     return [entry.job_id for entry in store.list_pending(limit=limit)]
 
 

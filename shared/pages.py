@@ -33,7 +33,7 @@ PAGE_SIZE = 50
 PAGE_SIZE_MAX = 200
 _PENDING = "pending"
 _BATCH = "batch"
-_KEY = re.compile(r"[A-Za-z0-9._:=@+/-]{1,400}")
+_KEY = re.compile(r"[A-Za-z0-9._:=@+/~-]{1,400}")
 
 
 @dataclass(frozen=True)
@@ -134,8 +134,8 @@ def page(store: Store, query: Query, fields: tuple[str, ...] = ()) -> Page:
     last: tuple[str, str] | None = None
     for source in order[order.index(start_source) :] if start_source else order:
         key = start_key if source == start_source else None
-        for name in _names(store, source, query, key, query.page_size - len(ids)):
-            ids.append(name.rsplit("/", 1)[-1])
+        for name, job_id in _names(store, source, query, key, query.page_size - len(ids)):
+            ids.append(job_id)
             last = (source, name)
         if len(ids) >= query.page_size:
             break
@@ -149,21 +149,26 @@ def page(store: Store, query: Query, fields: tuple[str, ...] = ()) -> Page:
     return result
 
 
-def _names(store: Store, source: str, query: Query, after: str | None, n: int) -> list[str]:
-    """Up to n names of one source after `after` (the names are ids, or keys under a prefix)."""
+def _names(
+    store: Store, source: str, query: Query, after: str | None, n: int
+) -> list[tuple[str, str]]:
+    """Up to n (name, job id) of one source after `after` (the names are ids, or keys
+    under a prefix: a pending marker's key carries its hash segment)."""
     if n <= 0:
         return []
     extra = 1 if after is not None else 0  # start_at is inclusive: the last one is listed again
     if source == _BATCH:
         assert query.batch is not None
-        names = store.list_batch(query.batch, limit=n + extra, start_at=after)
+        names = [(i, i) for i in store.list_batch(query.batch, limit=n + extra, start_at=after)]
     elif source == _PENDING:
-        names = [e.key for e in store.list_pending(limit=n + extra, start_at=after)]
+        listed = store.list_pending(limit=n + extra, start_at=after)
+        names = [(e.key, e.job_id) for e in listed]
     else:
         start = source + after if after is not None else None
-        listed = store.list_blobs(source, start_at=start, limit=n + extra)
-        names = [b.name[len(source) :] for b in listed]
-    if after is not None and names[:1] == [after]:
+        blobs = store.list_blobs(source, start_at=start, limit=n + extra)
+        keys = [b.name[len(source) :] for b in blobs]
+        names = [(k, k.rsplit("/", 1)[-1]) for k in keys]
+    if after is not None and names[:1] and names[0][0] == after:
         names = names[1:]
     return names[:n]
 

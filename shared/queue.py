@@ -154,7 +154,7 @@ class Queue:
         return listing.list_jobs(self.ctx, status=status, batch=batch, limit=limit, where=where)
 
     def pending(self, limit: int | None = None) -> list[str]:
-        """Ids of the jobs that still owe work (the pending index), in name order."""
+        """Ids of the jobs that still owe work (the pending index), in its markers' name order."""
         return listing.pending_ids(self.store, limit)
 
     # --- a person's transitions

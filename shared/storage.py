@@ -163,11 +163,13 @@ class PendingEntry:
     """Its job's pipeline, written with the marker (None: a marker from before)."""
     rerings: int = 0
     """Re-rings in a row of its queued job, written with the due mark (0: none)."""
+    legacy: bool = False
+    """The marker has its name from before the hash segment (pending/[<pool>/]<id>)."""
 
     @property
     def key(self) -> str:
         """The marker's name under pending/ (where a listing resumes: start_at)."""
-        return self.job_id if self.pool is None else f"{self.pool}/{self.job_id}"
+        return pending_object(self.job_id, self.pool, legacy=self.legacy)[len(PENDING_PREFIX) :]
 
 
 class Store(Protocol):
@@ -289,12 +291,22 @@ def record_ids(names: Iterable[str], limit: int | None = None) -> list[str]:
     return ids if limit is None else ids[:limit]
 
 
-def pending_object(job_id: str, pool: str | None = None) -> str:
-    """Object name of a job's pending marker (in its pool's folder, unless the default)."""
+MARKER_HASH_SEP = "~"
+"""Between a marker's hash segment and its job id (pending/<h>~<id>): never in an id, so a
+marker of either layout names its job unambiguously, and never "/", so the default pool's
+markers stay the top level of pending/ (a pool's folder is the only sub-prefix)."""
+
+
+def pending_object(job_id: str, pool: str | None = None, *, legacy: bool = False) -> str:
+    """Object name of a job's pending marker, pending/[<pool>/]<h>~<id>: the hash segment
+    (shared.shards.name_hash, as the record's) spreads sequential ids over the key index
+    like the record's name (https://cloud.google.com/storage/docs/request-rate). `legacy`:
+    the name before it, pending/[<pool>/]<id>, still listed, marked and removed."""
     job_id = records.validate_job_id(job_id)
+    leaf = job_id if legacy else f"{name_hash(job_id)}{MARKER_HASH_SEP}{job_id}"
     if pool is None or pool == DEFAULT_POOL:
-        return f"{PENDING_PREFIX}{job_id}"
-    return f"{PENDING_PREFIX}{check_pool(pool)}/{job_id}"
+        return f"{PENDING_PREFIX}{leaf}"
+    return f"{PENDING_PREFIX}{check_pool(pool)}/{leaf}"
 
 
 def pending_listing(pool: str | None) -> tuple[str, bool]:
@@ -307,13 +319,19 @@ def pending_listing(pool: str | None) -> tuple[str, bool]:
     return f"{PENDING_PREFIX}{check_pool(pool)}/", False
 
 
-def pending_key(name: str) -> tuple[str | None, str] | None:
-    """(pool folder or None, job id) of a marker's object name; None for a foreign name."""
+def pending_key(name: str) -> tuple[str | None, str, bool] | None:
+    """(pool folder or None, job id, old layout) of a marker's object name; None for a
+    foreign name (a hash segment that is not its id's)."""
     rest = name[len(PENDING_PREFIX) :] if name.startswith(PENDING_PREFIX) else ""
-    pool, _, job_id = rest.rpartition("/")
-    if not job_id or "/" in pool:
+    pool, _, leaf = rest.rpartition("/")
+    if not leaf or "/" in pool:
         return None
-    return (pool or None), job_id
+    head, sep, job_id = leaf.rpartition(MARKER_HASH_SEP)
+    if not sep:
+        return (pool or None), leaf, True
+    if not job_id or head != name_hash(job_id):
+        return None
+    return (pool or None), job_id, False
 
 
 def batch_prefix(batch_id: str) -> str:
@@ -494,6 +512,13 @@ class StoreBase(CallCounter):
     def _absent_at_old_name(self, job_id: str) -> bool:
         seen = self._not_at_old_name.get(job_id)
         return seen is not None and time.monotonic() - seen < _ABSENT_MEMO_S
+
+    def _marker_names(self, job_id: str, pool: str | None) -> tuple[str, ...]:
+        """The names a job's pending marker may have: its name, then (while legacy_names)
+        the one from before the hash segment. A marker is removed or marked at the first
+        that holds one, so a job of a new layout costs one call as before."""
+        new = pending_object(job_id, pool)
+        return (new, pending_object(job_id, pool, legacy=True)) if self.legacy_names else (new,)
 
     def _first(
         self, job_id: str, fetch: Callable[[str, str], _T], names: tuple[str, ...] | None = None
@@ -780,12 +805,16 @@ class GcsStore(StoreBase):
         self._create_marker(pending_object(job_id, pool), marker_metadata(pipeline))
 
     def remove_pending(self, job_id: str, *, pool: str | None = None) -> None:
-        name = pending_object(job_id, pool)
+        """Delete the job's marker at the first of its names that holds one; none there
+        is fine (already gone)."""
+        for name in self._marker_names(job_id, pool):
+            with contextlib.suppress(NotFound):
+                self._delete_marker(name)
+                return
+
+    def _delete_marker(self, name: str) -> None:
         blob = self._bucket.blob(name)
-        with contextlib.suppress(NotFound):  # already gone is fine
-            self._call(
-                "delete", name, lambda: blob.delete(retry=self._retry, timeout=self._timeout)
-            )
+        self._call("delete", name, lambda: blob.delete(retry=self._retry, timeout=self._timeout))
 
     def mark_due(
         self, job_id: str, due: datetime, *, pool: str | None = None, rerings: int = 0
@@ -795,11 +824,15 @@ class GcsStore(StoreBase):
         is left so. A patch sets the keys it names, removes those it sets to null and
         keeps the others (the pipeline:
         https://cloud.google.com/storage/docs/json_api/v1/how-tos/performance#patch)."""
-        name = pending_object(job_id, pool)
+        for name in self._marker_names(job_id, pool):
+            with contextlib.suppress(NotFound):
+                self._patch_marker(name, due_metadata(due, rerings))
+                return
+
+    def _patch_marker(self, name: str, metadata: dict[str, str | None]) -> None:
         blob = self._bucket.blob(name)
-        blob.metadata = due_metadata(due, rerings)
-        with contextlib.suppress(NotFound):
-            self._call("write", name, lambda: blob.patch(retry=self._retry, timeout=self._timeout))
+        blob.metadata = metadata
+        self._call("write", name, lambda: blob.patch(retry=self._retry, timeout=self._timeout))
 
     def list_pending(
         self, limit: int | None = None, start_at: str | None = None, *, pool: str | None = None
@@ -823,6 +856,7 @@ class GcsStore(StoreBase):
                         key[0],
                         meta.get(PIPELINE_METADATA),
                         rerings_of(meta),
+                        key[2],
                     )
                 )
         return out

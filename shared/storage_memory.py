@@ -219,25 +219,30 @@ class MemoryStore(StoreBase):
                 self._pipeline[name] = pipeline
 
     def remove_pending(self, job_id: str, *, pool: str | None = None) -> None:
-        name = pending_object(job_id, pool)
-        self._count("delete")
-        with self._lock:
-            self._objects.pop((self.bucket_name, name), None)
-            self._due.pop(name, None)
-            self._pipeline.pop(name, None)
-            self._rerings.pop(name, None)
-        self._fire("delete", after=True)
+        for name in self._marker_names(job_id, pool):
+            self._count("delete")
+            with self._lock:
+                found = self._objects.pop((self.bucket_name, name), None) is not None
+                self._due.pop(name, None)
+                self._pipeline.pop(name, None)
+                self._rerings.pop(name, None)
+            self._fire("delete", after=True)
+            if found:
+                return
 
     def mark_due(
         self, job_id: str, due: datetime, *, pool: str | None = None, rerings: int = 0
     ) -> None:
-        name = pending_object(job_id, pool)
-        self._count("write")
-        with self._lock:
-            if (self.bucket_name, name) in self._objects:
-                self._due[name] = due
-                self._rerings[name] = rerings
-        self._fire("write", after=True)
+        for name in self._marker_names(job_id, pool):
+            self._count("write")
+            with self._lock:
+                found = (self.bucket_name, name) in self._objects
+                if found:
+                    self._due[name] = due
+                    self._rerings[name] = rerings
+            self._fire("write", after=True)
+            if found:
+                return
 
     def list_pending(
         self, limit: int | None = None, start_at: str | None = None, *, pool: str | None = None
@@ -258,6 +263,7 @@ class MemoryStore(StoreBase):
                     key[0],
                     pipelines.get(name),
                     rerings.get(name, 0),
+                    key[2],
                 )
                 out.append(entry)
         return out

@@ -42,6 +42,7 @@ def _memory_harness() -> Harness:
         raw=raw,
         put_object=store.put_object,
         put_legacy=lambda job_id, data: store.put_raw(job_id, data, legacy=True),
+        put_job_object=lambda _job_id, name: store.put_object(store.bucket_name, name, b""),
     )
 
 
@@ -75,6 +76,7 @@ def _gcs_harness(client: Any, endpoint: str) -> Harness:
         raw=raw,
         put_object=put_object,
         put_legacy=put_legacy,
+        put_job_object=lambda _job_id, name: records_bucket.blob(name).upload_from_string(b""),
     )
 
 
@@ -114,6 +116,9 @@ def _sharded_harness(client: Any, endpoint: str) -> Harness:
         raw=raw,
         put_object=put_object,
         put_legacy=put_legacy,
+        put_job_object=lambda job_id, name: (
+            buckets[shard_of(job_id, 2)].blob(name).upload_from_string(b"")
+        ),
     )
 
 

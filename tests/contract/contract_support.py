@@ -39,6 +39,9 @@ class Harness:
     put_legacy: Callable[[str, bytes], int]
     """Plant a record's bytes under its old name (jobs/<id>.json, as an earlier reclaim
     wrote it); returns the generation."""
+    put_job_object: Callable[[str, str], object]
+    """Plant an empty object of a job's under a name (its shard's bucket): e.g. a pending
+    marker under its old name, as an earlier reclaim wrote it."""
 
 
 def shards(store: Store) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.storage import LostRace, NotFound, Unavailable, job_object
+from shared.storage import LostRace, NotFound, Unavailable, job_object, pending_object
 from shared.storage_memory import MemoryStore
 from tests.contract.contract_support import new_job
 
@@ -52,8 +52,8 @@ def test_plant_and_inspect_objects() -> None:
     assert raw is not None and raw.generation == gen
     store.add_pending("x")
     store.create(new_job("x"))
-    assert store.names() == [job_object("x"), "pending/x"]
-    assert store.names("pending/") == ["pending/x"]
+    assert store.names() == [job_object("x"), pending_object("x")]
+    assert store.names("pending/") == [pending_object("x")]
 
 
 def test_generations_only_increase() -> None:

@@ -17,6 +17,7 @@ from shared.storage import (
     Stored,
     job_object,
     legacy_job_object,
+    pending_object,
 )
 from tests.contract.contract_support import Harness, new_job, shards
 
@@ -181,12 +182,16 @@ def test_an_invalid_record_is_never_written(harness: Harness):
 # --- pending index ---------------------------------------------------------------------
 
 
-def test_pending_listing_can_start_at_an_id(store):
+def test_pending_listing_can_start_at_a_key(store):
     for job_id in ("a-1", "b-1", "b-2", "c-1"):
         store.add_pending(job_id)
-    assert [e.job_id for e in store.list_pending(start_at="b")] == ["b-1", "b-2", "c-1"]
-    assert [e.job_id for e in store.list_pending(limit=2, start_at="b-2")] == ["b-2", "c-1"]
-    assert store.list_pending(start_at="d") == []
+    entries = store.list_pending()
+    keys = [e.key for e in entries]
+    assert keys == sorted(keys)
+    assert sorted(e.job_id for e in entries) == ["a-1", "b-1", "b-2", "c-1"]
+    assert store.list_pending(start_at=keys[1]) == entries[1:]
+    assert store.list_pending(limit=2, start_at=keys[2]) == entries[2:]
+    assert store.list_pending(start_at="g") == []  # past every hex segment
 
 
 def test_pending_markers_are_idempotent_and_listed_with_creation_time(store):
@@ -194,12 +199,39 @@ def test_pending_markers_are_idempotent_and_listed_with_creation_time(store):
     store.add_pending("job-a")
     store.add_pending("job-b")
     entries = store.list_pending()
-    assert [e.job_id for e in entries] == ["job-a", "job-b"]
+    assert sorted(e.job_id for e in entries) == ["job-a", "job-b"]
     assert all(isinstance(e.created, datetime) and e.created.tzinfo for e in entries)
     store.remove_pending("job-b")
     store.remove_pending("job-b")
     store.remove_pending("never-there")
     assert [e.job_id for e in store.list_pending()] == ["job-a"]
+
+
+@pytest.mark.parametrize("pool", [None, "heavy"])
+def test_a_marker_under_its_old_name_is_listed_marked_and_removed(
+    harness: Harness, pool: str | None
+):
+    """A marker an earlier reclaim wrote (pending/[<pool>/]<id>) is still the job's: the
+    sweep and the drain find it, a hand-back marks it due, the finish removes it."""
+    store = harness.store
+    old = pending_object("order-0010", pool, legacy=True)
+    harness.put_job_object("order-0010", old)
+    store.add_pending("order-0011", pool=pool)
+    assert harness.raw(pending_object("order-0011", pool)) == b""  # new markers: hashed
+    listing = {e.job_id: e for e in store.list_pending(pool=pool)}
+    assert listing["order-0010"].legacy and not listing["order-0011"].legacy
+    assert f"pending/{listing['order-0010'].key}" == old
+    due = datetime(2026, 12, 2, 0, 30, tzinfo=UTC)
+    store.calls.clear()
+    store.mark_due("order-0010", due, pool=pool)
+    assert store.calls == {"write": 2}  # the new name missed, then the old one
+    assert {e.job_id: e.due for e in store.list_pending(pool=pool)}["order-0010"] == due
+    store.remove_pending("order-0010", pool=pool)
+    assert harness.raw(old) is None
+    assert [e.job_id for e in store.list_pending(pool=pool)] == ["order-0011"]
+    store.calls.clear()
+    store.remove_pending("order-0011", pool=pool)
+    assert store.calls == {"delete": 1}  # a marker of today's layout: one call
 
 
 def test_a_marker_marked_due_is_listed_with_its_due_time_until_removed(store):
@@ -211,7 +243,7 @@ def test_a_marker_marked_due_is_listed_with_its_due_time_until_removed(store):
     store.calls.clear()
     store.mark_due("job-b", due)
     store.mark_due("gone", due)  # no marker (the job finished): nothing to mark, no error
-    assert store.calls == {"write": 2}
+    assert store.calls == {"write": 3}  # "gone" looked for under its old name too
     listed = {e.job_id: e.due for e in store.list_pending()}
     assert listed == {"job-a": None, "job-b": due}
     store.mark_due("job-b", due + timedelta(seconds=5))  # marked again: the later time
@@ -233,7 +265,11 @@ def test_a_marker_is_listed_with_its_pipeline_marked_due_or_not(store):
     store.mark_due("job-a", datetime(2026, 12, 2, tzinfo=UTC))
     listed = {e.job_id: (e.pool, e.pipeline) for e in store.list_pending()}
     assert listed == {"job-a": (None, "demo"), "job-b": ("light", "webhook"), "job-c": (None, None)}
-    assert [e.due is not None for e in store.list_pending()] == [True, False, False]
+    assert {e.job_id: e.due is not None for e in store.list_pending()} == {
+        "job-a": True,
+        "job-b": False,
+        "job-c": False,
+    }
 
 
 def test_a_due_mark_carries_the_re_ring_count_and_a_later_mark_can_clear_it(store):
@@ -255,7 +291,8 @@ def test_list_pending_honours_limit_and_never_lists_jobs(store):
         store.add_pending(f"p{i}")
     store.create(new_job("not-pending"))
     store.calls.clear()
-    assert [e.job_id for e in store.list_pending(limit=3)] == ["p0", "p1", "p2"]
+    in_order = sorted((f"p{i}" for i in range(5)), key=pending_object)  # hash order
+    assert [e.job_id for e in store.list_pending(limit=3)] == in_order[:3]
     assert len(store.list_pending()) == 5
     assert store.calls == {"list": 2 * shards(store)}
     with pytest.raises(ValueError):
@@ -273,20 +310,29 @@ def test_each_pool_lists_only_its_own_markers_and_every_pool_is_listed_whole(sto
     store.add_pending("d-1", pool="default")
     store.mark_due("h-2", due, pool="heavy")
     store.calls.clear()
-    assert [e.job_id for e in store.list_pending(pool="default")] == ["d-1", "old-1"]
-    assert [(e.job_id, e.due) for e in store.list_pending(pool="heavy")] == [
-        ("h-1", None),
-        ("h-2", due),
-    ]
+    assert sorted(e.job_id for e in store.list_pending(pool="default")) == ["d-1", "old-1"]
+    heavy = {e.job_id: e.due for e in store.list_pending(pool="heavy")}
+    assert heavy == {"h-1": None, "h-2": due}
     assert store.list_pending(pool="light") == []
     assert store.calls == {"list": 3 * shards(store)}
     every = store.list_pending()
-    assert [e.key for e in every] == ["d-1", "heavy/h-1", "heavy/h-2", "old-1"]
-    assert [e.pool for e in every] == [None, "heavy", "heavy", None]
-    assert [e.key for e in store.list_pending(start_at="heavy/h-2")] == ["heavy/h-2", "old-1"]
+    keys = sorted([_key("d-1"), _key("h-1", "heavy"), _key("h-2", "heavy"), _key("old-1")])
+    assert [e.key for e in every] == keys
+    assert {e.job_id: e.pool for e in every} == {
+        "d-1": None,
+        "h-1": "heavy",
+        "h-2": "heavy",
+        "old-1": None,
+    }
+    assert [e.key for e in store.list_pending(start_at=keys[1])] == keys[1:]
     store.remove_pending("h-1", pool="heavy")
     store.remove_pending("old-1")
-    assert [e.key for e in store.list_pending()] == ["d-1", "heavy/h-2"]
+    assert [e.key for e in store.list_pending()] == sorted([_key("d-1"), _key("h-2", "heavy")])
+
+
+def _key(job_id: str, pool: str | None = None) -> str:
+    """A marker's key (its name under pending/)."""
+    return pending_object(job_id, pool).removeprefix("pending/")
 
 
 # --- batches and the operator's listing ------------------------------------------------

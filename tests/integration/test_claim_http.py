@@ -21,7 +21,7 @@ import requests
 
 from local.procs import signal_group, stop
 from shared import records
-from shared.storage import GcsStore
+from shared.storage import GcsStore, pending_object
 from tests.integration.function_support import make_queue, start_function
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,7 +131,8 @@ def test_a_delivery_runs_the_job_to_done(cloud: Env) -> None:
         f"outputs/{job_id}/1/stage-0.json",
         f"outputs/{job_id}/1/stage-1.json",
     ]
-    assert f"pending/{job_id}" not in names(cloud, "pending/")
+    assert pending_object(job_id) not in names(cloud, "pending/")
+    assert not [n for n in names(cloud, "pending/") if n.endswith(job_id)]
 
 
 def test_concurrent_claims_of_one_job_have_exactly_one_winner(cloud: Env) -> None:
@@ -204,7 +205,8 @@ def test_stage_errors_requeue_then_fail_with_history(cloud: Env) -> None:
         "claimed",
         "failed",
     ]
-    assert f"pending/{job_id}" not in names(cloud, "pending/")
+    assert pending_object(job_id) not in names(cloud, "pending/")
+    assert not [n for n in names(cloud, "pending/") if n.endswith(job_id)]
 
 
 def test_a_zombie_owner_commits_nothing(cloud: Env) -> None:

@@ -31,7 +31,7 @@ def _plant_old_job(cloud: LocalCloud, job_id: str) -> None:
     then = datetime.now(UTC) - timedelta(hours=1)
     record = {**records.new_record(job_id, "demo", {"stages": 2}, then), "write_id": "0" * 32}
     bucket = job_bucket(cloud, job_id)
-    bucket.blob(pending_object(job_id)).upload_from_string(b"", if_generation_match=0)
+    bucket.blob(pending_object(job_id, legacy=True)).upload_from_string(b"", if_generation_match=0)
     bucket.blob(legacy_job_object(job_id)).upload_from_string(
         records.encode(record), content_type="application/json", if_generation_match=0
     )
@@ -51,7 +51,7 @@ def test_a_job_under_its_old_record_name_is_claimed_run_and_shown(cloud: LocalCl
     assert bucket.get_blob(job_object(job_id)) is None  # never split between two names
     stored = records.decode(bucket.blob(legacy_job_object(job_id)).download_as_bytes())
     assert stored["status"] == "done"  # updated in place
-    assert bucket.get_blob(pending_object(job_id)) is None  # its marker went with it
+    assert bucket.get_blob(pending_object(job_id, legacy=True)) is None  # its marker went with it
 
     replay = requests.post(
         cloud.endpoints["jobs"],

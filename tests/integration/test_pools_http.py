@@ -25,7 +25,7 @@ import requests
 
 from local.cloud import LocalCloud
 from shared import records
-from shared.storage import Store
+from shared.storage import Store, pending_object
 from tests import polling
 from tests.integration.cloud_support import cloud_store, job
 
@@ -151,7 +151,7 @@ def test_a_delivery_to_the_wrong_pool_is_sent_on_and_not_run(cloud: LocalCloud) 
 
 def test_an_old_marker_is_swept_to_its_pool_and_removed_after(cloud: LocalCloud) -> None:
     job_id = f"old-{uuid.uuid4().hex[:8]}"
-    _queued_without_doorbell(cloud, job_id, pool=None)  # pending/<id>, as before pools
+    _queued_without_doorbell(cloud, job_id, pool=None)  # top level of pending/, as before pools
     sweep = requests.post(cloud.endpoints["sweep"], json={}, timeout=120)
     assert sweep.status_code == 200 and sweep.json()["requeued"] >= 1, sweep.text
     polling.wait_for(f"{job_id} done", lambda: status(cloud, job_id) == "done", timeout=60)
@@ -160,7 +160,8 @@ def test_an_old_marker_is_swept_to_its_pool_and_removed_after(cloud: LocalCloud)
     def markers() -> list[str]:
         return [e.key for e in store(cloud).list_pending() if e.job_id == job_id]
 
-    assert markers() == [job_id]  # light's finish removed pending/light/<id>: none there
+    top_level = pending_object(job_id).removeprefix("pending/")
+    assert markers() == [top_level]  # light's finish removed pending/light/...: none there
     sweep = requests.post(cloud.endpoints["sweep"], json={}, timeout=120)
     assert sweep.status_code == 200 and sweep.json()["repaired"] >= 1, sweep.text
     assert markers() == []

@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from local.procs import stop
-from shared.storage import job_object
+from shared.storage import job_object, pending_object
 from tests.integration.function_support import make_queue, start_function
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,7 +112,7 @@ def test_submit_creates_record_marker_and_rings(submit_fn: Submit, subscriber: A
         "created": True,
     }
     stored = names(submit_fn.bucket)
-    assert job_object(job_id) in stored and f"pending/{job_id}" in stored
+    assert job_object(job_id) in stored and pending_object(job_id) in stored
     assert job_id in pull_job_ids(subscriber, submit_fn.subscription, {job_id})
     view = requests.get(f"{submit_fn.url}/jobs/{job_id}", timeout=10)
     assert view.status_code == 200
@@ -136,7 +136,7 @@ def test_same_client_id_twice_is_one_job(submit_fn: Submit) -> None:
     assert replay.json()["id"] == job_id and replay.json()["created"] is False
     assert [n for n in names(submit_fn.bucket) if job_id in n] == [
         job_object(job_id),
-        f"pending/{job_id}",
+        pending_object(job_id),
     ]
     assert submit_fn.bucket.get_blob(job_object(job_id)).generation == blob.generation
 

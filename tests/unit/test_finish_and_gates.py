@@ -17,7 +17,7 @@ from shared.jobs import JobStatus
 from shared.outcome import Outcome, OutcomeKind
 from shared.queue import Queue, parse_submission
 from shared.seams import Context, Feature, Gate, Hook
-from shared.storage import Stored
+from shared.storage import Stored, pending_object
 from shared.storage_memory import MemoryStore
 from tests.unit.unit_support import Bell, Clock
 
@@ -43,7 +43,7 @@ def test_hooks_see_the_terminal_record_in_order_before_the_marker_goes() -> None
 
     def hook(name: str) -> Hook:
         def step(ctx: Context, record) -> None:
-            marked = "pending/" + record["id"] in ctx.store.names("pending/")  # type: ignore[attr-defined]
+            marked = pending_object(record["id"]) in ctx.store.names("pending/")  # type: ignore[attr-defined]
             seen.append((name, record["status"], marked))
 
         return step

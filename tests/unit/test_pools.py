@@ -20,6 +20,7 @@ from shared.features import context
 from shared.outcome import OutcomeKind
 from shared.pools import DEFAULT, Pool, parse
 from shared.queue import Queue, parse_submission
+from shared.storage import pending_object
 from shared.storage_memory import MemoryStore
 from tests.unit.unit_support import Bell, Clock, handle, pipeline, settings
 
@@ -155,13 +156,13 @@ def test_a_claim_serves_a_known_pool_and_heartbeats_by_its_stale_time(tmp_path: 
 
 def test_each_pool_lists_its_own_markers_and_old_markers_are_the_default_pools() -> None:
     store = MemoryStore()
-    store.add_pending("old-1")  # written before pools: pending/old-1
+    store.put_object(store.bucket_name, "pending/old-1", b"")  # before pools and hashes
     store.add_pending("l-1", pool="light")
     store.add_pending("h-1", pool="heavy")
     store.add_pending("d-1", pool=DEFAULT)  # the default pool's folder is the top level
-    assert store.raw(store.bucket_name, "pending/light/l-1") is not None
-    assert store.raw(store.bucket_name, "pending/d-1") is not None
-    assert [e.job_id for e in store.list_pending(pool=DEFAULT)] == ["d-1", "old-1"]
+    assert store.raw(store.bucket_name, pending_object("l-1", "light")) is not None
+    assert store.raw(store.bucket_name, pending_object("d-1")) is not None
+    assert sorted(e.job_id for e in store.list_pending(pool=DEFAULT)) == ["d-1", "old-1"]
     assert [e.job_id for e in store.list_pending(pool="light")] == ["l-1"]
     every = store.list_pending()
     assert [(e.pool, e.job_id) for e in every] == [
@@ -170,7 +171,8 @@ def test_each_pool_lists_its_own_markers_and_old_markers_are_the_default_pools()
         ("light", "l-1"),
         (None, "old-1"),
     ]
-    assert [e.key for e in store.list_pending(start_at="light/")] == ["light/l-1", "old-1"]
+    light = pending_object("l-1", "light").removeprefix("pending/")
+    assert [e.key for e in store.list_pending(start_at="light/")] == [light, "old-1"]
     store.mark_due("l-1", datetime.now(UTC), pool="light")
     assert store.list_pending(pool="light")[0].due is not None
     store.remove_pending("l-1", pool="light")
@@ -302,7 +304,7 @@ def test_an_old_marker_of_a_moved_pipeline_is_rung_to_its_pool_then_removed(
     job_id = records.new_job_id()
     old = clock() - timedelta(seconds=3600)  # queued long ago: its doorbell was lost
     record = records.new_record(job_id, "upload-digest", {"bucket": "b", "name": "n"}, old)
-    store.add_pending(job_id)  # the layout from before pools: pending/<id>
+    store.put_object(store.bucket_name, f"pending/{job_id}", b"")  # from before pools
     store.create(record)
     sweeper.run_once(context(store, bell, s, clock), clock())
     assert bell.pipelines == {job_id: "upload-digest"}  # rung on light's topic
@@ -311,6 +313,7 @@ def test_an_old_marker_of_a_moved_pipeline_is_rung_to_its_pool_then_removed(
     store.update(done, current.generation)  # light's claim finished it
     store.remove_pending(job_id, pool="light")  # ...and removed the marker where light keeps it
     assert [e.key for e in store.list_pending()] == [job_id]  # the old one is left
+    assert store.list_pending()[0].legacy
     result = sweeper.run_once(context(store, bell, s, clock), clock())
     assert result.repaired == 1 and store.list_pending() == []
 

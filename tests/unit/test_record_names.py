@@ -1,4 +1,5 @@
-"""Record names that spread load: jobs/<h>/<id>.json, and the old jobs/<id>.json (pure)."""
+"""Names that spread load: jobs/<h>/<id>.json and pending/<h>~<id>, beside the old
+jobs/<id>.json and pending/<id> (pure)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ import pytest
 
 from shared.errors import InvalidInput, NotFound
 from shared.shards import NAME_HASH_CHARS, name_hash, shard_of
-from shared.storage import job_object, legacy_job_object, record_ids, record_name_id
+from shared.storage import (
+    PendingEntry,
+    job_object,
+    legacy_job_object,
+    pending_key,
+    pending_object,
+    record_ids,
+    record_name_id,
+)
 from shared.storage_memory import MemoryStore
 from tests.contract.contract_support import new_job
 
@@ -101,3 +110,39 @@ def test_a_create_of_a_freshly_drawn_id_does_not_look_at_old_names() -> None:
     assert store.calls == {"write": 1}
     store.create(new_job("user-1"))
     assert store.calls == {"write": 2, "stat": 1}  # a chosen id: its old name is looked at
+
+
+# --- pending markers: pending/[<pool>/]<h>~<id>, and the old pending/[<pool>/]<id> ------
+
+
+def test_a_marker_name_carries_the_records_hash_segment() -> None:
+    h = name_hash("order-00001")
+    assert pending_object("order-00001") == f"pending/{h}~order-00001"
+    assert pending_object("order-00001", "heavy") == f"pending/heavy/{h}~order-00001"
+    assert pending_object("order-00001", legacy=True) == "pending/order-00001"
+    assert pending_object("order-00001", "heavy", legacy=True) == "pending/heavy/order-00001"
+
+
+def test_consecutive_ids_put_their_markers_in_distant_key_ranges() -> None:
+    names = [pending_object(j) for j in SEQUENTIAL]
+    spread = Counter(n[len("pending/") :].split("~")[0] for n in names)
+    assert len(spread) == 256
+    neighbours = sum(a[:10] == b[:10] for a, b in pairwise(names))
+    assert neighbours < len(names) / 64
+
+
+@pytest.mark.parametrize("pool", [None, "heavy"])
+@pytest.mark.parametrize("job_id", ["a", "order-1234", "x" * 128, "A.b_c-d"])
+def test_both_marker_layouts_name_the_same_job(job_id: str, pool: str | None) -> None:
+    assert pending_key(pending_object(job_id, pool)) == (pool, job_id, False)
+    assert pending_key(pending_object(job_id, pool, legacy=True)) == (pool, job_id, True)
+    for legacy in (False, True):
+        entry = PendingEntry(job_id, None, pool=pool, legacy=legacy)
+        assert f"pending/{entry.key}" == pending_object(job_id, pool, legacy=legacy)
+
+
+@pytest.mark.parametrize(
+    "name", ["pending/", "pending/00~a", "pending/~a", "pending/a~", "jobs/a", "pending/a/b/c"]
+)
+def test_other_names_are_not_markers(name: str) -> None:
+    assert pending_key(name) is None

@@ -12,7 +12,7 @@ from shared import records
 from shared.config import Settings
 from shared.features import context
 from shared.queue import parse_submission
-from shared.storage import job_object
+from shared.storage import job_object, pending_object
 from shared.storage_memory import MemoryStore
 from shared.submission import (
     MAX_PAYLOAD_BYTES,
@@ -177,7 +177,7 @@ def test_single_job_created_in_order_and_rung() -> None:
         {"stages": 2},
         "job-1",
     )
-    assert store.names("pending/") == ["pending/job-1"]
+    assert store.names("pending/") == [pending_object("job-1")]
 
 
 def test_job_without_client_id_gets_a_random_id() -> None:
@@ -329,7 +329,7 @@ def test_failed_doorbell_still_creates_the_job(capsys: pytest.CaptureFixture[str
     store = MemoryStore()
     result = run(store, Bell(fail=True), {"pipeline": "demo", "id": "quiet"})
     assert result.created and store.read("quiet").record["status"] == "queued"
-    assert store.names("pending/") == ["pending/quiet"]
+    assert store.names("pending/") == [pending_object("quiet")]
     warnings = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert any(w["severity"] == "WARNING" and "doorbell" in w["message"] for w in warnings)
 

@@ -298,5 +298,5 @@ def test_an_index_within_the_read_budget_is_one_listing_and_every_record_read() 
         store.add_pending(job_id)
     store.calls.clear()
     result = sweeper.run_once(context(store, Bell(), settings(sweep_max_jobs=3)), NOW)
-    assert store.read_ids == ["a", "b", "c"] and not result.truncated
+    assert sorted(store.read_ids) == ["a", "b", "c"] and not result.truncated
     assert store.calls["list"] == 6 + TIME_INDEX_FANOUT  # the pending index, the passes
