@@ -643,7 +643,26 @@ def make_client(project: str | None) -> Client:
     session.mount("https://", adapter)
     session.mount("http://", adapter)  # the emulator
     session.configure_mtls_channel()  # a no-op unless enabled; it keeps the pool size
+    _no_span_bucket_lookups()
     return storage.Client(project=project, credentials=credentials, _http=session)
+
+
+_OTEL_TRACES_ENV = "ENABLE_GCS_PYTHON_CLIENT_OTEL_TRACES"
+_SPAN_BUCKET_METADATA_OFF_ENV = "DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA"
+
+
+def _no_span_bucket_lookups() -> None:
+    """Turn off the client's bucket lookups for trace-span attributes unless its traces
+    are on. Since 3.x, google-cloud-storage fetches a bucket's metadata to annotate the
+    OpenTelemetry spans it makes of each call ("App-centric Observability",
+    googleapis/google-cloud-python a0da993d) whether or not traces are exported, and
+    after every 404 it checks in the background that the bucket still exists: one
+    more Cloud Storage call per absent object read. reclaim reads absent objects on
+    purpose (a job's workflow parent mark, a pipeline's pause flag), so that was a
+    bucket GET for about every job (bench/big_backlog.py's "other" calls). A user who
+    sets either variable keeps their choice."""
+    if os.environ.get(_OTEL_TRACES_ENV, "").strip().lower() not in ("1", "true", "yes", "on"):
+        os.environ.setdefault(_SPAN_BUCKET_METADATA_OFF_ENV, "true")
 
 
 class GcsStore(StoreBase):
