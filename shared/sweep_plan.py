@@ -13,12 +13,15 @@ creation is Cloud Storage's, the rest the writers') belongs to a job that needs 
 yet, and its read is skipped. A marker that cannot be dated is always read.
 
 When the index fits in one run's read budget (Settings.sweep_max_jobs) every record is
-read, as before. When it does not, the run reads first every marker that may need
-action, the longest-marked first, then fills the budget with the others, the oldest
-created first (markers without their pipeline first: the gauges cannot place them
-unread), and leaves the newest unread. A lost doorbell (a queued job whose record went
-stale) is therefore rung by the first run after its job can be stale, wherever it is in
-the index, whenever the markers that may need action fit in the budget; past that,
+read, as before (exact gauges, at most the budget a run). When it does not, the run
+reads only the markers that may need action, the longest-marked first, and those
+without their pipeline (the gauges cannot place them unread); the others are counted
+from the listing. It used to fill the rest of the budget with the oldest of them: in a
+backlog that lasts, that read the budget every run (1,000 records a minute) whatever
+needed doing, a read per job per run for nothing the sweep acts on. A lost doorbell
+(a queued job whose record went stale) is therefore rung by the first run after its
+job can be stale, wherever it is in the index, whenever the markers that may need
+action fit in the budget; past that,
 they are taken longest-marked first, and each one handled gets a fresh mark (it goes to
 the back), so every one is read within ceil(may-need-action / budget) runs. Markers whose
 queued job the sweep has re-rung in a row (a backlog that waits past the stale time:
@@ -89,9 +92,9 @@ def plan(entries: Sequence[PendingEntry], now: datetime, settings: Settings, lim
     # the jobs re-rung fewest times in a row first (a backlog's re-rung jobs wait longer
     # each time: shared.job_queue.RERING_DOUBLINGS_MAX), each group longest-marked first
     act.sort(key=lambda e: (e.rerings, _stamp(marked_at(e)), e.key))
-    rest.sort(key=lambda e: (e.pipeline is not None, _stamp(e.created), e.key))
-    order = act + rest
-    return Plan(order[:limit], order[limit:])
+    unplaced = sorted((e for e in rest if e.pipeline is None), key=lambda e: _stamp(e.created))
+    order = act + unplaced
+    return Plan(order[:limit], order[limit:] + [e for e in rest if e.pipeline is not None])
 
 
 def _utc(t: datetime) -> datetime:

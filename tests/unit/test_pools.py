@@ -314,6 +314,7 @@ def test_an_old_marker_of_a_moved_pipeline_is_rung_to_its_pool_then_removed(
     store.remove_pending(job_id, pool="light")  # ...and removed the marker where light keeps it
     assert [e.key for e in store.list_pending()] == [job_id]  # the old one is left
     assert store.list_pending()[0].legacy
+    clock.advance(60)  # the next sweep run
     result = sweeper.run_once(context(store, bell, s, clock), clock())
     assert result.repaired == 1 and store.list_pending() == []
 
