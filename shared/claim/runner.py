@@ -142,6 +142,7 @@ def handle_delivery(
             skip=job_id,
             budget=budget,
             shutdown=shutdown,
+            push_gap=pool.push_gap,
         )
     return outcome
 

@@ -2,11 +2,16 @@
 
 Acquisition never blocks: with no free slot the caller answers 429 and
 Pub/Sub redelivers later, so nothing ever waits in this process's memory.
+
+The pool also says how quickly pushes fill the slots it frees (push_gap): the drain
+takes work from the pending index only when they do not (shared.claim.drain).
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from types import TracebackType
 
 
@@ -37,12 +42,15 @@ class Slot:
 class Slots:
     """A bounded pool of slots (RECLAIM_MAX_CONCURRENT)."""
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, clock: Callable[[], float] = time.monotonic):
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
         self.capacity = capacity
         self._used = 0
         self._lock = threading.Lock()
+        self._clock = clock
+        self._freed: list[float] = []  # when each slot free now was freed (never-used: none)
+        self._last_wait = 0.0  # how long the last slot filled had waited for its push
 
     @property
     def in_use(self) -> int:
@@ -55,11 +63,27 @@ class Slots:
             if self._used >= self.capacity:
                 return None
             self._used += 1
+            if self._freed:  # the slot freed last is the one a prompt push fills
+                self._last_wait = self._clock() - self._freed.pop()
             return Slot(self)
+
+    def push_gap(self) -> float:
+        """Seconds pushes have been leaving freed slots free: the longest a slot free now
+        has waited; with one slot (the caller's own, held), how long it waited for the
+        push that filled it last. 0 before any slot was freed (a cold start's first
+        pushes are not a gap). Pushes that keep coming (a backlog Pub/Sub is delivering)
+        keep it near zero; refused or backed-off ones let it grow. What a slot waited
+        before it was filled is not counted with more slots: after a lull with nothing to
+        do, the first pushes would read as a gap however promptly the next ones come."""
+        with self._lock:
+            if self.capacity > 1:
+                return self._clock() - self._freed[0] if self._freed else 0.0
+            return self._last_wait
 
     def _release(self) -> None:
         with self._lock:
             self._used -= 1
+            self._freed.append(self._clock())
 
 
 _pool: Slots | None = None

@@ -13,6 +13,7 @@ from shared import job_queue, records
 from shared.claim.budget import PushBudget
 from shared.claim.drain import (
     BACKLOG_WAIT_S,
+    PUSH_GAP_S,
     Arrival,
     DrainGate,
     backlog_sign,
@@ -27,7 +28,7 @@ from shared.jobs import JobStatus
 from shared.outcome import Outcome, OutcomeKind
 from shared.storage import PendingEntry
 from shared.storage_memory import MemoryStore
-from tests.unit.unit_support import Clock, handle, settings, submit
+from tests.unit.unit_support import Clock, handle, settings, starved_slots, submit
 
 # --- the gate
 
@@ -157,7 +158,9 @@ def test_in_a_backlog_a_freed_slot_keeps_taking_due_jobs() -> None:
     trigger = submit(store, now=clock())
     gate = DrainGate()
     s = settings(drain_max_jobs=3, max_concurrent=1)
-    outcome = handle(trigger, store, s, clock, gate=gate, arrival=Arrival(2, clock()))
+    slots = starved_slots(1)  # and pushes leave freed slots free
+    arrival = Arrival(2, clock())
+    outcome = handle(trigger, store, s, clock, gate=gate, arrival=arrival, slots=slots)
     assert outcome.kind == OutcomeKind.DONE
     assert sorted(d.job_id for d in outcome.drained) == sorted(waiting)
     assert all(store.read(j).record["status"] == "done" for j in waiting)
@@ -175,8 +178,62 @@ def test_a_doorbell_that_waited_is_a_backlog_sign_and_a_fresh_one_is_not() -> No
     assert outcome.drained == []  # a plain drain: `waiting` is not overdue
     assert store.read(waiting).record["status"] == "queued" and not gate.backlogged(30)
     held = Arrival(1, clock() - timedelta(seconds=BACKLOG_WAIT_S + 1))
-    outcome = handle(submit(store, now=clock()), store, s, clock, gate=gate, arrival=held)
+    slots = starved_slots()
+    outcome = handle(
+        submit(store, now=clock()), store, s, clock, gate=gate, arrival=held, slots=slots
+    )
     assert [d.job_id for d in outcome.drained] == [waiting]
+
+
+def test_a_backlog_whose_pushes_fill_every_freed_slot_is_left_to_them() -> None:
+    """Doorbells that waited, yet each freed slot is filled by a push at once: Pub/Sub
+    is delivering the backlog. Taking its jobs from the index would only double them
+    (each one's doorbell still comes), so the drain leaves them to their pushes."""
+    store = MemoryStore()
+    clock = Clock()
+    waiting = [submit(store, now=clock()) for _ in range(3)]
+    now = [0.0]
+    slots = Slots(4, clock=lambda: now[0])
+    freed = slots.try_acquire()
+    assert freed is not None
+    freed.release()
+    now[0] = 0.01  # the next push came 10 ms after the slot freed
+    gate = DrainGate()
+    held = Arrival(1, clock() - timedelta(seconds=BACKLOG_WAIT_S + 1))
+    s = settings(drain_max_jobs=3)
+    outcome = handle(
+        submit(store, now=clock()), store, s, clock, gate=gate, arrival=held, slots=slots
+    )
+    assert outcome.kind == OutcomeKind.DONE and outcome.drained == []
+    assert gate.backlogged(30)  # the sign is kept: were pushes to stop, the drain goes on
+    assert all(store.read(j).record["status"] == "queued" for j in waiting)
+    pair = [slots.try_acquire(), slots.try_acquire()]  # two slots free; a push takes one,
+    for slot in pair:  # and none comes for the other
+        assert slot is not None
+        slot.release()
+    now[0] = 0.01 + PUSH_GAP_S + 1  # pushes stopped keeping up
+    outcome = handle(submit(store, now=clock()), store, s, clock, gate=gate, slots=slots)
+    assert sorted(d.job_id for d in outcome.drained) == sorted(waiting)
+
+
+def test_the_push_gap_is_how_long_freed_slots_wait_for_pushes() -> None:
+    now = [100.0]
+    slots = Slots(2, clock=lambda: now[0])
+    assert slots.push_gap() == 0.0  # never-used slots are no gap (a cold start)
+    a, b = slots.try_acquire(), slots.try_acquire()
+    assert a is not None and b is not None
+    a.release()
+    now[0] = 103.0
+    assert slots.push_gap() == 3.0  # a slot free for 3 s
+    c = slots.try_acquire()
+    assert c is not None and slots.push_gap() == 0.0  # every slot busy: pushes caught up
+    one = Slots(1, clock=lambda: now[0])
+    first = one.try_acquire()
+    assert first is not None
+    first.release()
+    now[0] = 105.0
+    again = one.try_acquire()  # the push came 2 s after the slot freed
+    assert again is not None and one.push_gap() == 2.0  # one slot: what its push found
 
 
 def test_the_in_app_429_is_no_backlog_sign() -> None:

@@ -23,7 +23,7 @@ from shared.pipelines import Pipeline, StageContext, register
 from shared.queue import Queue, parse_submission
 from shared.shards import TIME_INDEX_FANOUT, fanout_slot
 from shared.storage_memory import MemoryStore
-from tests.unit.unit_support import Bell, Clock
+from tests.unit.unit_support import Bell, Clock, starved_slots
 
 START = datetime(2026, 7, 26, 10, 0, 0, 100_000, tzinfo=UTC)
 
@@ -274,7 +274,7 @@ def test_a_backlogged_drain_does_not_spin_on_held_jobs() -> None:
     gate = DrainGate()
     gate.note_backlog()
     lists = store.calls["list"]
-    outcome = queue.handle_delivery("x", owner="me", slots=Slots(1), gate=gate)
+    outcome = queue.handle_delivery("x", owner="me", slots=starved_slots(1), gate=gate)
     assert outcome.kind == OutcomeKind.DONE and outcome.drained == []
     assert store.calls["list"] - lists <= 4  # one drain listing (and the gates' own)
     assert {b.name for b in store.list_blobs("parked/")} == {

@@ -108,6 +108,19 @@ def submit(
     return job_id
 
 
+def starved_slots(capacity: int = 4, gap_s: float = 10.0) -> Slots:
+    """Slots one of which was freed gap_s ago and no push has filled since: pushes are
+    not keeping up, so a backlog's drain takes work from the index (Slots.push_gap)."""
+    now = [0.0]
+    slots = Slots(capacity, clock=lambda: now[0])
+    held = [slots.try_acquire() for _ in range(min(capacity, 2))]  # one left free after
+    for slot in held:  # the next push takes one (with one slot: it waited gap_s for it)
+        assert slot is not None
+        slot.release()
+    now[0] = gap_s
+    return slots
+
+
 def handle(
     job_id: str,
     store: MemoryStore,
