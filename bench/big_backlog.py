@@ -12,7 +12,9 @@ counted on the wire (bench.common.bench_cloud). Each size is submitted (POST /jo
 a request) while the claim subscription is held as a pull subscription, so the doorbells
 wait in Pub/Sub (as bench.throughput); the clock starts when it is switched back to push
 and stops when the pending index is empty. Calls per job count everything the functions
-did from the first POST (submit, claim, drain, sweep); the jobs/s is the claim side's.
+did from the first POST (submit, claim, drain, sweep) until every doorbell is acked (a
+job a slot took from the index still has its doorbell coming, answered with a read);
+the jobs/s is the claim side's.
 The bucket is emptied between sizes (fake-gcs-server's inserts slow down as a bucket
 fills: bench.fixtures). The same sizes run once more on a cloud whose claim is
 bench/floor_claim.py (four calls a job, nothing else): the emulator slows it as much as
@@ -54,12 +56,18 @@ def _size(b: Bench, client: Any, jobs: int, side: str) -> dict[str, Any]:
         CONSOLE.progress(f"{side}, {jobs:,} jobs: submitted {len(ids):,}")
     submitted = time.perf_counter() - posted
     submit_calls = b.proxy.counts()
+    pushes_before = b.claim_subscription().get("push_attempts", 0)
     start = time.perf_counter()
     _push(cloud, on=True)
     wait_pending_empty(b.queue, timeout_s=TIMEOUT_S, poll_s=0.2)
     wall = time.perf_counter() - start
+    # a job a slot took from the index still has its doorbell coming: its push and
+    # what the claim reads to answer it are that job's calls too
+    acked_after = b.wait_doorbells_acked(timeout_s=TIMEOUT_S)
+    pushes = b.claim_subscription().get("push_attempts", 0) - pushes_before
     calls = b.proxy.counts()
     by_prefix = b.proxy.by_prefix(statuses=True)
+    examples = b.proxy.examples()
     records = b.snapshot(ids) if jobs <= CHUNK else {}
     done = (
         sum(r.get("status") == JobStatus.DONE for r in records.values())
@@ -71,9 +79,12 @@ def _size(b: Bench, client: Any, jobs: int, side: str) -> dict[str, Any]:
         "done": done,
         "submit_s": round(submitted, 2),
         "wall_s": round(wall, 2),
+        "doorbells_acked_after_s": round(acked_after, 2),
+        "pushes": pushes,
         "jobs_per_s": round(done / wall, 2),
         "calls": calls,
         "by_prefix": by_prefix,
+        "examples": examples,
         "submit_calls": submit_calls,
         "calls_per_job": round(sum(calls.values()) / jobs, 3),
     }
@@ -170,4 +181,5 @@ def _extra_calls(small: dict[str, Any], big: dict[str, Any]) -> str:
 
 def _per_job(measured: dict[str, Any]) -> str:
     jobs = measured["jobs"]
-    return ", ".join(f"{k} {v / jobs:.2f}" for k, v in sorted(measured["calls"].items()) if v)
+    calls = ", ".join(f"{k} {v / jobs:.2f}" for k, v in sorted(measured["calls"].items()) if v)
+    return f"{calls}; pushes {measured['pushes'] / jobs:.2f}"

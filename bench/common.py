@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.console import CONSOLE
+from local import wiring
 from local.cloud import LocalCloud
 from local.faultproxy import FaultProxy
 from local.observe import all_terminal, emulator_stats, snapshot, topic_count, watching_queue
@@ -32,6 +33,27 @@ class Bench:
 
     def snapshot(self, job_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         return snapshot(self.queue, job_ids)
+
+    def claim_subscription(self) -> dict[str, int]:
+        """The claim subscription's counters (the emulator's /stats): pushes by answer,
+        and its backlog (messages not yet acked)."""
+        stats = emulator_stats(self.cloud.endpoints["emulator_admin"])
+        subs = stats.get("subscriptions") or {}
+        found: dict[str, Any] = next(
+            (v for k, v in subs.items() if k.endswith(wiring.CLAIM_SUBSCRIPTION)), {}
+        )
+        return {k: int(v) for k, v in found.items() if isinstance(v, int)}
+
+    def wait_doorbells_acked(self, timeout_s: float, poll_s: float = 0.2) -> float:
+        """Seconds until every doorbell of the claim subscription is acked: a job a slot
+        took from the index still has its doorbell coming, and what that costs is the
+        job's too."""
+        start = time.monotonic()
+        while self.claim_subscription().get("backlog", 0) > 0:
+            if time.monotonic() - start > timeout_s:
+                raise TimeoutError(f"doorbells still unacked after {timeout_s:.0f} s")
+            time.sleep(poll_s)
+        return time.monotonic() - start
 
 
 def local_cloud(**overrides: Any) -> LocalCloud:

@@ -27,7 +27,7 @@ from bench.fixtures import clear_bucket
 from bench.spread import Spread
 from local import wiring
 from local.demo import RELEASE_MODULE
-from local.observe import counts_by_status, emulator_stats, submit_batch
+from local.observe import counts_by_status, submit_batch
 
 JOBS = 200
 PAYLOAD = {"stages": 3, "sleep_s": 0.3, "output": True}
@@ -44,7 +44,7 @@ def _batch(b: Bench, roll_out: bool) -> dict[str, Any]:
     _id, ids = submit_batch(
         b.cloud.endpoints["jobs"], [{"pipeline": "demo", "payload": PAYLOAD}] * JOBS
     )
-    revision, serving_s, before = None, None, _pushes(b)
+    revision, serving_s, before = None, None, b.claim_subscription()
     if roll_out:
         while sum(1 for r in b.snapshot(ids).values() if r["status"] == "done") < JOBS // 2:
             time.sleep(0.2)
@@ -57,7 +57,7 @@ def _batch(b: Bench, roll_out: bool) -> dict[str, Any]:
         serving_s = time.monotonic() - deployed
     records = wait_terminal(b.queue, ids, timeout_s=600)
     wall = time.monotonic() - started
-    pushes = _pushes(b)
+    pushes = b.claim_subscription()
     resumes = Counter(
         e.get("resume") or "from the checkpoint"
         for r in records.values()
@@ -75,15 +75,6 @@ def _batch(b: Bench, roll_out: bool) -> dict[str, Any]:
         "serving_after_s": None if serving_s is None else round(serving_s, 2),
         "pushes": {k: pushes.get(k, 0) - before.get(k, 0) for k in pushes},
     }
-
-
-def _pushes(b: Bench) -> dict[str, int]:
-    """The claim subscription's push counters (the emulator's /stats)."""
-    subs = emulator_stats(b.cloud.endpoints["emulator_admin"]).get("subscriptions") or {}
-    found: dict[str, Any] = next(
-        (v for k, v in subs.items() if k.endswith(wiring.CLAIM_SUBSCRIPTION)), {}
-    )
-    return {k: int(v) for k, v in found.items() if isinstance(v, int)}
 
 
 def _storage(b: Bench) -> Any:

@@ -78,15 +78,17 @@ class _State:
     answers: Counter[str] = field(default_factory=Counter)
     faults: Counter[str] = field(default_factory=Counter)
     touched: Counter[tuple[str, str, int]] = field(default_factory=Counter)
+    examples: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def answered(self, kind: str, status: int) -> None:
         with self.lock:
             self.answers[f"{kind}:{status}"] += 1
 
-    def touch(self, kind: str, prefix: str, status: int) -> None:
+    def touch(self, kind: str, prefix: str, status: int, request: str) -> None:
         with self.lock:
             self.touched[(kind, prefix, status)] += 1
+            self.examples.setdefault(f"{kind} {prefix}", request)
 
     def decide(self, kind: str) -> tuple[int | None, bool]:
         """(status to inject or None, forward first?) for one request; counts it."""
@@ -188,10 +190,17 @@ class FaultProxy:
                 out[f"{kind} {prefix} {status}" if statuses else f"{kind} {prefix}"] += n
         return dict(sorted(out.items()))
 
+    def examples(self) -> dict[str, str]:
+        """The first request seen of each "kind prefix" (method and path): what a count
+        of calls without an object name ("other -") was."""
+        with self._state.lock:
+            return dict(sorted(self._state.examples.items()))
+
     def reset(self) -> None:
         """Zero the counters (a benchmark measures one phase at a time)."""
         with self._state.lock:
             self._state.touched.clear()
+            self._state.examples.clear()
             self._state.calls.clear()
             self._state.faults.clear()
             self._state.answers.clear()
@@ -255,7 +264,7 @@ class _Handler(ProxyHandler):
             data = _error_body(injected, "injected by local.faultproxy")
             status = injected
         prefix = name_prefix(object_name(self.command, self.path, body))
-        self.server.state.touch(kind, prefix, status)
+        self.server.state.touch(kind, prefix, status, f"{self.command} {self.path[:200]}")
         self._reply(status, headers, data)
 
     def finish(self) -> None:
