@@ -89,7 +89,7 @@ demo-pools: venv ## Two worker pools side by side: quick jobs never wait behind 
 bench: venv ## Benchmarks: writes bench/results.json and bench/results.md
 	$(PY) -m bench
 
-bench-scale: venv ## The long benchmarks (a 2,000-job backlog, the drain off), into the same table
+bench-scale: venv ## The long benchmarks (10,000 jobs queued at once on 4 record shards, the drain off; about half an hour), into the same table
 	$(PY) -m bench --only big_backlog,drain_off
 
 MUTATE_STAMP := $(VENV)/.mutate-installed

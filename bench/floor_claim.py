@@ -17,22 +17,26 @@ import flask
 
 from shared.events import job_id_from_delivery, parse_pubsub
 from shared.jobs import JobStatus
+from shared.shards import shard_of
 from shared.storage import job_object, make_client, pending_object
 
-_bucket: Any = None
+_buckets: list[Any] = []
 
 
-def _records() -> Any:
-    global _bucket
-    if _bucket is None:
+def _records(job_id: str) -> Any:
+    """The job's record bucket: the one its id hashes to when there are record shards
+    (RECLAIM_SHARD_BUCKETS), as reclaim's store picks it."""
+    if not _buckets:
         client = make_client(os.environ.get("GOOGLE_CLOUD_PROJECT"))
-        _bucket = client.bucket(os.environ["RECLAIM_RECORDS_BUCKET"])
-    return _bucket
+        shards = [b for b in os.environ.get("RECLAIM_SHARD_BUCKETS", "").split(",") if b]
+        names = [os.environ["RECLAIM_RECORDS_BUCKET"], *shards]
+        _buckets.extend(client.bucket(name) for name in names)
+    return _buckets[shard_of(job_id, len(_buckets))]
 
 
 def claim(request: flask.Request) -> tuple[str, int]:
     job_id = job_id_from_delivery(parse_pubsub(request))
-    bucket = _records()
+    bucket = _records(job_id)
     blob = bucket.blob(job_object(job_id))
     record = json.loads(blob.download_as_bytes())
     generation = blob.generation
