@@ -23,6 +23,7 @@ before it listed the whole index), would reach it on run ceil((its place + 1) / 
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from datetime import UTC, datetime, timedelta
@@ -38,6 +39,7 @@ from local.procs import free_port, stop
 from shared import records, sweep_plan
 from shared.config import Settings
 from shared.queue import Queue, parse_submission
+from shared.shards import name_hash
 from shared.storage import GcsStore
 from shared.storage_memory import MemoryStore
 from shared.sweeper import run_once
@@ -46,7 +48,18 @@ SIZES = (100, 2_000)  # 500 and 10,000 at 1:5
 BUDGET = 200  # RECLAIM_SWEEP_MAX_JOBS: 1,000 at 1:5
 TARGET_RUNS = 2
 MAX_RUNS = 12
-LOST = "zzzz-lost-doorbell"
+
+
+def _last_in_name_order() -> str:
+    """An id whose marker sorts after any other's: its hash segment is "ff" (markers are
+    pending/<h>~<id>: shared.storage.pending_object) and "l" sorts after every hex digit
+    of the backlog's generated ids."""
+    return next(
+        f"lost-doorbell-{i}" for i in itertools.count() if name_hash(f"lost-doorbell-{i}") == "ff"
+    )
+
+
+LOST = _last_in_name_order()
 
 
 class _Bell(SilentDoorbell):
@@ -109,8 +122,9 @@ def _one(gcs_url: str, proxy: FaultProxy, jobs: int) -> dict[str, Any]:
             }
         )
         now += timedelta(seconds=60)  # Cloud Scheduler's next run
-    names = sorted(e.key for e in store.list_pending())
-    place = names.index(LOST)
+    entries = store.list_pending()
+    names = sorted(e.key for e in entries)
+    place = names.index(next(e.key for e in entries if e.job_id == LOST))
     return {
         "jobs": jobs,
         "rung_after_runs": len(runs) if LOST in bell.rung else None,
