@@ -27,10 +27,10 @@ import time
 from datetime import datetime
 from typing import Any
 
-from bench.common import local_cloud, row, wait_pending_empty
+from bench.common import claim_subscription, local_cloud, row, wait_pending_empty
 from local import wiring
 from local.cloud import LocalCloud
-from local.observe import emulator_stats, parse_at, snapshot, submit_batch, watching_queue
+from local.observe import parse_at, snapshot, submit_batch, watching_queue
 
 JOBS = 500
 INSTANCES, CONCURRENCY = 2, 4
@@ -86,11 +86,8 @@ def _variant(refuse: bool, drain: bool = True) -> dict[str, Any]:
         wall = time.monotonic() - started
         records = snapshot(queue, ids)
         claim = cloud.service("claim").stats()
-        subs = emulator_stats(cloud.endpoints["emulator_admin"]).get("subscriptions") or {}
+        pushes = claim_subscription(cloud)
         logs = _claim_log_counts(cloud)
-    pushes: dict[str, Any] = next(
-        (v for k, v in subs.items() if k.endswith(wiring.CLAIM_SUBSCRIPTION)), {}
-    )
     claims = [_first(r, "claimed") for r in records.values()]
     dones = [_first(r, "done") for r in records.values()]
     first = min(c for c in claims if c is not None)
@@ -107,8 +104,8 @@ def _variant(refuse: bool, drain: bool = True) -> dict[str, Any]:
         "ideal_s": round(JOBS * SLEEP_S / (INSTANCES * CONCURRENCY), 1),
         "refused_429": claim["requests"]["refused"],
         "pending_max_s": claim["pending_waits"]["max_s"],
-        "pushes": int(pushes.get("push_attempts") or 0),
-        "push_failures": int(pushes.get("push_failures") or 0),
+        "pushes": pushes.get("push_attempts", 0),
+        "push_failures": pushes.get("push_failures", 0),
         **logs,
     }
 

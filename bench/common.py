@@ -35,14 +35,7 @@ class Bench:
         return snapshot(self.queue, job_ids)
 
     def claim_subscription(self) -> dict[str, int]:
-        """The claim subscription's counters (the emulator's /stats): pushes by answer,
-        and its backlog (messages not yet acked)."""
-        stats = emulator_stats(self.cloud.endpoints["emulator_admin"])
-        subs = stats.get("subscriptions") or {}
-        found: dict[str, Any] = next(
-            (v for k, v in subs.items() if k.endswith(wiring.CLAIM_SUBSCRIPTION)), {}
-        )
-        return {k: int(v) for k, v in found.items() if isinstance(v, int)}
+        return claim_subscription(self.cloud)
 
     def wait_doorbells_acked(self, timeout_s: float, poll_s: float = 0.2) -> float:
         """Seconds until every doorbell of the claim subscription is acked: a job a slot
@@ -54,6 +47,17 @@ class Bench:
                 raise TimeoutError(f"doorbells still unacked after {timeout_s:.0f} s")
             time.sleep(poll_s)
         return time.monotonic() - start
+
+
+def claim_subscription(cloud: LocalCloud) -> dict[str, int]:
+    """The claim subscription's counters (the emulator's /stats): pushes by answer, and
+    its backlog (messages not yet acked)."""
+    stats = emulator_stats(cloud.endpoints["emulator_admin"])
+    subs = stats.get("subscriptions") or {}
+    found: dict[str, Any] = next(
+        (v for k, v in subs.items() if k.endswith(wiring.CLAIM_SUBSCRIPTION)), {}
+    )
+    return {k: int(v) for k, v in found.items() if isinstance(v, int)}
 
 
 def local_cloud(**overrides: Any) -> LocalCloud:

@@ -35,13 +35,19 @@ import urllib.request
 from datetime import datetime
 from typing import Any
 
-from bench.common import local_cloud, row, snapshot, wait_pending_empty, watching_queue
+from bench.common import (
+    claim_subscription,
+    local_cloud,
+    row,
+    snapshot,
+    wait_pending_empty,
+    watching_queue,
+)
 from bench.console import CONSOLE
 from bench.fixtures import clear_bucket
 from bench.spread import Spread
 from local import wiring
 from local.cloud import DEFAULT_FUNCTIONS, FunctionSpec, LocalCloud
-from local.observe import emulator_stats
 from shared.jobs import JobStatus
 
 JOBS = 300
@@ -190,12 +196,8 @@ def _variant(instances: int, max_concurrent: int) -> dict[str, Any]:
             framework = _batch(cloud, clients[cloud], slots)
             ratio = _rate(framework) / _rate(floor)
             repeats.append({"framework": framework, "floor": floor, "ratio": round(ratio, 3)})
-        stats = emulator_stats(cloud.endpoints["emulator_admin"])
+        claim = claim_subscription(cloud)
         platform = cloud.service("claim").stats()
-    subs = stats.get("subscriptions") or {}
-    claim: dict[str, int] = next(
-        (v for k, v in subs.items() if k.endswith(wiring.CLAIM_SUBSCRIPTION)), {}
-    )
     return {
         "instances": instances,
         "max_concurrent": max_concurrent,
