@@ -238,8 +238,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
         field="sweep_max_jobs",
         default="1000",
         parse=int,
-        doc="Pending records one sweep run reads at most (it lists the whole index; past this, it "
-        "reads first the markers that may need action: docs/operating.md, the sweep).",
+        doc="Pending records one sweep run reads at most (it lists the whole index and reads the "
+        "markers that may need action, a small index whole: docs/operating.md, the sweep).",
         minimum=1,
     ),
     EnvVar(

@@ -12,9 +12,9 @@ less than the shortest stale time ago (minus a slack for the clocks: the marker'
 creation is Cloud Storage's, the rest the writers') belongs to a job that needs nothing
 yet, and its read is skipped. A marker that cannot be dated is always read.
 
-When the index fits in one run's read budget (Settings.sweep_max_jobs) every record is
-read, as before (exact gauges, at most the budget a run). When it does not, the run
-reads only the markers that may need action, the longest-marked first, and those
+When the index is small (READ_WHOLE_MAX, within the read budget Settings.sweep_max_jobs)
+every record is read (exact gauges). When it is not, the run reads only the markers
+that may need action, the longest-marked first, up to the budget, and those
 without their pipeline (the gauges cannot place them unread); the others are counted
 from the listing. It used to fill the rest of the budget with the oldest of them: in a
 backlog that lasts, that read the budget every run (1,000 records a minute) whatever
@@ -44,6 +44,14 @@ MARK_SLACK_MAX_S = 5.0
 record's updated_at, a due mark), taken off the stale time; at most a quarter of it.
 Google's clocks are synchronised far tighter; a larger skew only delays a rescue by
 the excess (the marker keeps ageing), it never loses one."""
+
+
+READ_WHOLE_MAX = 100
+"""An index of at most this many markers (and within the budget) is read whole every
+run: exact gauges, and a crash's leftovers repaired by the next run, for at most 100
+reads a run. A larger one is read as past the budget (only what may need action): a
+1,000-marker index read whole was up to 1,000 reads a run for nothing the sweep acts on
+(bench/big_backlog.py: a 4,000-job batch's first minute)."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +90,7 @@ def may_need_action(entry: PendingEntry, now: datetime, quiet_s: float) -> bool:
 def plan(entries: Sequence[PendingEntry], now: datetime, settings: Settings, limit: int) -> Plan:
     """What one run reads of the whole listing (see the module doc); `limit` is its
     read budget."""
-    if len(entries) <= limit:
+    if len(entries) <= min(limit, READ_WHOLE_MAX):
         return Plan(list(entries), [])  # a small index: every record, in name order
     quiet = quiet_seconds(settings)
     act: list[PendingEntry] = []

@@ -3,7 +3,7 @@
 Cost is O(pending), never O(history): it lists the whole of ``pending/``, every pool's
 markers (shared.pools: ``pending/<id>`` and ``pending/<pool>/<id>``; one list call per
 1,000), reads the records whose markers say they may need action (shared.sweep_plan:
-every one when the index fits in RECLAIM_SWEEP_MAX_JOBS reads), within
+every one when the index is small, at most RECLAIM_SWEEP_MAX_JOBS a run), within
 RECLAIM_SWEEP_MAX_SECONDS, and lets shared.recovery apply stale_action with the stale
 time of the job's pool; a requeued job is rung on its pool's topic. Every write is
 generation-matched, so two sweeps at once (or a sweep racing a status read or an owner)

@@ -20,7 +20,9 @@ a read, wherever its doorbell is.
 
 Overdue by age (the safety net for doorbells lost without a mark, e.g. a submit's):
 rate-limited per process (one listing per drain interval reads markers old enough;
-those too young to be overdue are skipped without a read; Settings documents both).
+those too young to be overdue are skipped without a read; Settings documents both),
+and not while pushes show doorbells held back: then every queued job is old only
+because it waits its turn.
 
 In a backlog, doorbells wait: what the instance sees of it is the pushes that do
 arrive, and each one says how long its doorbell waited: its publishTime, and
@@ -31,8 +33,9 @@ process backlogged (backlog_sign). A wait alone does not say the doorbells are h
 back: a backlog Pub/Sub delivers as fast as slots free shows it too, and there the
 next push fills a freed slot at once. So while backlogged, and while freed slots wait
 for pushes (PUSH_GAP_S, shared.claim.slots.Slots.push_gap), every freed slot keeps
-taking due queued jobs, one per fresh listing, reading its own shuffled order of the
-page, until the index holds nothing due, the push's time budget (shared.claim.budget)
+taking due queued jobs, one per fresh listing from a random point of the index
+(listing_window: the markers' hash segment spreads them), reading its own shuffled
+order of the page, until the index holds nothing due, the push's time budget (shared.claim.budget)
 has no room for another job, or the instance is shutting down.
 """
 
@@ -54,6 +57,8 @@ from shared.errors import CorruptRecord, InvalidInput, NotFound, StorageError
 from shared.jobs import JobRecord, JobStatus
 from shared.logs import get_logger
 from shared.outcome import Outcome, OutcomeKind
+from shared.pools import DEFAULT as DEFAULT_POOL
+from shared.shards import NAME_HASH_CHARS
 from shared.storage import PendingEntry, Store, Stored
 
 log = get_logger(__name__)
@@ -78,10 +83,10 @@ Cloud Run may hold a push in its pending queue up to 10 s on top
 together; a doorbell the platform refused (429) comes back with deliveryAttempt > 1,
 which is a sign whatever its wait."""
 BACKLOG_LISTING = 200
-"""Markers one drain lists (one list call, whatever the size up to 1,000). Every freed
-slot lists the same first names, and the jobs running are among them: with a page of
-50, 32 slots (8x4) kept most of it running, and a freed slot read 2 to 4 records per job
-it found (bench big_backlog). 200 keeps the running a small part of it."""
+"""Markers one drain lists (one list call, whatever the size up to 1,000). When every
+freed slot listed the same first names, the jobs running were among them: with a page
+of 50, 32 slots (8x4) kept most of it running, and a freed slot read 2 to 4 records per
+job it found (bench big_backlog). 200 keeps the running a small part of any page."""
 BACKLOG_WHOLE = 50
 """An index smaller than this is read whole in a backlog, so "nothing due" is known, not
 guessed (a larger one is sampled: BACKLOG_READS)."""
@@ -124,6 +129,10 @@ class DrainGate:
         self._last: float | None = None
         self._backlog: float | None = None
         self._taken: dict[str, datetime] = {}
+        self.index_fits = True
+        """The last listing was the pool's whole index (so is a first one, until a full
+        page says otherwise): list it from the first marker, one call, rather than from
+        a random point (listing_window: two when it wraps round)."""
 
     def note_taken(self, job_id: str, due: datetime) -> None:
         """A job marked due at `due` was found taken (running or finished): this
@@ -232,10 +241,15 @@ class _Drain:
             # a backlog Pub/Sub is still delivering fills every freed slot with a push:
             # taking its jobs from the index here only doubles them (each one's doorbell
             # still comes, to be answered with a read)
-            backlogged = gate.backlogged(s.backlog_window_seconds) and self.pushes_scarce()
+            signs = gate.backlogged(s.backlog_window_seconds)
+            backlogged = signs and self.pushes_scarce()
             if not backlogged and len(outcomes) >= s.drain_max_jobs:
                 break
-            entered = entered or (not backlogged and gate.try_enter(s.drain_interval_seconds))
+            # the safety net takes a queued job as lost when it is old; while doorbells
+            # are held back (signs), age says only that it waits its turn: taking those
+            # doubled them too, every process the oldest first (bench/big_backlog.py: at
+            # 4,000 jobs, 1,383 drained while pushes kept up, 1,058 claim races lost)
+            entered = entered or (not signs and gate.try_enter(s.drain_interval_seconds))
             aged = backlogged or entered
             found, whole_index = self._drain_pass(gate, backlogged, aged, skip)
             outcomes += found
@@ -245,6 +259,21 @@ class _Drain:
                 gate.clear_backlog()  # the whole index holds nothing due: stop looking
             break
         return outcomes
+
+    def _listing(self, gate: DrainGate, backlogged: bool) -> tuple[list[PendingEntry], bool]:
+        """A page of this pool's markers, and whether it was the whole index. In a backlog,
+        from a random point (listing_window) unless the last listing showed the index
+        fits one page: from the first marker, every freed slot listed the same page and
+        raced for its jobs. Outside one, from the first marker: one call (a window wraps
+        round with a second call whenever its start is within a page of the end)."""
+        pool = self.settings.pool
+        if gate.index_fits or not backlogged:
+            entries = self.store.list_pending(limit=BACKLOG_LISTING, pool=pool)
+            whole = len(entries) < BACKLOG_LISTING
+        else:
+            entries, whole = listing_window(self.store, pool, random_start(pool))
+        gate.index_fits = whole  # the next listings take it whole, in one call
+        return entries, whole
 
     def _drain_one(
         self, gate: DrainGate, entry: PendingEntry, backlogged: bool, marked: bool
@@ -279,11 +308,11 @@ class _Drain:
         s = self.settings
         try:
             # this pool's markers only: another pool's jobs are its own claim's to drain
-            entries = self.store.list_pending(limit=BACKLOG_LISTING, pool=s.pool)
+            entries, whole = self._listing(gate, backlogged)
         except StorageError as exc:  # the drain is a bonus; the sweep covers the rest
             log.warning("drain could not list pending jobs", error=str(exc))
             return [], False
-        whole_index = len(entries) < BACKLOG_WHOLE  # listed and, in a backlog, read whole
+        whole_index = whole and len(entries) < BACKLOG_WHOLE  # in a backlog, read whole
         now = self.clock()
         fresh = [e for e in entries if e.due is None or not gate.taken(e.job_id, e.due)]
         order = candidates(fresh, now, s, backlogged=backlogged, aged=aged, skip=skip)
@@ -368,6 +397,32 @@ def candidates(
         )
         reads = settings.drain_max_jobs * 5
     return out + [(e.job_id, False) for e in rest[:reads]]
+
+
+def random_start(pool: str | None) -> str:
+    """A random point of a pool's markers (PendingEntry.key): a hash segment drawn at
+    random (shared.shards.name_hash), inside the pool's folder."""
+    head = "" if pool is None or pool == DEFAULT_POOL else f"{pool}/"
+    return head + f"{_SHUFFLE.randrange(16**NAME_HASH_CHARS):0{NAME_HASH_CHARS}x}"
+
+
+def listing_window(
+    store: Store, pool: str | None, start: str, limit: int = BACKLOG_LISTING
+) -> tuple[list[PendingEntry], bool]:
+    """Up to `limit` of a pool's markers from `start`, wrapping round to the first ones
+    when the end comes first, and whether that was every marker. A backlog's freed slots
+    each list from their own random point: from the first name, all 32 (8x4) listed the
+    same page and raced for its jobs (bench/big_backlog.py: 902 claims lost of 1,197
+    drained at 4,000 jobs), and the page's running jobs were read again and again. The
+    markers' hash segment spreads every pool's jobs over the whole range."""
+    after = store.list_pending(limit=limit, start_at=start, pool=pool)
+    if len(after) >= limit:
+        return after, False
+    before = store.list_pending(limit=limit, pool=pool)
+    wrapped = [e for e in before if e.key < start]
+    reached = len(wrapped) < len(before) or len(before) < limit  # came round to `start`
+    room = limit - len(after)
+    return after + wrapped[:room], reached and len(wrapped) <= room
 
 
 def mark_due(

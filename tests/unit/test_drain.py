@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from shared import job_queue, records
+from shared import flow, job_queue, records
 from shared.claim.budget import PushBudget
 from shared.claim.drain import (
+    BACKLOG_LISTING,
     BACKLOG_WAIT_S,
     PUSH_GAP_S,
     Arrival,
@@ -19,14 +20,16 @@ from shared.claim.drain import (
     backlog_sign,
     candidates,
     drain,
+    listing_window,
     overdue,
+    random_start,
 )
 from shared.claim.shutdown import Shutdown
 from shared.claim.slots import Slots
 from shared.errors import Unavailable
 from shared.jobs import JobStatus
 from shared.outcome import Outcome, OutcomeKind
-from shared.storage import PendingEntry
+from shared.storage import PendingEntry, pending_object
 from shared.storage_memory import MemoryStore
 from tests.unit.unit_support import Clock, handle, settings, starved_slots, submit
 
@@ -216,6 +219,60 @@ def test_a_backlog_whose_pushes_fill_every_freed_slot_is_left_to_them() -> None:
     assert sorted(d.job_id for d in outcome.drained) == sorted(waiting)
 
 
+def _kept_up_slots() -> Slots:
+    """Slots whose freed slot a push filled 10 ms later: pushes keep up."""
+    now = [0.0]
+    slots = Slots(4, clock=lambda: now[0])
+    freed = slots.try_acquire()
+    assert freed is not None
+    freed.release()
+    now[0] = 0.01
+    return slots
+
+
+def test_while_doorbells_are_held_back_an_old_queued_job_is_not_taken_as_lost() -> None:
+    """The safety net takes a queued job whose doorbell is overdue by age. A push that
+    waited says the doorbells are held back: there, every queued job is old, and taking
+    them while pushes keep up only doubled them. Without the sign, the net takes them."""
+    s = settings(drain_max_jobs=3)
+    for signs in (True, False):
+        store = MemoryStore()
+        clock = Clock()
+        old = [submit(store, now=clock()) for _ in range(3)]
+        clock.advance(s.overdue_after_seconds + 1)  # overdue by age
+        gate = DrainGate()
+        if signs:
+            gate.note_backlog()
+        outcome = handle(
+            submit(store, now=clock()), store, s, clock, gate=gate, slots=_kept_up_slots()
+        )
+        taken = sorted(d.job_id for d in outcome.drained)
+        assert taken == ([] if signs else sorted(old))
+
+
+def test_a_full_page_turns_a_backlog_to_listing_from_random_points() -> None:
+    """A first listing is from the first marker (one call); a page that comes back full
+    says the index is larger, so a backlog's next listings start at random points, and
+    two drains take different jobs from it (from the first marker, both took the same)."""
+    store = MemoryStore()
+    clock = Clock()
+    for _ in range(BACKLOG_LISTING + 5):
+        submit(store, now=clock())
+    gate = DrainGate()
+    assert gate.index_fits
+    s = settings(drain_max_jobs=1, max_concurrent=1)
+    handle(submit(store, now=clock()), store, s, clock, gate=gate)
+    assert not gate.index_fits  # the page of BACKLOG_LISTING was full
+    gate.note_backlog()
+    store.calls.clear()
+    outcome = handle(submit(store, now=clock()), store, s, clock, gate=gate, slots=starved_slots(1))
+    drained = [d.job_id for d in outcome.drained]
+    assert len(drained) == BACKLOG_LISTING + 5 and not store.list_pending()
+    assert drained != sorted(drained, key=pending_object)  # not taken in name order
+    assert store.calls["list"] <= 2 * (len(drained) + 1)  # a window is one or two calls
+    assert gate.index_fits  # its tail was listed whole: plain listings from there on
+
+
 def test_the_push_gap_is_how_long_freed_slots_wait_for_pushes() -> None:
     now = [100.0]
     slots = Slots(2, clock=lambda: now[0])
@@ -318,11 +375,13 @@ def test_drain_reads_no_record_whose_marker_is_too_young_to_be_overdue() -> None
         submit(store, now=clock())
     trigger = submit(store, now=clock())
     store.calls.clear()
+    flow._PAUSE_CACHE.clear()  # the process's pause flag cache: read once, whatever ran before
     outcome = handle(trigger, store, settings(drain_max_jobs=3), clock)
     assert outcome.kind == OutcomeKind.DONE and outcome.drained == []
-    # the trigger's own record, and its parent mark (workflows: the after-terminal hook
-    # reads workflows/parents/<id>, absent for a job without children, and lists nothing)
-    assert store.calls["read"] == 2
+    # the trigger's own record, its pipeline's pause flag, and its parent mark (workflows:
+    # the after-terminal hook reads workflows/parents/<id>, absent for a job without
+    # children, and lists nothing)
+    assert store.calls["read"] == 3
     assert store.calls["list"] == 1  # the pending listing
 
 
@@ -460,3 +519,39 @@ def test_a_marked_job_found_taken_is_not_read_again_by_this_process_until_marked
     read.clear()
     handle(submit(store, now=clock()), store, s, clock, gate=gate)
     assert read.count(taken) == 1
+
+
+# --- a backlog's listing window
+
+
+def _markers(store: MemoryStore, ids: list[str], pool: str | None = None) -> list[str]:
+    for job_id in ids:
+        store.add_pending(job_id, pool=pool)
+    return sorted(e.key for e in store.list_pending(pool=pool))
+
+
+@pytest.mark.parametrize("pool", [None, "heavy"])
+def test_a_window_lists_from_its_start_and_wraps_round_to_the_first_markers(
+    pool: str | None,
+) -> None:
+    store = MemoryStore("b")
+    keys = _markers(store, [f"job-{i}" for i in range(40)], pool)
+    start = random_start(pool)
+    assert start.startswith("heavy/" if pool else "") and len(start.rpartition("/")[2]) == 2
+    middle = keys[25]
+    window, whole = listing_window(store, pool, middle, limit=30)
+    got = [e.key for e in window]
+    assert got == keys[25:] + keys[:15]  # from the start, then round from the first
+    assert not whole  # 10 markers before the start were not listed
+    window, whole = listing_window(store, pool, middle, limit=100)
+    assert sorted(e.key for e in window) == keys and whole
+    window, whole = listing_window(store, pool, keys[0], limit=40)
+    assert [e.key for e in window] == keys and not whole  # a full page: more may follow
+
+
+def test_a_window_of_one_pool_never_lists_another_pools_markers() -> None:
+    store = MemoryStore("b")
+    _markers(store, ["light-1", "light-2"])
+    heavy = _markers(store, ["heavy-1", "heavy-2", "heavy-3"], "heavy")
+    window, whole = listing_window(store, "heavy", random_start("heavy"))
+    assert sorted(e.key for e in window) == heavy and whole

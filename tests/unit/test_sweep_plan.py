@@ -67,6 +67,16 @@ def test_an_index_within_the_budget_is_read_whole_in_name_order() -> None:
     assert plan.read == entries and plan.unread == []
 
 
+def test_an_index_past_the_small_size_reads_only_what_may_need_action_within_the_budget() -> None:
+    """Up to READ_WHOLE_MAX markers are read whole; one more and the young ones are not,
+    though the budget would take them all (each was a read a run for nothing)."""
+    young = [entry(f"y{i:03d}", 5.0) for i in range(sweep_plan.READ_WHOLE_MAX)]
+    assert sweep_plan.plan(young, NOW, settings(), 1000).read == young
+    old = entry("old", 500.0)
+    plan = sweep_plan.plan([*young, old], NOW, settings(), 1000)
+    assert plan.read == [old] and len(plan.unread) == sweep_plan.READ_WHOLE_MAX
+
+
 def test_past_the_budget_only_what_may_need_action_is_read() -> None:
     """The rest of the budget is not filled with young markers: in a backlog that lasts,
     that read the budget every run for nothing the sweep would act on."""
