@@ -74,6 +74,9 @@ class _State:
     lost_answer_fraction: float
     statuses: tuple[int, ...]
     rng: random.Random
+    every: int = 0
+    kinds: frozenset[str] | None = None
+    eligible: int = 0
     calls: Counter[str] = field(default_factory=Counter)
     answers: Counter[str] = field(default_factory=Counter)
     faults: Counter[str] = field(default_factory=Counter)
@@ -94,6 +97,15 @@ class _State:
         """(status to inject or None, forward first?) for one request; counts it."""
         with self.lock:
             self.calls[kind] += 1
+            if self.kinds is not None and kind not in self.kinds:
+                return None, True
+            if self.every:
+                self.eligible += 1
+                if self.eligible % self.every:
+                    return None, True
+                status = self.statuses[(self.eligible // self.every - 1) % len(self.statuses)]
+                self.faults[f"{kind}:{status}"] += 1
+                return status, False
             roll = self.rng.random()
             if roll < self.fault_fraction:
                 status = self.rng.choice(self.statuses)
@@ -115,7 +127,10 @@ class FaultProxy:
     """Start with ``with FaultProxy(upstream, ...) as proxy:``; ``proxy.url`` is the endpoint.
 
     ``upstream`` may not listen yet (the local cloud starts fake-gcs after the
-    proxy exists); requests are forwarded lazily.
+    proxy exists); requests are forwarded lazily. ``kinds`` limits faults to those
+    request kinds (KINDS); ``every`` n > 0 answers every n-th of them with a fault
+    instead of a seeded fraction: a count of faults a test can rely on whatever order
+    concurrent requests arrive in.
     """
 
     def __init__(
@@ -126,17 +141,25 @@ class FaultProxy:
         lost_answer_fraction: float = 0.0,
         statuses: tuple[int, ...] = FAULT_STATUSES,
         seed: int | None = None,
+        every: int = 0,
+        kinds: tuple[str, ...] | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
         if not statuses or any(not 400 <= s <= 599 for s in statuses):
             raise ValueError(f"statuses={statuses!r} must be HTTP error codes")
+        if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+            raise ValueError(f"every={every!r} must be a whole number >= 0")
+        if kinds is not None and (not kinds or set(kinds) - set(KINDS)):
+            raise ValueError(f"kinds={kinds!r} must be some of {KINDS}")
         self._state = _State(
             upstream=upstream.rstrip("/"),
             fault_fraction=_check_fraction("fault_fraction", fault_fraction),
             lost_answer_fraction=_check_fraction("lost_answer_fraction", lost_answer_fraction),
             statuses=tuple(statuses),
             rng=random.Random(seed),
+            every=every,
+            kinds=None if kinds is None else frozenset(kinds),
         )
         self._check_sum()
         self._server = _Server((host, port), _Handler)

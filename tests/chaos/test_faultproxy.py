@@ -41,6 +41,10 @@ def test_bad_settings_are_refused(gcs_server: str) -> None:
         FaultProxy(gcs_server, fault_fraction=0.6, lost_answer_fraction=0.6)
     with pytest.raises(ValueError, match="statuses"):
         FaultProxy(gcs_server, statuses=(200,))
+    with pytest.raises(ValueError, match="every"):
+        FaultProxy(gcs_server, every=-1)
+    with pytest.raises(ValueError, match="kinds"):
+        FaultProxy(gcs_server, kinds=("reads",))
 
 
 @pytest.fixture
@@ -134,3 +138,19 @@ def test_faults_follow_the_seed(proxied: Callable[..., FaultProxy]) -> None:
     assert first == again
     assert first != other
     assert {503, 429, 404} <= set(first)
+
+
+def test_every_nth_request_of_the_given_kinds_faults(
+    proxied: Callable[..., FaultProxy],
+) -> None:
+    """A count of faults that does not depend on the order requests arrive in: every
+    third read answers 429, and requests of other kinds neither fault nor count."""
+    proxy = proxied(every=3, kinds=("read",), statuses=(429,))
+    assert _statuses(proxy, 9) == [404, 404, 429] * 3  # the bucket is absent: 404 upstream
+    conn = http.client.HTTPConnection(urlsplit(proxy.url).netloc, timeout=10)
+    for _ in range(5):  # lists: another kind
+        conn.request("GET", "/storage/v1/b/no-such-bucket/o")
+        conn.getresponse().read()
+    conn.close()
+    assert proxy.faults() == {"read:429": 3}
+    assert _statuses(proxy, 3) == [404, 404, 429]
