@@ -35,8 +35,8 @@ next push fills a freed slot at once. So while backlogged, and while freed slots
 for pushes (PUSH_GAP_S, shared.claim.slots.Slots.push_gap), every freed slot keeps
 taking due queued jobs, one per fresh listing from a random point of the index
 (listing_window: the markers' hash segment spreads them), reading its own shuffled
-order of the page, until the index holds nothing due, the push's time budget (shared.claim.budget)
-has no room for another job, or the instance is shutting down.
+order of the page, until the index holds nothing due, the push's time budget
+(shared.claim.budget) has no room for another job, or the instance is shutting down.
 """
 
 from __future__ import annotations
@@ -248,7 +248,7 @@ class _Drain:
             # the safety net takes a queued job as lost when it is old; while doorbells
             # are held back (signs), age says only that it waits its turn: taking those
             # doubled them too, every process the oldest first (bench/big_backlog.py: at
-            # 4,000 jobs, 1,383 drained while pushes kept up, 1,058 claim races lost)
+            # 4,000 jobs, 1,197 drained while pushes kept up, 902 claim races lost)
             entered = entered or (not signs and gate.try_enter(s.drain_interval_seconds))
             aged = backlogged or entered
             found, whole_index = self._drain_pass(gate, backlogged, aged, skip)
@@ -411,10 +411,10 @@ def listing_window(
 ) -> tuple[list[PendingEntry], bool]:
     """Up to `limit` of a pool's markers from `start`, wrapping round to the first ones
     when the end comes first, and whether that was every marker. A backlog's freed slots
-    each list from their own random point: from the first name, all 32 (8x4) listed the
-    same page and raced for its jobs (bench/big_backlog.py: 902 claims lost of 1,197
-    drained at 4,000 jobs), and the page's running jobs were read again and again. The
-    markers' hash segment spreads every pool's jobs over the whole range."""
+    each list from their own random point: from the first name, all 32 (8x4) would list
+    the same page, race for its jobs and read its running ones again and again, as the
+    safety net's oldest-first reads did (bench/big_backlog.py at 4,000 jobs: 902 claims
+    lost). The markers' hash segment spreads every pool's jobs over the whole range."""
     after = store.list_pending(limit=limit, start_at=start, pool=pool)
     if len(after) >= limit:
         return after, False

@@ -27,6 +27,7 @@ import requests
 
 from local.cloud import LocalCloud
 from shared import workflow_graph as graph
+from shared.flow_policy import parked_name
 from tests import polling
 from tests.integration.cloud_support import bucket_state
 
@@ -211,6 +212,10 @@ def test_two_ticks_of_a_skip_schedule_at_once_create_one_run(cloud: LocalCloud) 
     assert {a.json()["running"] for a in answers if a.json()["skipped"]} == runs
     pending = [n for n in bucket_state(cloud) if "~cron-one-at-a-time" in n]
     assert len(pending) == 1, pending
+    # its doorbell reaches claim, which parks it (the pipeline is paused): wait for that
+    # write, so it never lands inside a later test's before-and-after of the buckets
+    parked = parked_name("shout", runs.pop())
+    polling.wait_for(f"{parked} written", lambda: parked in bucket_state(cloud), timeout=60)
 
 
 # ------------------------------------------------------------------ 6. unique key, waiting
