@@ -15,6 +15,7 @@ from typing import Any
 
 import flask
 
+from shared.config import Settings
 from shared.events import job_id_from_delivery, parse_pubsub
 from shared.jobs import JobStatus
 from shared.shards import shard_of
@@ -27,10 +28,9 @@ def _records(job_id: str) -> Any:
     """The job's record bucket: the one its id hashes to when there are record shards
     (RECLAIM_SHARD_BUCKETS), as reclaim's store picks it."""
     if not _buckets:
-        client = make_client(os.environ.get("GOOGLE_CLOUD_PROJECT"))
-        shards = [b for b in os.environ.get("RECLAIM_SHARD_BUCKETS", "").split(",") if b]
-        names = [os.environ["RECLAIM_RECORDS_BUCKET"], *shards]
-        _buckets.extend(client.bucket(name) for name in names)
+        settings = Settings.from_env(os.environ)
+        client = make_client(settings.project)
+        _buckets.extend(client.bucket(name) for name in settings.records_buckets)
     return _buckets[shard_of(job_id, len(_buckets))]
 
 

@@ -1,7 +1,7 @@
 """The scheduled sweep: River-style rescue over the pending index only.
 
 Cost is O(pending), never O(history): it lists the whole of ``pending/``, every pool's
-markers (shared.pools: ``pending/<id>`` and ``pending/<pool>/<id>``; one list call per
+markers (shared.pools: ``pending/<h>~<id>`` and ``pending/<pool>/<h>~<id>``; one list call per
 1,000), reads the records whose markers say they may need action (shared.sweep_plan:
 every one when the index is small, at most RECLAIM_SWEEP_MAX_JOBS a run), within
 RECLAIM_SWEEP_MAX_SECONDS, and lets shared.recovery apply stale_action with the stale

@@ -57,9 +57,8 @@ from shared.errors import CorruptRecord, InvalidInput, NotFound, StorageError
 from shared.jobs import JobRecord, JobStatus
 from shared.logs import get_logger
 from shared.outcome import Outcome, OutcomeKind
-from shared.pools import DEFAULT as DEFAULT_POOL
 from shared.shards import NAME_HASH_CHARS
-from shared.storage import PendingEntry, Store, Stored
+from shared.storage import PENDING_PREFIX, PendingEntry, Store, Stored, pending_listing
 
 log = get_logger(__name__)
 
@@ -402,8 +401,8 @@ def candidates(
 def random_start(pool: str | None) -> str:
     """A random point of a pool's markers (PendingEntry.key): a hash segment drawn at
     random (shared.shards.name_hash), inside the pool's folder."""
-    head = "" if pool is None or pool == DEFAULT_POOL else f"{pool}/"
-    return head + f"{_SHUFFLE.randrange(16**NAME_HASH_CHARS):0{NAME_HASH_CHARS}x}"
+    folder = pending_listing(pool)[0].removeprefix(PENDING_PREFIX)
+    return folder + f"{_SHUFFLE.randrange(16**NAME_HASH_CHARS):0{NAME_HASH_CHARS}x}"
 
 
 def listing_window(
