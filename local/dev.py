@@ -35,6 +35,7 @@ from local.cloud import (
 )
 from shared import pools, upload_routes
 from shared.config import EnvVar, read_env, unknown_names
+from shared.config import pools_file as config_pools_file
 from shared.cron import schedules
 from shared.errors import ConfigError, InvalidInput, PipelineModuleError
 from shared.pipelines import load_modules, pipeline_names
@@ -353,7 +354,7 @@ def config_from_env(env: Mapping[str, str]) -> CloudConfig:
     config = replace(config, schedules_file=schedules.schedules_file(dict(env)))  # time
     config = replace(config, uploads_file=upload_routes.dev_uploads_file(env))
     modules = env.get("RECLAIM_PIPELINE_MODULES", "")
-    config = replace(config, pools_file=pools.pools_file(env.get(pools.POOLS_ENV, ""), modules))
+    config = replace(config, pools_file=config_pools_file(env.get(pools.POOLS_ENV, ""), modules))
     try:
         config.pools()  # a bad pools file stops here, naming the pool (nothing started)
     except ValueError as exc:

@@ -12,10 +12,12 @@ documented once, so no module re-derives them.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 from shared import pools
@@ -23,6 +25,32 @@ from shared.errors import ConfigError
 from shared.jobs import JobStatus
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def package_file(file_name: str, modules: str) -> Path | None:
+    """`file_name` in the package of the deployment's pipeline modules (the comma-separated
+    RECLAIM_PIPELINE_MODULES: the folder terraform ships and reads its files from), or
+    None. Found without importing the modules."""
+    for module in filter(None, (m.strip() for m in modules.split(","))):
+        try:
+            spec = importlib.util.find_spec(module.split(".")[0])
+        except (ImportError, ValueError):
+            continue
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            candidate = Path(folder) / file_name
+            if candidate.exists():
+                return candidate
+    return None
+
+
+def pools_file(setting: str, modules: str = "") -> Path | None:
+    """The pools file: RECLAIM_POOLS_FILE (`setting`; relative to the folder holding
+    shared/, as terraform ships it), else pools.json in the package of the deployment's
+    pipelines, else the repo's pipelines/pools.json; None when none exists (no pools)."""
+    if setting.strip():
+        return pools.ROOT / setting.strip()  # an absolute path stays itself
+    found = package_file("pools.json", modules) or pools.DEFAULT_FILE
+    return found if found.exists() else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -461,7 +489,7 @@ class Settings:
     def pools(self) -> pools.Pools:
         """The deployment's worker pools (shared.pools; read once per process and file)."""
         modules = ",".join(self.pipeline_modules)
-        return pools.load_pools(pools.pools_file(self.pools_file, modules))
+        return pools.load_pools(pools_file(self.pools_file, modules))
 
     def marker_pool(self, job: Mapping[str, Any]) -> str | None:
         """The pool folder of a job's pending marker (None: pending/<id>, the default

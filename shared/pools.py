@@ -316,18 +316,6 @@ _CACHE: dict[str, Pools] = {}
 _CACHE_LOCK = threading.Lock()
 
 
-def pools_file(setting: str, modules: str = "") -> Path | None:
-    """The pools file: RECLAIM_POOLS_FILE (`setting`; relative to the folder holding
-    shared/, as terraform ships it), else pools.json in the package of the deployment's
-    pipelines, else the repo's pipelines/pools.json; None when none exists (no pools)."""
-    if setting.strip():
-        return ROOT / setting.strip()  # an absolute path stays itself
-    from shared.pipelines import package_file
-
-    found = package_file("pools.json", modules) or DEFAULT_FILE
-    return found if found.exists() else None
-
-
 def load_pools(path: Path | None) -> Pools:
     """The pools of a file (none for None), read once per process and path; ConfigError
     naming the file and the problem."""

@@ -353,7 +353,7 @@ def dev_uploads_file(env: Mapping[str, str]) -> Path | None:
     """`make dev`'s routes file: $RECLAIM_UPLOADS_FILE, else uploads.json in the package
     of RECLAIM_PIPELINE_MODULES (terraform reads that one when pipeline_modules names a
     module); None: no routes."""
-    from shared.pipelines import package_file
+    from shared.config import package_file
 
     found = uploads_file(env)
     return found or package_file(FILE_NAME, env.get("RECLAIM_PIPELINE_MODULES", ""))

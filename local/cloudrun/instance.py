@@ -18,18 +18,11 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from local.cloudrun.billing import Meter
-from local.cloudrun.revision import RevisionState
+from local.cloudrun.revision import Revision, RevisionState
 from local.procs import group_pids, reap, signal_group, wait_group_stopped
-
-if TYPE_CHECKING:
-    from local.cloudrun.revision import Revision
-
-Launcher = Callable[[int, str, "Revision"], "subprocess.Popen[bytes]"]
-"""(port, label, revision) -> the started process, leader of its own process group.
-The revision gives the instance's environment (Revision.instance_env: K_REVISION...)."""
 
 _POLL_S = 0.02
 

@@ -19,7 +19,8 @@ from local.cloudrun.admin import AdminServer
 from local.cloudrun.config import ServiceConfig
 from local.cloudrun.front import Front
 from local.cloudrun.iam import Issuer
-from local.cloudrun.instance import Launcher, Spawner
+from local.cloudrun.instance import Spawner
+from local.cloudrun.revision import Launcher
 from local.cloudrun.service import Service
 
 

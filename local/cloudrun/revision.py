@@ -32,14 +32,18 @@ from __future__ import annotations
 import random
 import re
 import string
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from local.cloudrun.config import ConfigError
 
 if TYPE_CHECKING:
-    from local.cloudrun.instance import Launcher
+    import subprocess
+
+Launcher = Callable[[int, str, "Revision"], "subprocess.Popen[bytes]"]
+"""(port, label, revision) -> the started process, leader of its own process group.
+The revision gives the instance's environment (Revision.instance_env: K_REVISION...)."""
 
 REVISIONS_DOC = "https://cloud.google.com/run/docs/managing/revisions"
 TRAFFIC_DOC = "https://cloud.google.com/run/docs/rollouts-rollbacks-traffic-migration"

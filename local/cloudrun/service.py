@@ -40,7 +40,6 @@ from local.cloudrun import autoscaler
 from local.cloudrun.config import ConfigError, ServiceConfig
 from local.cloudrun.instance import (
     Instance,
-    Launcher,
     Outcome,
     Shutdown,
     Spawner,
@@ -51,7 +50,7 @@ from local.cloudrun.instance import (
     terminate,
 )
 from local.cloudrun.pending import PendingQueue
-from local.cloudrun.revision import Revision, RevisionState, merged_env
+from local.cloudrun.revision import Launcher, Revision, RevisionState, merged_env
 from local.procs import free_port, wait_for_port
 
 Log = Callable[[str], None]

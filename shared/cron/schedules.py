@@ -25,8 +25,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from shared import cron_dialect
+from shared.config import package_file
 from shared.errors import InvalidInput
-from shared.pipelines import package_file
 
 SCHEDULES_ENV = "RECLAIM_SCHEDULES_FILE"
 _MODULES_ENV = "RECLAIM_PIPELINE_MODULES"

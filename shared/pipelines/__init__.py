@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from collections.abc import Iterable
-from pathlib import Path
 
 from shared.errors import PermanentError, PipelineModuleError, Stopped, UnknownPipeline
 from shared.pipelines.base import OutputWriter, Pipeline, Stage, StageContext
@@ -26,7 +25,6 @@ __all__ = [
     "UnknownPipeline",
     "get_pipeline",
     "load_modules",
-    "package_file",
     "pipeline_names",
     "register",
 ]
@@ -65,22 +63,6 @@ def load_modules(names: Iterable[str]) -> None:
                 f"RECLAIM_PIPELINE_MODULES names {name!r}, which cannot be imported: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
-
-
-def package_file(file_name: str, modules: str) -> Path | None:
-    """`file_name` in the package of the deployment's pipeline modules (the comma-separated
-    RECLAIM_PIPELINE_MODULES: the folder terraform ships and reads its files from), or
-    None. Found without importing the modules."""
-    for module in filter(None, (m.strip() for m in modules.split(","))):
-        try:
-            spec = importlib.util.find_spec(module.split(".")[0])
-        except (ImportError, ValueError):
-            continue
-        for folder in (spec.submodule_search_locations or []) if spec else []:
-            candidate = Path(folder) / file_name
-            if candidate.exists():
-                return candidate
-    return None
 
 
 def _register_builtins() -> None:

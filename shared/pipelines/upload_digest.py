@@ -11,8 +11,8 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
+from shared.errors import NotFound
 from shared.pipelines.base import PermanentError, Pipeline, StageContext
-from shared.storage import NotFound
 
 REPORT_NAME = "report.json"
 
