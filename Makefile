@@ -78,13 +78,13 @@ fmt: venv ## Format the code with ruff
 	$(VENV)/bin/ruff check --fix .
 
 dev: venv ## Run the local cloud in the foreground (Ctrl-C stops it)
-	$(PY) -m local.dev
+	$(PY) -m reclaim.local.dev
 
 demo: venv ## The incident replay: 22 jobs, one instance killed mid-batch
-	$(PY) -m local.demo
+	$(PY) -m reclaim.local.demo
 
 demo-pools: venv ## Two worker pools side by side: quick jobs never wait behind heavy ones
-	$(PY) -m local.demo_pools
+	$(PY) -m reclaim.local.demo_pools
 
 bench: venv ## Benchmarks: writes bench/results.json and bench/results.md
 	$(PY) -m bench

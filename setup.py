@@ -1,34 +1,39 @@
 """Which packages the one wheel holds (the rest of its metadata is pyproject.toml's).
 
-The library (shared), the CLI (shared.cli), the local cloud (local), the functions'
-entry points (functions/<name>/main.py, loaded by path), the public API (reclaim), and
-the terraform module, shipped from terraform/ as the data package reclaim.terraform.
-The repository's example pipelines (pipelines/) stay out: a user's own `pipelines`
-package must not collide with ours. docs/library.md says what each top-level name is.
+Two top-level packages and nothing else: `reclaim` (the public API, the CLI as
+reclaim.cli, the local cloud as reclaim.local) and `shared` (the library; top level
+because the function archives import it by that name). The functions' entry points
+(functions/<name>/main.py, loaded by path) and the terraform module ride along as package
+data, reclaim.functions and reclaim.terraform, mapped from this repository's top-level
+folders. The repository's example pipelines (pipelines/) stay out: a user's own
+`pipelines` package must not collide with ours. docs/library.md says what each name is;
+tests/unit/test_layout.py holds the top-level names to these two.
 """
 
 from setuptools import find_namespace_packages, setup
 
 PACKAGES = [
-    *find_namespace_packages(include=["shared", "shared.*", "local", "local.*"]),
-    *find_namespace_packages(include=["functions.*"]),
-    "reclaim",
+    *find_namespace_packages(include=["shared", "shared.*", "reclaim", "reclaim.*"]),
+    "reclaim.functions",
+    *(f"reclaim.{p}" for p in find_namespace_packages(include=["functions.*"])),
     "reclaim.terraform",
 ]
 
+FUNCTIONS = ("admin", "claim", "dashboard", "submit", "sweep")
+
 setup(
-    packages=[p for p in PACKAGES if "__pycache__" not in p],
-    package_dir={"reclaim.terraform": "terraform"},
+    packages=sorted({p for p in PACKAGES if "__pycache__" not in p}),
+    package_dir={
+        "reclaim.functions": "functions",
+        **{f"reclaim.functions.{n}": f"functions/{n}" for n in FUNCTIONS},
+        "reclaim.terraform": "terraform",
+    },
     package_data={
         "reclaim": ["VERSION", "py.typed"],
+        **{f"reclaim.functions.{n}": ["requirements.txt"] for n in FUNCTIONS},
         "reclaim.terraform": ["*.tf", "README.md"],
         "shared": ["openapi.json", "dashboard/static/*", "dashboard/templates/*"],
-        "local.pubsub_emulator": ["README.md"],
-        "local.scaffold": ["template/*.tmpl", "template/*/*.tmpl"],
-        "functions.claim": ["requirements.txt"],
-        "functions.admin": ["requirements.txt"],
-        "functions.dashboard": ["requirements.txt"],
-        "functions.submit": ["requirements.txt"],
-        "functions.sweep": ["requirements.txt"],
+        "reclaim.local.pubsub_emulator": ["README.md"],
+        "reclaim.local.scaffold": ["template/*.tmpl", "template/*/*.tmpl"],
     },
 )

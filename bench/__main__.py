@@ -29,7 +29,7 @@ from typing import Any
 from bench import lanes
 from bench.console import CONSOLE
 from bench.report import markdown
-from local.procs import stop_children
+from reclaim.local.procs import stop_children
 
 HERE = Path(__file__).resolve().parent
 ORDER = (  # the order of the table; one name per line

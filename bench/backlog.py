@@ -28,9 +28,9 @@ from datetime import datetime
 from typing import Any
 
 from bench.common import claim_subscription, local_cloud, row, wait_pending_empty
-from local import wiring
-from local.cloud import LocalCloud
-from local.observe import parse_at, snapshot, submit_batch, watching_queue
+from reclaim.local import wiring
+from reclaim.local.cloud import LocalCloud
+from reclaim.local.observe import parse_at, snapshot, submit_batch, watching_queue
 
 JOBS = 500
 INSTANCES, CONCURRENCY = 2, 4

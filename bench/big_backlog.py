@@ -35,8 +35,8 @@ from bench.common import Bench, bench_cloud, row, wait_pending_empty
 from bench.console import CONSOLE
 from bench.fixtures import clear_bucket
 from bench.throughput import _push, claim_functions
-from local import wiring
-from local.observe import submit_batch
+from reclaim.local import wiring
+from reclaim.local.observe import submit_batch
 from shared.jobs import JobStatus
 
 SIZES = (500, 10_000)

@@ -2,7 +2,7 @@
 
 A 3-stage `demo` pipeline, jobs submitted one POST each (no batch marker),
 2 claim instances x 4 slots, no scheduler tick (the sweep is measured on its
-own). Calls are counted on the wire by local.faultproxy (client retries and
+own). Calls are counted on the wire by reclaim.local.faultproxy (client retries and
 412s included). Workloads: stages of 1.2 s (every stage boundary is
 checkpointed: the worst case) with as many jobs as slots, then with twice as
 many (doorbells wait for a slot, the drain at work), and no-op stages

@@ -20,11 +20,11 @@ from typing import Any
 import requests
 
 from bench.common import SilentDoorbell, row
-from local import wiring
-from local.cloud import LocalCloud
-from local.gcs import start_fake_gcs
-from local.observe import watching_queue
-from local.procs import free_port, stop
+from reclaim.local import wiring
+from reclaim.local.cloud import LocalCloud
+from reclaim.local.gcs import start_fake_gcs
+from reclaim.local.observe import watching_queue
+from reclaim.local.procs import free_port, stop
 from shared import batch_progress, records, status, waiting
 from shared.config import Settings
 from shared.queue import Queue, parse_submission

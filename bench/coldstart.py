@@ -19,7 +19,7 @@ from typing import Any
 
 import requests
 
-from local.cloud import LocalCloud
+from reclaim.local.cloud import LocalCloud
 
 ROUNDS = 7
 

@@ -11,11 +11,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.console import CONSOLE
-from local import wiring
-from local.cloud import LocalCloud
-from local.faultproxy import FaultProxy
-from local.observe import all_terminal, emulator_stats, snapshot, topic_count, watching_queue
-from local.procs import free_port
+from reclaim.local import wiring
+from reclaim.local.cloud import LocalCloud
+from reclaim.local.faultproxy import FaultProxy
+from reclaim.local.observe import (
+    all_terminal,
+    emulator_stats,
+    snapshot,
+    topic_count,
+    watching_queue,
+)
+from reclaim.local.procs import free_port
 from shared.queue import Queue
 
 

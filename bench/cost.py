@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 from bench.common import bench_cloud, row, wait_terminal
-from local.observe import emulator_stats, submit_batch, topic_count
+from reclaim.local.observe import emulator_stats, submit_batch, topic_count
 
 JOBS = 100
 STAGES, SLEEP_S = 3, 1.0

@@ -33,8 +33,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bench.common import Bench, bench_cloud, row
-from local.demo import Rescue, resume_bounds
-from local.observe import history_time, instance_pids, parse_at, running_on, submit_batch
+from reclaim.local.demo import Rescue, resume_bounds
+from reclaim.local.observe import history_time, instance_pids, parse_at, running_on, submit_batch
 from shared.jobs import JobStatus
 
 JOBS, STAGES, STAGE_S = 12, 4, 6.0

@@ -20,7 +20,7 @@ from typing import Any
 from bench.common import median, row
 from bench.console import CONSOLE
 from bench.spread import Spread
-from local.cloud import DEFAULT_FUNCTIONS, ROOT
+from reclaim.local.cloud import DEFAULT_FUNCTIONS, ROOT
 
 REPEATS = 5
 TARGET = 1.3

@@ -6,7 +6,7 @@ rest (LAST) on a quiet machine. The table says which entries ran beside.
 
 A beside lane is `python -m bench --only <its entries> --lane-of <its log>`: it takes its
 own part of this process's block of ports (RECLAIM_PORT_BLOCK, see
-local.procs.free_port), writes its log next to the run's (appended to it at the end),
+reclaim.local.procs.free_port), writes its log next to the run's (appended to it at the end),
 and its results file is merged into the run's, entry by entry.
 """
 

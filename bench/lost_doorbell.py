@@ -32,10 +32,10 @@ from typing import Any
 from bench.common import SilentDoorbell, row
 from bench.console import CONSOLE
 from bench.fixtures import Progress, copy_to_gcs
-from local import wiring
-from local.faultproxy import FaultProxy
-from local.gcs import start_fake_gcs
-from local.procs import free_port, stop
+from reclaim.local import wiring
+from reclaim.local.faultproxy import FaultProxy
+from reclaim.local.gcs import start_fake_gcs
+from reclaim.local.procs import free_port, stop
 from shared import records, sweep_plan
 from shared.config import Settings
 from shared.queue import Queue, parse_submission

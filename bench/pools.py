@@ -38,7 +38,7 @@ from typing import Any
 from bench import cost
 from bench.common import bench_cloud, median, row, wait_terminal
 from bench.console import CONSOLE
-from local.observe import emulator_stats, submit_batch, topic_count
+from reclaim.local.observe import emulator_stats, submit_batch, topic_count
 from shared import job_queue
 from shared.errors import ReclaimError
 

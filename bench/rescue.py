@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bench.common import Bench, bench_cloud, median, row
-from local.observe import (
+from reclaim.local.observe import (
     all_terminal,
     handed_back_at,
     instance_pids,

@@ -2,7 +2,7 @@
 
 3 claim instances x concurrency 4 on the local Cloud Run. The same batch (200 `demo` jobs,
 3 stages of 0.3 s, each stage writing its output) runs twice: first as it is, then with
-claim's next release (local/demo_release.py: `demo` plus a `receipt` stage) deployed once
+claim's next release (reclaim/local/demo_release.py: `demo` plus a `receipt` stage) deployed once
 half the jobs have ended, its old revision drained at once (busy instances get SIGTERM mid-
 job and hand their jobs back; the new release resumes them by stage name).
 
@@ -25,9 +25,9 @@ from bench.common import Bench, bench_cloud, row, wait_terminal
 from bench.console import CONSOLE
 from bench.fixtures import clear_bucket
 from bench.spread import Spread
-from local import wiring
-from local.demo import RELEASE_MODULE
-from local.observe import counts_by_status, submit_batch
+from reclaim.local import wiring
+from reclaim.local.demo import RELEASE_MODULE
+from reclaim.local.observe import counts_by_status, submit_batch
 
 JOBS = 200
 PAYLOAD = {"stages": 3, "sleep_s": 0.3, "output": True}

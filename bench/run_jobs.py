@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import bench_cloud, median, row, wait_terminal
-from local.observe import submit_batch
+from reclaim.local.observe import submit_batch
 
 JOBS = 8
 PAYLOAD = {"stages": 1}

@@ -23,10 +23,10 @@ from bench.common import median, row
 from bench.console import CONSOLE
 from bench.fixtures import building, data_dir_parent, wait_loaded, write_data_dir
 from bench.spread import Spread
-from local import wiring
-from local.faultproxy import FaultProxy
-from local.gcs import start_fake_gcs
-from local.procs import free_port, stop
+from reclaim.local import wiring
+from reclaim.local.faultproxy import FaultProxy
+from reclaim.local.gcs import start_fake_gcs
+from reclaim.local.procs import free_port, stop
 from shared import job_queue, records
 from shared.config import Settings
 from shared.queue import Queue, parse_submission

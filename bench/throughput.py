@@ -46,8 +46,8 @@ from bench.common import (
 from bench.console import CONSOLE
 from bench.fixtures import clear_bucket
 from bench.spread import Spread
-from local import wiring
-from local.cloud import DEFAULT_FUNCTIONS, FunctionSpec, LocalCloud
+from reclaim.local import wiring
+from reclaim.local.cloud import DEFAULT_FUNCTIONS, FunctionSpec, LocalCloud
 from shared.jobs import JobStatus
 
 JOBS = 300

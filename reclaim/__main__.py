@@ -2,6 +2,6 @@
 
 import sys
 
-from shared.cli import main
+from reclaim.cli import main
 
 sys.exit(main())

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from local.cloud import LocalCloud
-from shared.cli.project import load
+from reclaim.cli.project import load
+from reclaim.local.cloud import LocalCloud
 
 __all__ = ["LocalCloud", "local_cloud"]
 

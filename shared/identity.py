@@ -22,7 +22,7 @@ Two sources, tried in this order:
    never read. A token whose signature is still there is verified here against Google's
    keys before its email is believed.
 
-The local cloud's Cloud Run front (local/cloudrun/iam.py) does the same: it verifies
+The local cloud's Cloud Run front (reclaim/local/cloudrun/iam.py) does the same: it verifies
 the token against its own issuer, refuses a bad one with 401, and strips the signature,
 so this module reads the local cloud and GCP alike. Without a verified token the author
 is the bare entry point ("http", "dashboard"): anonymous, never what the caller claimed.

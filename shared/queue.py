@@ -17,7 +17,7 @@ focused modules that do the work, one per concern:
 
 A new operation is a function in the module of its concern (or a new module)
 plus a one-line method here. Errors are the ReclaimError family; HTTP status
-codes and exit codes are decided at the edges (shared.http, shared.cli).
+codes and exit codes are decided at the edges (shared.http, reclaim.cli).
 """
 
 from __future__ import annotations

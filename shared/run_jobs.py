@@ -16,7 +16,7 @@ reads an execution back (GET {api}/v2/{execution}) to notice one that ended whil
 record still shows it running (shared.executions).
 
 The calls go through google-auth's AuthorizedSession (Application Default Credentials,
-cloud-platform scope); the local jobs runner (local/runjobs) serves the same REST shape
+cloud-platform scope); the local jobs runner (reclaim/local/runjobs) serves the same REST shape
 without credentials, so a non-Google base URL gets an anonymous session.
 """
 

@@ -29,11 +29,11 @@ locals {
     if !anytrue([for s in local._skip : strcontains(f, s)])
   ]
   # The public API your pipelines import (`from reclaim import ...`): its files only.
-  api_files = ["__init__.py", "VERSION", "py.typed"]
+  api_files = ["__init__.py", "install.py", "VERSION", "py.typed"]
   # Every .py an archive carries outside the function folder, by archive path.
   archive_python_files = toset(concat(
     [for f in local.shared_files : "shared/${f}" if endswith(f, ".py")],
-    ["reclaim/__init__.py"],
+    ["reclaim/__init__.py", "reclaim/install.py"],
     [for f in local.pipeline_files : "${local.pipelines_package}/${f}" if endswith(f, ".py")],
   ))
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from local.gcs import start_fake_gcs
-from local.procs import free_port, spawn, stop, wait_for_port
+from reclaim.local.gcs import start_fake_gcs
+from reclaim.local.procs import free_port, spawn, stop, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 LOG_DIR = ROOT / ".local-cloud" / "test-logs"
@@ -32,7 +32,7 @@ if not os.environ.get(FUZZ_SEED_VAR, "").strip():
     os.environ[FUZZ_SEED_VAR] = str(random.SystemRandom().randrange(2**32))
 
 
-# Each xdist worker gives out ports from a block of its own (local.procs.free_port), so
+# Each xdist worker gives out ports from a block of its own (reclaim.local.procs.free_port), so
 # that no two workers' children ever race for one.
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _WORKER:
@@ -132,10 +132,18 @@ def log_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def pubsub_emulator(log_dir: Path) -> Iterator[str]:
-    """host:port of a Pub/Sub emulator process (local.pubsub_emulator)."""
+    """host:port of a Pub/Sub emulator process (reclaim.local.pubsub_emulator)."""
     port = free_port()
     proc = spawn(
-        [sys.executable, "-m", "local.pubsub_emulator", "--host", "127.0.0.1", "--port", str(port)],
+        [
+            sys.executable,
+            "-m",
+            "reclaim.local.pubsub_emulator",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
         log_path=log_dir / "pubsub-emulator.log",
         cwd=ROOT,
         die_with_parent=True,  # a crashed xdist worker leaves no emulator behind

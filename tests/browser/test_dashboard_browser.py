@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import requests
 
-from local.cloud import LocalCloud
+from reclaim.local.cloud import LocalCloud
 from tests import polling
 
 ROOT = Path(__file__).resolve().parents[2]

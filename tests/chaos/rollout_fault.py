@@ -4,7 +4,7 @@
    ``fresh`` jobs are submitted while claim's serving revision does not know it (terraform
    updates submit and claim in no guaranteed order);
 2. once claim has deferred every one of them (each history says ``deferred``), claim's
-   next release is deployed: ``demo`` with one more stage (local/demo_release.py) and
+   next release is deployed: ``demo`` with one more stage (reclaim/local/demo_release.py) and
    ``fresh``, the old revision drained at once, so its busy instances get SIGTERM mid-job
    and their jobs resume on the new release by stage name;
 3. once it serves, the fault is over (``done``).
@@ -23,9 +23,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from local.cloud import LocalCloud
-from local.demo import RELEASE_MODULE, RELEASE_STAGE
-from local.observe import Watch
+from reclaim.local.cloud import LocalCloud
+from reclaim.local.demo import RELEASE_MODULE, RELEASE_STAGE
+from reclaim.local.observe import Watch
 from tests.integration.cloud_support import roll_out
 
 FRESH_MODULE = "tests.integration.versioned_fresh"

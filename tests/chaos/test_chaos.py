@@ -46,9 +46,9 @@ from typing import Any
 
 import pytest
 
-from local.cloud import LocalCloud
-from local.faultproxy import FaultProxy
-from local.observe import (
+from reclaim.local.cloud import LocalCloud
+from reclaim.local.faultproxy import FaultProxy
+from reclaim.local.observe import (
     Watch,
     all_terminal,
     counts_by_status,
@@ -60,7 +60,7 @@ from local.observe import (
     running_on,
     topic_count,
 )
-from local.procs import free_port
+from reclaim.local.procs import free_port
 from shared.job_queue import TERMINAL_STATUSES
 from tests.chaos.rollout_fault import RolloutFault
 from tests.chaos.rollout_fault import check as check_rollout

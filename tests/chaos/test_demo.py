@@ -1,4 +1,4 @@
-"""local.demo: the pure helpers, then a shortened replay on the real local cloud."""
+"""reclaim.local.demo: the pure helpers, then a shortened replay on the real local cloud."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from local.demo import (
+from reclaim.local.demo import (
     DemoConfig,
     Rescue,
     Rollout,
@@ -18,7 +18,7 @@ from local.demo import (
     run,
     summary_lines,
 )
-from local.observe import all_terminal, handed_back_at, owner_pid, reclaimed_at, rescued_at
+from reclaim.local.observe import all_terminal, handed_back_at, owner_pid, reclaimed_at, rescued_at
 
 T0 = datetime(2026, 7, 26, 12, 0, tzinfo=UTC)
 

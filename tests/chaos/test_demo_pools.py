@@ -1,4 +1,5 @@
-"""local.demo_pools: the summary's verdict (pure), then a shortened run on the local cloud."""
+"""reclaim.local.demo_pools: the summary's verdict (pure), then a shortened run on the local
+cloud."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from local.demo_pools import PoolsDemoConfig, Run, Wave, run_demo, summary
+from reclaim.local.demo_pools import PoolsDemoConfig, Run, Wave, run_demo, summary
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 

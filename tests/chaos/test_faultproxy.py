@@ -1,4 +1,4 @@
-"""local.faultproxy: classification (pure), then counting and faults over the wire
+"""reclaim.local.faultproxy: classification (pure), then counting and faults over the wire
 in front of a real fake-gcs-server, through the official storage client."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from urllib.parse import urlsplit
 import pytest
 from google.api_core import exceptions as gexc
 
-from local import wiring
-from local.faultproxy import FaultProxy, request_kind
+from reclaim.local import wiring
+from reclaim.local.faultproxy import FaultProxy, request_kind
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from local.cloud import LocalCloud
-from local.observe import Watch, all_terminal, submit_batch
+from reclaim.local.cloud import LocalCloud
+from reclaim.local.observe import Watch, all_terminal, submit_batch
 from tests.chaos.rollout_fault import RolloutFault, check
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]

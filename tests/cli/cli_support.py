@@ -48,7 +48,7 @@ class Cloud:
         self, *args: str, env: dict[str, str] | None = None, stdin: str | None = None
     ) -> Result:
         proc = subprocess.run(
-            [sys.executable, "-m", "shared.cli", *args],
+            [sys.executable, "-m", "reclaim.cli", *args],
             env=env or self.env,
             cwd=ROOT,
             input=stdin,

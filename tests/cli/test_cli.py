@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from local.procs import free_port
+from reclaim.local.procs import free_port
 from tests.cli.cli_support import ROOT, Cloud
 
 
@@ -173,7 +173,7 @@ def test_retry_of_a_failed_job_requeues_audits_and_rings(cloud: Cloud) -> None:
 
 def _watch(cloud: Cloud, batch: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "shared.cli", "watch", batch, "--interval", "0.2"],
+        [sys.executable, "-m", "reclaim.cli", "watch", batch, "--interval", "0.2"],
         env=cloud.env,
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -305,7 +305,7 @@ def test_missing_credentials_is_exit_3(cloud: Cloud, tmp_path: Path) -> None:
 
 def test_help_reads_well() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "shared.cli", "--help"],
+        [sys.executable, "-m", "reclaim.cli", "--help"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from local import wiring
-from local.procs import free_port, spawn, stop, wait_for_port
+from reclaim.local import wiring
+from reclaim.local.procs import free_port, spawn, stop, wait_for_port
 from shared.storage import GcsStore
 from tests.cli.cli_support import ROOT, Cloud
 
@@ -31,7 +31,7 @@ def short_pulls(gcs_server: str, gcs_client: Any, log_dir: Path) -> Iterator[Clo
         [
             sys.executable,
             "-m",
-            "local.pubsub_emulator",
+            "reclaim.local.pubsub_emulator",
             "--port",
             str(port),
             "--max-pull-messages",

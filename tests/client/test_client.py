@@ -15,7 +15,7 @@ import pytest
 import requests
 from reclaim_client import Client, InvalidRequest, Job, NotAllowed, NotFound, WaitTimeout
 
-from local.cloud import LocalCloud
+from reclaim.local.cloud import LocalCloud
 from tests.integration.cloud_support import fast_cloud
 from tests.polling import wait_for
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from google.cloud import pubsub_v1
 
-from local.procs import free_port, spawn, stop, wait_for_port
+from reclaim.local.procs import free_port, spawn, stop, wait_for_port
 
 PROJECT = "reclaim-test"
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,7 +116,7 @@ def run_emulator(log_dir: Path, *flags: str, label: str = "admin") -> Iterator[A
         [
             sys.executable,
             "-m",
-            "local.pubsub_emulator",
+            "reclaim.local.pubsub_emulator",
             "--host",
             "127.0.0.1",
             "--port",

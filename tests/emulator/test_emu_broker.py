@@ -7,11 +7,16 @@ import datetime as dt
 import pytest
 from google.pubsub_v1.types import pubsub
 
-from local.pubsub_emulator.broker import Broker
-from local.pubsub_emulator.errors import AlreadyExists, InvalidArgument, NotFound, Unimplemented
-from local.pubsub_emulator.faults import FaultError, Faults
-from local.pubsub_emulator.names import DELETED_TOPIC
-from local.pubsub_emulator.policy import SubPolicy, redelivery_delay
+from reclaim.local.pubsub_emulator.broker import Broker
+from reclaim.local.pubsub_emulator.errors import (
+    AlreadyExists,
+    InvalidArgument,
+    NotFound,
+    Unimplemented,
+)
+from reclaim.local.pubsub_emulator.faults import FaultError, Faults
+from reclaim.local.pubsub_emulator.names import DELETED_TOPIC
+from reclaim.local.pubsub_emulator.policy import SubPolicy, redelivery_delay
 
 P = "projects/unit-proj"
 TOPIC = f"{P}/topics/topic-a"

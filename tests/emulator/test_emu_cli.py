@@ -10,13 +10,13 @@ import sys
 
 import pytest
 
-from local.procs import free_port, spawn, stop, wait_for_port
+from reclaim.local.procs import free_port, spawn, stop, wait_for_port
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_stops_cleanly_with_exit_0(sig: signal.Signals) -> None:
     port = free_port()
-    proc = spawn([sys.executable, "-m", "local.pubsub_emulator", "--port", str(port)])
+    proc = spawn([sys.executable, "-m", "reclaim.local.pubsub_emulator", "--port", str(port)])
     try:
         wait_for_port("127.0.0.1", port, proc=proc)
         os.killpg(proc.pid, sig)
@@ -42,7 +42,7 @@ def test_bad_flags_exit_with_a_message(args: list[str], message: str, pubsub_emu
         ports = {"busy": busy.getsockname()[1], "emulator": pubsub_emulator.rsplit(":", 1)[1]}
         argv = [a.format(**ports) for a in args]
         result = subprocess.run(
-            [sys.executable, "-m", "local.pubsub_emulator", *argv],
+            [sys.executable, "-m", "reclaim.local.pubsub_emulator", *argv],
             capture_output=True,
             text=True,
             timeout=30,

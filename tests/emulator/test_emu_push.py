@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from google.cloud import pubsub_v1
 
-from local.procs import free_port
+from reclaim.local.procs import free_port
 from tests.emulator.emulator_support import PROJECT, eventually
 
 RFC3339_Z = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from local.procs import free_port, spawn, stop, wait_for_port
+from reclaim.local.procs import free_port, spawn, stop, wait_for_port
 from tests.emulator.emulator_support import PROJECT, eventually
 
 FUNCTION = """

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from google.pubsub_v1.types import pubsub
 
-from local.pubsub_emulator.broker import Broker
-from local.pubsub_emulator.policy import INITIAL_PUSH_WINDOW, LINGER_FLOOR_S, PushWindow
-from local.pubsub_emulator.push import Pusher
-from local.pubsub_emulator.subscription import Delivery
+from reclaim.local.pubsub_emulator.broker import Broker
+from reclaim.local.pubsub_emulator.policy import INITIAL_PUSH_WINDOW, LINGER_FLOOR_S, PushWindow
+from reclaim.local.pubsub_emulator.push import Pusher
+from reclaim.local.pubsub_emulator.subscription import Delivery
 
 P = "projects/unit-proj"
 TOPIC = f"{P}/topics/topic-w"

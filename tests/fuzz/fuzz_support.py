@@ -21,7 +21,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, seed, settings
 
-from local.procs import free_port, function_args, spawn, stop_all, wait_for_port
+from reclaim.local.procs import free_port, function_args, spawn, stop_all, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES_VAR = "RECLAIM_FUZZ_EXAMPLES"

@@ -1,7 +1,7 @@
 """Every `reclaim` command on hostile records and odd object names, against
 fake-gcs-server and the Pub/Sub emulator through the official clients.
 
-The commands run in this process (shared.cli.main, exactly what the console
+The commands run in this process (reclaim.cli.main, exactly what the console
 script calls) so that a few hundred runs fit the budget; tests/cli runs the same
 commands as subprocesses. Each run must end with a documented exit code and a
 message, never a traceback: main() re-raises what it cannot explain, so an
@@ -24,7 +24,7 @@ import pytest
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from shared.cli import main
+from reclaim.cli import main
 from tests.fuzz.fuzz_support import fuzz
 from tests.fuzz.strategies import base_record, hostile_record, odd_segment, record_text
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import requests
 
-from local.cloud import LocalCloud
-from local.procs import group_pids
+from reclaim.local.cloud import LocalCloud
+from reclaim.local.procs import group_pids
 from shared.shards import shard_of
 from shared.storage import Store, open_store
 from tests import polling

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from local.procs import free_port, function_args, spawn, wait_for_port
+from reclaim.local.procs import free_port, function_args, spawn, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import requests
 
-from local.faultproxy import FaultProxy
-from local.procs import stop_all
+from reclaim.local.faultproxy import FaultProxy
+from reclaim.local.procs import stop_all
 from shared.storage import GcsStore
 from tests.integration.function_support import make_queue, start_function
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import requests
 
-from local.procs import signal_group, stop
+from reclaim.local.procs import signal_group, stop
 from shared import records
 from shared.storage import GcsStore, pending_object
 from tests.integration.function_support import make_queue, start_function

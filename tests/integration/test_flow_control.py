@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import requests
 
-from local.cloud import LocalCloud
-from local.observe import emulator_stats
+from reclaim.cli import main as cli_main
+from reclaim.local.cloud import LocalCloud
+from reclaim.local.observe import emulator_stats
 from shared import doorbell, flow
-from shared.cli import main as cli_main
 from tests.integration.cloud_support import batch, fast_cloud, job, running_on
 from tests.polling import wait_for
 

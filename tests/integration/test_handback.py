@@ -18,8 +18,15 @@ from typing import Any
 
 import pytest
 
-from local.cloud import LocalCloud
-from local.observe import Watch, handed_back_at, instance_pids, owner_pid, running_on, submit_batch
+from reclaim.local.cloud import LocalCloud
+from reclaim.local.observe import (
+    Watch,
+    handed_back_at,
+    instance_pids,
+    owner_pid,
+    running_on,
+    submit_batch,
+)
 from shared.job_queue import checkpoint_of
 from tests import polling
 

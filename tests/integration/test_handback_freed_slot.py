@@ -23,8 +23,8 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from local.cloud import LocalCloud
-from local.observe import (
+from reclaim.local.cloud import LocalCloud
+from reclaim.local.observe import (
     Watch,
     emulator_stats,
     history_time,

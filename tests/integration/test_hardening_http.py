@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import requests
 
-from local.cloud import LocalCloud
+from reclaim.local.cloud import LocalCloud
 from shared import workflow_graph as graph
 from shared.flow_policy import parked_name
 from tests import polling
@@ -144,7 +144,7 @@ def test_a_lone_surrogate_in_unique_key_refuses_the_whole_batch(cloud: LocalClou
 
 
 def test_the_cli_refuses_undecodable_bytes_in_unique_key_with_a_message(tmp_path: Path) -> None:
-    argv = [sys.executable.encode(), b"-m", b"shared.cli", b"submit", b"demo"]
+    argv = [sys.executable.encode(), b"-m", b"reclaim.cli", b"submit", b"demo"]
     done = subprocess.run(
         [*argv, b"--unique-key", b"nightly-\xff\xfe"],
         capture_output=True,

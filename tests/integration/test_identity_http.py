@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import requests
 
-from local.cloud import LocalCloud
+from reclaim.local.cloud import LocalCloud
 from tests.integration.cloud_support import fast_cloud, job, lines_where
 from tests.polling import wait_for
 from tests.unit.test_identity import CALLER_CHOSEN, cloud_run_token

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import requests
 
-from local.cloud import LocalCloud
+from reclaim.local.cloud import LocalCloud
 from shared import records
 from shared.storage import job_object, legacy_job_object, pending_object
 from tests.integration.cloud_support import cloud_store, fast_cloud, job, job_bucket

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import requests
 
-from local.cloud import LocalCloud
+from reclaim.local.cloud import LocalCloud
 from shared import api_routes
 from tests.integration.cloud_support import fast_cloud, job
 from tests.polling import wait_for

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import requests
 
-from local.cloud import LocalCloud
+from reclaim.local.cloud import LocalCloud
 from shared import records
 from shared.storage import Store, pending_object
 from tests import polling

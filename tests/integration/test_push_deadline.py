@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from local import wiring
-from local.cloud import LocalCloud
-from local.observe import Watch, emulator_stats, submit_batch
+from reclaim.local import wiring
+from reclaim.local.cloud import LocalCloud
+from reclaim.local.observe import Watch, emulator_stats, submit_batch
 from tests.polling import wait_for
 
 JOB_S = 15.0  # 3 stages of 5 s: longer than either deadline below

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import requests
 
-from local.cloud import LocalCloud
+from reclaim.local.cloud import LocalCloud
 from tests.integration.cloud_support import (
     batch,
     fast_cloud,

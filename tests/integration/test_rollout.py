@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from local import wiring
-from local.cloud import LocalCloud
-from local.observe import Watch, instance_pids, running_on, submit_batch
+from reclaim.local import wiring
+from reclaim.local.cloud import LocalCloud
+from reclaim.local.observe import Watch, instance_pids, running_on, submit_batch
 from shared.job_queue import checkpoint_of
 from tests import polling
 from tests.integration.cloud_support import job_bucket, roll_out

@@ -1,5 +1,5 @@
 """Long stages on Cloud Run jobs, over HTTP: a claim service with RECLAIM_RUNNER=job claims
-and acks; the local Cloud Run jobs runner (local/runjobs) runs each execution's task as a
+and acks; the local Cloud Run jobs runner (reclaim/local/runjobs) runs each execution's task as a
 process, which adopts the claim and runs the stages. Everything is arranged by state:
 the task's adoption and first checkpoint, read from the record.
 
@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from local import wiring
-from local.cloud import LocalCloud
-from local.observe import Watch, parse_at, submit_batch
+from reclaim.local import wiring
+from reclaim.local.cloud import LocalCloud
+from reclaim.local.observe import Watch, parse_at, submit_batch
 from shared.job_queue import checkpoint_of
 from shared.run_jobs import CLAIM_GENERATION_ENV, JOB_ID_ENV, short_name
 from tests import polling

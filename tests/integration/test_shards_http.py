@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import requests
 
-from local.cloud import ROOT, LocalCloud
-from local.wiring import RECORDS_BUCKET
+from reclaim.local.cloud import ROOT, LocalCloud
+from reclaim.local.wiring import RECORDS_BUCKET
 from shared import records, timing
 from shared.shards import shard_of
 from shared.storage import job_object
@@ -108,7 +108,7 @@ def test_the_cli_lists_jobs_of_both_shards(cloud: LocalCloud) -> None:
     ids = _submit(cloud, jobs, batch_id)
     assert {shard_of(j, 2) for j in ids} == {0, 1}
     proc = subprocess.run(
-        [sys.executable, "-m", "shared.cli", "list", "--batch", batch_id, "--json"],
+        [sys.executable, "-m", "reclaim.cli", "list", "--batch", batch_id, "--json"],
         env={**_clean_env(), **cloud.client_env()},
         cwd=ROOT,
         capture_output=True,

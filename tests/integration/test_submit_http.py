@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import requests
 
-from local.procs import stop
+from reclaim.local.procs import stop
 from shared.storage import job_object, pending_object
 from tests.integration.function_support import make_queue, start_function
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import requests
 
-from local.procs import signal_group, stop
+from reclaim.local.procs import signal_group, stop
 from shared import job_queue, records
 from shared.storage import GcsStore
 from tests.integration.function_support import make_queue, start_function

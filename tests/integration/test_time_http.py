@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import requests
 
-from local.procs import stop
+from reclaim.local.procs import stop
 from shared import features, timing, uniqueness
 from shared.storage import GcsStore
 from tests.integration.function_support import make_queue, start_function

@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 import requests
 
-from local.cloud import LocalCloud
+from reclaim.local.cloud import LocalCloud
 from shared.storage import job_object
 from tests import polling
 from tests.integration.cloud_support import job_bucket, lines_about

@@ -20,8 +20,8 @@ import requests
 from cloudevents.conversion import to_binary
 from cloudevents.http import CloudEvent
 
-from local.gcs import start_fake_gcs
-from local.procs import free_port, spawn, stop, wait_for_port
+from reclaim.local.gcs import start_fake_gcs
+from reclaim.local.procs import free_port, spawn, stop, wait_for_port
 from shared import records
 from shared.storage import job_object
 
@@ -371,7 +371,7 @@ def test_submit_upload_refuses_a_bad_routes_file_naming_the_route(
 ) -> None:
     """The function checks RECLAIM_UPLOADS_FILE at start: it logs the bad route at once
     and answers every upload 500 misconfigured (Pub/Sub retries it), writing nothing."""
-    from local.procs import stop
+    from reclaim.local.procs import stop
     from tests.integration.function_support import start_function
 
     bad = tmp_path / "uploads.json"

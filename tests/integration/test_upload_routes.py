@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import requests
 
-from local.cloud import LocalCloud
+from reclaim.local.cloud import LocalCloud
 from shared import records
 from shared.storage import job_object
 from tests.integration.cloud_support import batch, fast_cloud, job, job_bucket

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import requests
 
-from local.cloud import LocalCloud
+from reclaim.local.cloud import LocalCloud
 from tests.integration.cloud_support import job_bucket
 from tests.polling import wait_for as _wait_for
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import requests
 
-from local import wiring
-from local.cloud import LocalCloud
-from local.observe import Watch, submit_batch
+from reclaim.local import wiring
+from reclaim.local.cloud import LocalCloud
+from reclaim.local.observe import Watch, submit_batch
 from tests import polling
 from tests.integration.cloud_support import job_bucket, roll_out
 

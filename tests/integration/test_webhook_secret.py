@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import requests
 
-from local.procs import stop
+from reclaim.local.procs import stop
 from shared.pipelines import webhook_delivery as wd
 from tests.integration.function_support import make_queue, start_function
 from tests.integration.test_workflows_http import Receiver

@@ -21,7 +21,7 @@ import pytest
 import requests
 import trustme
 
-from local.cloud import LocalCloud
+from reclaim.local.cloud import LocalCloud
 from shared import workflow_graph as graph
 from shared.pipelines import webhook_delivery as wd
 from shared.storage import job_object, record_name_id

@@ -81,18 +81,21 @@ def _alive(family: dict[int, tuple[int, str, str]]) -> list[str]:
 def test_the_wheel_holds_the_library_and_not_the_example_pipelines(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     top = {n.split("/")[0] for n in names if ".dist-info/" not in n}
-    assert top == {"functions", "local", "reclaim", "shared"}  # no top-level `pipelines`
+    assert top == {"reclaim", "shared"}  # no top-level `pipelines`, `local` or `functions`
     version = (ROOT / "reclaim" / "VERSION").read_text().strip()
     assert wheel.name == f"reclaim-{version}-py3-none-any.whl"
     assert {f"reclaim/terraform/{p.name}" for p in (ROOT / "terraform").glob("*.tf")} <= names
     tracked = subprocess.run(
-        ["git", "ls-files", "shared", "local", "functions", "reclaim"],
+        ["git", "ls-files", "shared", "functions", "reclaim"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         check=True,
     ).stdout.split()
-    missing = [rel for rel in tracked if (ROOT / rel).is_file() and rel not in names]
+    packaged = {rel: f"reclaim/{rel}" if rel.startswith("functions/") else rel for rel in tracked}
+    missing = [
+        rel for rel, name in packaged.items() if (ROOT / rel).is_file() and name not in names
+    ]
     assert missing == [], "package data the wheel lacks (setup.py package_data)"
 
 

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from local import wiring
-from local.cloud import DEFAULT_FUNCTIONS, ROOT, FunctionSpec, LocalCloud
-from local.procs import free_port, group_pids, spawn, stop, wait_for_port
+from reclaim.local import wiring
+from reclaim.local.cloud import DEFAULT_FUNCTIONS, ROOT, FunctionSpec, LocalCloud
+from reclaim.local.procs import free_port, group_pids, spawn, stop, wait_for_port
 from tests import polling
 
 FAKE = "tests/local/fake_functions.py"
@@ -339,7 +339,7 @@ def test_make_dev_starts_prints_and_stops_on_sigterm(tmp_path: Path):
         "LOCAL_SWEEP_INTERVAL_SECONDS": "0",
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "local.dev"],
+        [sys.executable, "-m", "reclaim.local.dev"],
         env=env,
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -388,7 +388,7 @@ def test_make_dev_killed_with_sigkill_leaves_no_orphans(tmp_path: Path):
         "LOCAL_SWEEP_INTERVAL_SECONDS": "0",
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "local.dev"],
+        [sys.executable, "-m", "reclaim.local.dev"],
         env=env,
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -417,7 +417,7 @@ def test_make_dev_killed_with_sigkill_leaves_no_orphans(tmp_path: Path):
 def test_make_dev_rejects_bad_settings():
     env = {**os.environ, "LOCAL_GCS_PORT": "http"}
     r = subprocess.run(
-        [sys.executable, "-m", "local.dev"],
+        [sys.executable, "-m", "reclaim.local.dev"],
         env=env,
         cwd=ROOT,
         capture_output=True,

@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from local.cloud import ROOT
-from local.cloudrun import Platform, Revision, ServiceConfig
-from local.cloudrun.config import NO_INSTANCE_TEXT, TIMEOUT_TEXT
-from local.procs import function_args, group_pids, spawn
+from reclaim.local.cloud import ROOT
+from reclaim.local.cloudrun import Platform, Revision, ServiceConfig
+from reclaim.local.cloudrun.config import NO_INSTANCE_TEXT, TIMEOUT_TEXT
+from reclaim.local.procs import function_args, group_pids, spawn
 
 FAKE = ROOT / "tests" / "local" / "fake_functions.py"
 Make = Callable[..., Platform]

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from local.cloudrun.config import ConfigError
-from local.cloudrun.revision import RESERVED_ENV, Revision, merged_env, revision_name
+from reclaim.local.cloudrun.config import ConfigError
+from reclaim.local.cloudrun.revision import RESERVED_ENV, Revision, merged_env, revision_name
 
 
 def test_names_are_service_sequence_and_a_random_suffix() -> None:

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from local.cloud import ROOT
-from local.cloudrun import Platform, Revision, ServiceConfig
-from local.procs import function_args, group_pids, spawn
+from reclaim.local.cloud import ROOT
+from reclaim.local.cloudrun import Platform, Revision, ServiceConfig
+from reclaim.local.procs import function_args, group_pids, spawn
 from tests import polling
 
 FAKE = ROOT / "tests" / "local" / "fake_functions.py"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from local.cloudrun.autoscaler import Idle, desired_instances, idle_victims, to_start
-from local.cloudrun.billing import Meter
-from local.cloudrun.config import ConfigError, ServiceConfig, billed, pending_timeout
-from local.cloudrun.pending import PendingQueue
+from reclaim.local.cloudrun.autoscaler import Idle, desired_instances, idle_victims, to_start
+from reclaim.local.cloudrun.billing import Meter
+from reclaim.local.cloudrun.config import ConfigError, ServiceConfig, billed, pending_timeout
+from reclaim.local.cloudrun.pending import PendingQueue
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from local.cron_ticker import CronTicker
+from reclaim.local.cron_ticker import CronTicker
 from shared.cron.schedules import parse
 
 

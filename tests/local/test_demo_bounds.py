@@ -1,4 +1,4 @@
-"""local.demo.resume_bounds: what the demo's summary says bounded each hand-back's
+"""reclaim.local.demo.resume_bounds: what the demo's summary says bounded each hand-back's
 resumption, read from the records' history alone (pure; no cloud)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from local.demo import Rescue, resume_bounds
+from reclaim.local.demo import Rescue, resume_bounds
 
 T0 = datetime(2026, 12, 2, 0, 0, tzinfo=UTC)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from local.cloud import ROOT, CloudConfig, FunctionSpec
-from local.dev import (
+from reclaim.local.cloud import ROOT, CloudConfig, FunctionSpec
+from reclaim.local.dev import (
     LaunchConfigError,
     _prepare,
     config_from_env,
@@ -118,7 +118,7 @@ def test_retired_settings_say_what_replaced_them():
 def test_make_dev_says_what_it_runs():
     env = {"LOCAL_CLAIM_MAX_INSTANCES": "3", "LOCAL_PUSH_WINDOW": "fixed"}
     text = plan(config_from_env(env), env)
-    assert "python -m local.pubsub_emulator" in text and "--push-window fixed" in text
+    assert "python -m reclaim.local.pubsub_emulator" in text and "--push-window fixed" in text
     assert "claim          functions/claim/main.py:claim  concurrency 4 (THREADS)" in text
     assert "instances 0..3, timeout 1800 s" in text
     assert "sweep          functions/sweep/main.py:sweep  concurrency 1" in text
@@ -199,7 +199,7 @@ def test_make_dev_shows_the_pools_and_refuses_a_bad_pools_file(tmp_path, capsys)
 def test_your_folders_follow_the_library_on_the_functions_path(tmp_path):
     """LOCAL_PYTHONPATH (reclaim dev: the project) reaches every function's PYTHONPATH,
     after the library's folder, so a project's package imports and never shadows ours."""
-    from local.cloud import LocalCloud
+    from reclaim.local.cloud import LocalCloud
 
     c = config_from_env({"LOCAL_PYTHONPATH": f"{tmp_path}{os.pathsep}relative"})
     assert c.python_path == (tmp_path, Path("relative").resolve())
@@ -212,7 +212,7 @@ def test_your_folders_follow_the_library_on_the_functions_path(tmp_path):
 
 
 def test_the_endpoints_file_is_the_launchers_and_holds_what_a_client_needs(tmp_path):
-    from local.dev import write_endpoints
+    from reclaim.local.dev import write_endpoints
 
     c = config_from_env({"LOCAL_ENDPOINTS_FILE": str(tmp_path / "dev.json")})
     assert not hasattr(c, "endpoints_file")  # not the cloud's: run() writes it once up

@@ -10,7 +10,15 @@ import subprocess
 import sys
 import time
 
-from local.procs import PORT_SPAN, free_port, group_pids, signal_group, spawn, stop, stop_all
+from reclaim.local.procs import (
+    PORT_SPAN,
+    free_port,
+    group_pids,
+    signal_group,
+    spawn,
+    stop,
+    stop_all,
+)
 
 # A parent that forks a grandchild which ignores SIGTERM, like a stubborn worker.
 _FORKER = """
@@ -86,7 +94,7 @@ def test_stop_all_takes_every_group(tmp_path):
 
 def _ports_of(block: str, n: int) -> list[int]:
     """n ports from free_port in a fresh process given RECLAIM_PORT_BLOCK=block."""
-    probe = f"from local.procs import free_port; print([free_port() for _ in range({n})])"
+    probe = f"from reclaim.local.procs import free_port; print([free_port() for _ in range({n})])"
     done = subprocess.run(
         [sys.executable, "-c", probe],
         env={**os.environ, "RECLAIM_PORT_BLOCK": block},

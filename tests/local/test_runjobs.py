@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from local.runjobs import JobSpec, JobsRunner, RunJobsServer
+from reclaim.local.runjobs import JobSpec, JobsRunner, RunJobsServer
 from shared.run_jobs import RunJobs, RunJobsError, execution_state
 from tests import polling
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from local.dev import config_from_env
-from local.wiring import notification_scope
+from reclaim.local.dev import config_from_env
+from reclaim.local.wiring import notification_scope
 
 ROOT = Path(__file__).resolve().parents[2]
 

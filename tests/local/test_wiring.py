@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from local import wiring
+from reclaim.local import wiring
 
 
 def _by_name(t: wiring.Topology) -> dict[str, wiring.SubscriptionSpec]:
@@ -122,7 +122,7 @@ def test_shard_buckets_that_repeat_or_collide_are_refused(shards: tuple[str, ...
 def test_the_test_switch_gives_every_test_cloud_its_shards(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from local.cloud import TEST_SHARDS_ENV, LocalCloud
+    from reclaim.local.cloud import TEST_SHARDS_ENV, LocalCloud
 
     monkeypatch.setenv(TEST_SHARDS_ENV, "3")
     assert LocalCloud.for_tests().topology.shard_buckets == (

@@ -11,7 +11,7 @@ import pytest
 @pytest.fixture(scope="session")
 def project_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The deploy/ of a project `reclaim init` just wrote (with its module copy)."""
-    from local import scaffold
+    from reclaim.local import scaffold
 
     project = tmp_path_factory.mktemp("init") / "acme"
     scaffold.write_project(project)

@@ -370,7 +370,7 @@ def test_a_scaffolded_projects_archive_runs_its_pipeline_on_the_copied_library(
 ) -> None:
     """`reclaim init`'s deploy/ archives the copy `reclaim tf-module` wrote (var.library_dir
     defaults to the folder above the module) plus the project's package."""
-    from local import scaffold
+    from reclaim.local import scaffold
 
     project = tmp_path / "acme"
     scaffold.write_project(project)
@@ -378,6 +378,7 @@ def test_a_scaffolded_projects_archive_runs_its_pipeline_on_the_copied_library(
     unpacked, names = _unpack("claim", tmp_path, library=library, pipelines=project / "acme")
     assert {
         "reclaim/__init__.py",
+        "reclaim/install.py",
         "reclaim/VERSION",
         "acme/hello.py",
         "acme/schedules.json",

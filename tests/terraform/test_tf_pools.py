@@ -1,6 +1,6 @@
 """terraform/pools.tf, offline: its locals are evaluated on pools files (hcl_eval) and
 make, per pool, the claim function, topic and push subscription the local cloud makes
-(local/wiring.py, local/cloud.py), with the defaults and the refusals of the code
+(reclaim/local/wiring.py, reclaim/local/cloud.py), with the defaults and the refusals of the code
 (shared/pools.py); the default pool keeps today's resources, at today's addresses."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from local import wiring
-from local.cloud import pool_service
+from reclaim.local import wiring
+from reclaim.local.cloud import pool_service
 from shared import pools
 from shared.config import ENV_VARS
 from shared.errors import ConfigError

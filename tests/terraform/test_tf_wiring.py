@@ -1,9 +1,9 @@
-"""terraform/ and the local launcher (local/wiring.py) deploy the same topology:
+"""terraform/ and the local launcher (reclaim/local/wiring.py) deploy the same topology:
 names, ack deadlines, retry and dead-letter values."""
 
 from __future__ import annotations
 
-from local import wiring
+from reclaim.local import wiring
 from tests.terraform.tfhcl import config, optional_defaults, unquote, variable_default
 
 PUSH_VARS = {wiring.CLAIM_SUBSCRIPTION: "claim", wiring.SUBMIT_UPLOAD_SUBSCRIPTION: "submit_upload"}

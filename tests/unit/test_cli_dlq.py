@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from reclaim.cli import dlq
 from shared import deadletters, records
-from shared.cli import dlq
 from shared.config import Settings
 from shared.jobs import JobStatus
 from shared.queue import Queue

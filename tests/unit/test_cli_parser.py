@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from local import dev, wiring
-from shared import cli
-from shared.cli import context as cli_context
+from reclaim import cli
+from reclaim.cli import context as cli_context
+from reclaim.local import dev, wiring
 
 
 def test_common_options_work_before_or_after_the_command() -> None:

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from shared.cli import render as r
+from reclaim.cli import render as r
 
 
 def test_duration_formats() -> None:

@@ -30,7 +30,7 @@ DOCS = [
     ROOT / "docs" / "flow-control.md",
     ROOT / "docs" / "workflows.md",
     ROOT / "docs" / "seeing.md",
-    ROOT / "local" / "pubsub_emulator" / "README.md",
+    ROOT / "reclaim" / "local" / "pubsub_emulator" / "README.md",
     ROOT / "terraform" / "README.md",
 ]
 _LINK = re.compile(r"\]\(([^)\s]+)\)")

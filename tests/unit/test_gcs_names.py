@@ -1,4 +1,4 @@
-"""local.gcs_names (pure): the object name, and so the prefix, each JSON-API request
+"""reclaim.local.gcs_names (pure): the object name, and so the prefix, each JSON-API request
 touches, as the counting proxy sees it on the wire."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from local.gcs_names import NO_OBJECT, UNKNOWN, WHOLE_BUCKET, name_prefix, object_name
+from reclaim.local.gcs_names import NO_OBJECT, UNKNOWN, WHOLE_BUCKET, name_prefix, object_name
 
 
 def _multipart(meta: dict[str, str]) -> bytes:

@@ -1,4 +1,4 @@
-"""A project of your own (shared.cli.project, local.scaffold, local.tf_module): what
+"""A project of your own (reclaim.cli.project, reclaim.local.scaffold and tf_module): what
 `reclaim init` writes and refuses, the [tool.reclaim] table every command reads, what
 `reclaim dev` sets before it starts the local cloud, and the terraform module's copy."""
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from local import scaffold, tf_module
-from shared.cli import main
-from shared.cli.context import CliError
-from shared.cli.project import Project, dev_env, load, use_current
+from reclaim.cli import main
+from reclaim.cli.context import CliError
+from reclaim.cli.project import Project, dev_env, load, use_current
+from reclaim.local import scaffold, tf_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -177,7 +177,7 @@ def test_the_module_copy_is_the_library_laid_out_as_terraform_reads_it(tmp_path:
         for p in (ROOT / folder).rglob("*.py")
         if "__pycache__" not in p.parts
     }
-    assert library | {"reclaim/__init__.py"} == shipped
+    assert library | {"reclaim/__init__.py", "reclaim/install.py"} == shipped
     assert (dest / "requirements.txt").read_text() == (ROOT / "requirements.txt").read_text()
     assert (dest / "reclaim" / "VERSION").read_text().strip() == tf_module.version()
     assert not list(dest.rglob("__pycache__")) and not (dest / "terraform" / "build").exists()

@@ -13,7 +13,7 @@ import shared.errors
 import shared.pipelines
 
 ROOT = Path(__file__).resolve().parents[2]
-TEMPLATES = ROOT / "local" / "scaffold" / "template"
+TEMPLATES = ROOT / "reclaim" / "local" / "scaffold" / "template"
 
 
 def test_every_name_in_all_resolves_to_the_librarys_object() -> None:
@@ -52,6 +52,10 @@ def test_what_a_pipeline_author_reads_imports_from_reclaim_only() -> None:
     authored = [e for e in examples if "register(" in e]
     assert authored, "the README shows no pipeline"
     for text in [*authored, *(p.read_text() for p in TEMPLATES.rglob("*.py.tmpl"))]:
-        ours = {m for m in _imports(text) if m.split(".")[0] in {"shared", "local", "functions"}}
+        ours = {
+            m
+            for m in _imports(text)
+            if m.split(".")[0] in {"shared", "functions"} or m.startswith("reclaim.cli")
+        }
         assert ours == set(), ours
     assert "from reclaim import" in (TEMPLATES / "package" / "hello.py.tmpl").read_text()

@@ -321,7 +321,7 @@ def test_summary_fields_show_in_a_batchs_members_and_on_the_dashboard() -> None:
 def test_the_cli_list_offers_one_option_per_filter_of_the_table(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from shared import cli
+    from reclaim import cli
 
     monkeypatch.setattr(features, "FEATURES", (*features.FEATURES, COLOR))
     args = cli.build_parser().parse_args(["list", "--color", "red"])

@@ -10,7 +10,8 @@ from typing import Any
 import flask
 import pytest
 
-from shared import cli, tags
+from reclaim import cli
+from shared import tags
 from shared.dashboard import app as dashboard_app
 from shared.dashboard import figures
 from shared.errors import InvalidInput, InvalidSubmission

@@ -399,8 +399,8 @@ def test_a_waiting_job_can_be_cancelled_by_a_person() -> None:
 
 
 def test_status_and_the_cli_show_parents_and_children() -> None:
+    from reclaim.cli import render
     from shared import status
-    from shared.cli import render
 
     store = MemoryStore()
     diamond(store, Bell())

@@ -1,7 +1,0 @@
-"""`python -m shared.cli`: the same as the `reclaim` console script."""
-
-import sys
-
-from shared.cli import main
-
-sys.exit(main())
