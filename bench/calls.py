@@ -11,7 +11,7 @@ many (doorbells wait for a slot, the drain at work), and no-op stages
 Reads are judged by what causes them: per job, the record (the claim) and the workflows
 parent mark (a job ending reads workflows/parents/<id>, a class B read that spares a
 job without children the class A listing of its children); per claim process, the
-pipeline's pause flag, read at most once per shared.flow.PAUSE_CACHE_S whatever the
+pipeline's pause flag, read at most once per shared.features.flow.PAUSE_CACHE_S whatever the
 number of jobs, so it is bounded by the run's wall time, not counted per job.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 
 from bench.common import bench_cloud, row, wait_terminal
 from shared.config import Settings
-from shared.flow import PAUSE_CACHE_S
+from shared.features.flow import PAUSE_CACHE_S
 from shared.jobs import JobStatus
 
 STAGES = 3
@@ -177,7 +177,7 @@ def _row(name: str, m: dict[str, Any]) -> dict[str, Any]:
         "ends reads workflows/parents/<id>: a class B read, where a listing of its children "
         "would be class A); with more jobs than slots a drained job whose doorbell comes "
         "later costs one more record read. The pipeline's pause flag is read at most once "
-        f"per {PAUSE_CACHE_S:g} s per claim process (shared.flow), whatever the number of "
+        f"per {PAUSE_CACHE_S:g} s per claim process (shared.features.flow), whatever the number of "
         f"jobs: its bound is {INSTANCES} instances x (wall time / {PAUSE_CACHE_S:g} s + 1), "
         "not a count per job. Lists: the drain's listing of the pending index when a slot "
         "frees (rate-limited per process)"

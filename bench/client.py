@@ -25,8 +25,10 @@ from reclaim.local.cloud import LocalCloud
 from reclaim.local.gcs import start_fake_gcs
 from reclaim.local.observe import watching_queue
 from reclaim.local.procs import free_port, stop
-from shared import batch_progress, records, status, waiting
+from shared import records, status
 from shared.config import Settings
+from shared.http import progress as batch_progress
+from shared.http import waiting
 from shared.queue import Queue, parse_submission
 from shared.storage import GcsStore
 

@@ -2,7 +2,7 @@
 the scheduled-index markers of 10,000 jobs a week ahead (issue 11: at most 1.2x the
 sweep's cost, met by equal calls).
 
-The delayed jobs wait in scheduled/<YYYYMMDDTHH>/ (shared.delayed), not in pending/, and
+The delayed jobs wait in scheduled/<YYYYMMDDTHH>/ (shared.features.delayed), not in pending/, and
 the sweep lists scheduled/ only up to the current hour, so they add no call at all: the
 wire calls must be equal. Runs the queue's sweep_once against fake-gcs-server through the
 counting proxy, as bench/sweep.py does.
@@ -16,10 +16,10 @@ from typing import Any
 from bench.sweep import PENDING, _Bell, compare, sweep_row
 from shared import timing
 from shared.config import Settings
-from shared.features import context
+from shared.features.table import context
 from shared.queue import parse_submission
 from shared.storage import JOBS_PREFIX, Store
-from shared.submission import submit
+from shared.submission.create import submit
 
 DELAYED = 10_000
 LATER = "later-"

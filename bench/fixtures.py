@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from shared import logs
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 
 THREADS = 8
 MEMORY_DIR = "/dev/shm"

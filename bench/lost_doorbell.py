@@ -41,7 +41,7 @@ from shared.config import Settings
 from shared.queue import Queue, parse_submission
 from shared.shards import name_hash
 from shared.storage import GcsStore
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 from shared.sweeper import run_once
 
 SIZES = (100, 2_000)  # 500 and 10,000 at 1:5

@@ -31,7 +31,7 @@ from shared import job_queue, records
 from shared.config import Settings
 from shared.queue import Queue, parse_submission
 from shared.storage import GcsStore, Store
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 
 PENDING = 50
 FINISHED = 10_000

@@ -21,12 +21,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bench.common import SilentDoorbell, bench_cloud, row, wait_terminal
-from shared import finish, submission
+from shared import finish
 from shared.config import Settings
-from shared.features import context
+from shared.features.table import context
 from shared.jobs import JobStatus
 from shared.queue import parse_submission
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
+from shared.submission import create as submission
 
 MEMBERS = 200
 CHILDREN = 100

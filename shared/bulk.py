@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from shared import flow_policy as fp
 from shared import job_queue
 from shared.errors import CorruptRecord, IllegalTransition, InvalidInput, LostRace, NotFound
+from shared.features import flow_policy as fp
 from shared.jobs import JobRecord, JobStatus
 
 if TYPE_CHECKING:

@@ -384,7 +384,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
         parse=_iap_audience,
         doc="When IAP fronts a service: the audience of its signed header "
         "(/projects/<number>/locations/<region>/services/<name> on Cloud Run); the author of "
-        "an action is then read from IAP's verified assertion only (shared/identity.py). "
+        "an action is then read from IAP's verified assertion only (shared/http/identity.py). "
         "Empty: from the ID token Cloud Run's IAM check verified.",
     ),
     EnvVar(

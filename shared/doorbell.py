@@ -7,7 +7,7 @@ ring as a warning once the record and pending marker are written.
 A ring goes to the topic of the job's pool (shared.pools): callers name the job's
 pipeline; a ring that names none goes to this process's own pool (a claim passing on a
 delivery it could not read), and a ring that reaches the wrong pool is sent on by the
-claim there (shared.pool_routing), so a missing name costs a hop, never a job.
+claim there (shared.features.pool_routing), so a missing name costs a hop, never a job.
 
 A ring carries the job's trace context (its record's ``traceparent``) as an
 attribute, so the delivery that arrives at claim is already in the job's trace.

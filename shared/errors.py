@@ -3,7 +3,7 @@
 Callers catch the narrowest class they can act on (a storage hiccup is
 ``Unavailable``, a lost compare-and-swap ``LostRace``, a failed ring
 ``DoorbellError``). Only the entry points catch broadly, in one place each:
-``shared.http.entry_point`` maps the family to JSON refusals, the CLI maps it
+``shared.http.edge.entry_point`` maps the family to JSON refusals, the CLI maps it
 to exit codes. Classes that are also a ``ValueError`` (bad input of some kind)
 stay one, so plain ``except ValueError`` code keeps working.
 
@@ -185,7 +185,7 @@ class AttemptsExhausted(ReclaimError):
 
 class OwnerGone(ReclaimError):
     """The job's owner is known to be gone before its stale time: the Cloud Run execution
-    that ran it ended with the job still running (shared.executions)."""
+    that ran it ended with the job still running (shared.features.executions)."""
 
 
 class PipelineChanged(PermanentError):

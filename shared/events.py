@@ -28,7 +28,7 @@ from google.protobuf import json_format
 
 from shared import records
 from shared.errors import BadEvent, IgnoredEvent, InvalidInput
-from shared.upload_routes import Uploaded
+from shared.submission.upload_routes import Uploaded
 
 PUBSUB_PUBLISHED = "google.cloud.pubsub.topic.v1.messagePublished"
 STORAGE_FINALIZED = "google.cloud.storage.object.v1.finalized"
@@ -80,7 +80,7 @@ class PubsubDelivery:
 
 
 UploadedObject = Uploaded
-"""One finalized object (and its custom metadata): shared.upload_routes routes it."""
+"""One finalized object (and its custom metadata): shared.submission.upload_routes routes it."""
 
 
 # ---------------------------------------------------------------- public API

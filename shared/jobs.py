@@ -35,7 +35,7 @@ class JobStatus(StrEnum):
     WAITING = "waiting"
     """Waiting on its parents (``depends_on``): never claimable, burns no attempt, the
     watchdog leaves it alone. The last parent's end releases it (-> queued) or, when a
-    parent failed and on_parent_failure is "cancel", cancels it (shared.workflows)."""
+    parent failed and on_parent_failure is "cancel", cancels it (shared.features.workflows)."""
 
 
 MEMBER_MISSING = "missing"
@@ -176,7 +176,7 @@ class JobRecord(TypedDict, total=False):
     """The key of the unique lock this job took (unique/<sha256>)."""
     unique_until: str | None
     """The lock's window end; None: while this job is pending."""
-    # --- flow control (shared.flow; absent in records made before it)
+    # --- flow control (shared.features.flow; absent in records made before it)
     concurrency_key: str
     """At most max_running jobs with this key run at once."""
     max_running: int
@@ -185,7 +185,7 @@ class JobRecord(TypedDict, total=False):
     """Starts per window for its key (else its pipeline's), e.g. "5/s"."""
     rate_token: str | None
     """The rate token this job reserved in the window of its not_before."""
-    # --- workflows (shared.workflows; docs/workflows.md)
+    # --- workflows (shared.features.workflows; docs/workflows.md)
     depends_on: list[str]
     """Parent job ids: the job waits until every one is terminal."""
     on_parent_failure: Literal["cancel", "run"]
@@ -195,7 +195,7 @@ class JobRecord(TypedDict, total=False):
     callback_of: str
     """The batch whose completion created this job (an on_complete callback)."""
     batch_has_callback: bool
-    """A member of a batch with on_complete: its end is counted (shared.workflows)."""
+    """A member of a batch with on_complete: its end is counted (shared.features.workflows)."""
 
 
 class ParentFailure(TypedDict):

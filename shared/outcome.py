@@ -43,7 +43,7 @@ class OutcomeKind(StrEnum):
     or ended (shared.claim.task): it wrote nothing and exits."""
     REROUTED = "rerouted"
     """The job's pipeline runs in another pool (a rollout moved it): its doorbell was rung
-    on that pool's topic, nothing run here (shared.pool_routing)."""
+    on that pool's topic, nothing run here (shared.features.pool_routing)."""
     HANDED_BACK = "handed back"
     """The instance is shutting down: the job was queued again at no cost (or, not yet
     claimed, passed on) and its doorbell rung for a live instance."""

@@ -3,11 +3,11 @@ settings and clock, and the feature table.
 
 The functions, the CLI and the benchmarks reach the queue through ``Queue``
 alone. It builds one Context (shared.seams) from its collaborators and the feature
-table (shared.features: the one place that lists the features) and hands it to the
+table (shared.features.table: the one place that lists the features) and hands it to the
 focused modules that do the work, one per concern:
 
-- submit: shared.submission (validate, create, ring); submit_upload: shared.upload_jobs
-  (the upload routes, then the same creation)
+- submit: shared.submission.create (validate, create, ring); submit_upload:
+  shared.submission.uploads (the upload routes, then the same creation)
 - get, get_batch: shared.status (views, with the read-path watchdog)
 - read, read_many, list_jobs, pending: shared.listing (as stored, no watchdog)
 - cancel, retry: shared.control (a person's transitions, with their CAS loops)
@@ -17,7 +17,7 @@ focused modules that do the work, one per concern:
 
 A new operation is a function in the module of its concern (or a new module)
 plus a one-line method here. Errors are the ReclaimError family; HTTP status
-codes and exit codes are decided at the edges (shared.http, reclaim.cli).
+codes and exit codes are decided at the edges (shared.http.edge, reclaim.cli).
 """
 
 from __future__ import annotations
@@ -25,16 +25,20 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from shared import control, features, flow, listing, status, submission, sweeper, upload_jobs
+from shared import control, listing, status, sweeper
 from shared.claim import runner
 from shared.clock import Clock, utcnow
 from shared.config import Settings
 from shared.doorbell import Ringer, get_doorbell
+from shared.features import flow
+from shared.features import table as features
 from shared.jobs import JobRecord, JobStatus
 from shared.seams import Context, Feature
 from shared.storage import Store, get_store
-from shared.upload_jobs import Routed
-from shared.upload_routes import Routes
+from shared.submission import create as submission
+from shared.submission import uploads as upload_jobs
+from shared.submission.upload_routes import Routes
+from shared.submission.uploads import Routed
 
 if TYPE_CHECKING:
     from shared.claim.drain import Arrival, DrainGate
@@ -169,7 +173,7 @@ class Queue:
         InvalidInput, JobNotFound, CorruptRecord, IllegalTransition, LostRace."""
         return control.retry(self.ctx, job_id, by=by)
 
-    # --- flow control (shared.flow)
+    # --- flow control (shared.features.flow)
 
     def pause(self, pipeline: str, *, by: str) -> bool:
         """Hold back every job of a pipeline (False: it was paused already). InvalidInput

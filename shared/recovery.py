@@ -84,7 +84,7 @@ def _ended_after(job: JobRecord, when: datetime) -> bool:
 
 def rescue_now(ctx: Context, stored: Stored, now: datetime, why: str) -> Recovery:
     """A running job whose owner is known to be gone (its Cloud Run execution ended with
-    the job still running: shared.executions): requeued at once, or failed when out of
+    the job still running: shared.features.executions): requeued at once, or failed when out of
     attempts, without waiting out the stale time. Generation-matched like the rest."""
     job = stored.record
     if job.get("status") != JobStatus.RUNNING:

@@ -13,7 +13,7 @@ https://cloud.google.com/run/docs/execute/jobs-with-overrides). The answer is a
 long-running Operation whose metadata is the Execution it created (the run method's
 metadata type, google.cloud.run.v2.Execution), so its name is known at once. The sweep
 reads an execution back (GET {api}/v2/{execution}) to notice one that ended while the
-record still shows it running (shared.executions).
+record still shows it running (shared.features.executions).
 
 The calls go through google-auth's AuthorizedSession (Application Default Credentials,
 cloud-platform scope); the local jobs runner (reclaim/local/runjobs) serves the same REST shape

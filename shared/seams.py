@@ -1,7 +1,7 @@
 """The seams a feature plugs into, and the one context every operation is handed.
 
 A feature (time, flow control, workflows) is one value, a `Feature`, naming what it adds
-at each seam. The table of them lives in shared.features and only the front door
+at each seam. The table of them lives in shared.features.table and only the front door
 (shared.queue) reads it: it builds one `Context` (store, doorbell, settings, clock and the
 table) and hands it down, so an operation loops over `ctx.features` and a feature reaches
 the queue through the context it was given, never by import. This module imports no

@@ -34,7 +34,7 @@ def shard_of(job_id: str, count: int) -> int:
 
 TIME_INDEX_FANOUT = 4
 """Sub-prefixes a time-bucketed index spreads each hour or day over (shared.timing's
-scheduled/, shared.flow_policy's ended/): every write of one hour would otherwise land in
+scheduled/, shared.features.flow_policy's ended/): every write of one hour would otherwise land in
 one new key range, the hotspot the request-rate guidance describes
 (https://cloud.google.com/storage/docs/request-rate). Each reader of one hour or day lists
 this many prefixes (and the one of the names written before the fan-out)."""

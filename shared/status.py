@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from shared import job_queue, records, workflows
+from shared import job_queue, records
 from shared.errors import (
     BatchNotFound,
     CorruptRecord,
@@ -27,6 +27,7 @@ from shared.errors import (
     NotFound,
     ReclaimError,
 )
+from shared.features import workflows
 from shared.jobs import MEMBER_MISSING, MEMBER_UNREADABLE, JobRecord, WatchdogAction
 from shared.logs import get_logger
 from shared.recovery import recover

@@ -88,7 +88,7 @@ that fake-gcs-server pages (and counts) as Cloud Storage does."""
 HTTP_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds per HTTP request
 # Connections the storage client keeps open per host: every call one process may have in
 # flight. submit is the widest: its request concurrency (terraform submit_function, 8) x
-# one request's thread pool (shared.submission._WORKERS, 16). requests keeps 10 by
+# one request's thread pool (shared.submission.create._WORKERS, 16). requests keeps 10 by
 # default and opens-and-discards the rest. tests/terraform keeps concurrency x workers
 # within it (terraform/README.md, "Sizing submit for a 1000-job batch").
 HTTP_POOL_SIZE = 128
@@ -1081,7 +1081,7 @@ def open_store(
     ]
     if len(shards) == 1:
         return shards[0]
-    from shared.storage_sharded import ShardedStore
+    from shared.stores.sharded import ShardedStore
 
     return ShardedStore(shards)
 

@@ -1,6 +1,6 @@
 # The admin function: the operator routes of the HTTP API (a job's cancel and retry, bulk
 # cancel and retry, a pipeline's pause and resume; docs/api.md, "Operator routes"). The
-# same shared code as submit (shared/api_routes.py), deployed as its own function so that
+# same shared code as submit (shared/http/routes.py), deployed as its own function so that
 # Cloud Run's IAM check admits only var.operators before any code runs
 # (cloud.google.com/run/docs/authenticating/service-to-service); submit answers these
 # routes 404, naming this function. Its resources live here, beside local.functions, with

@@ -22,7 +22,7 @@ locals {
 
   # Cloud Scheduler's cron dialect (cloud.google.com/scheduler/docs/configuring/cron-job-schedules:
   # numbers, JAN-DEC, SUN-SAT, *, a-b, a,b, */n, a-b/n; "does not support L", nor W, #,
-  # ?, @macros): the same atoms and field template as shared/cron_dialect.py.
+  # ?, @macros): the same atoms and field template as shared/cron/dialect.py.
   cron_atoms = [
     "[0-5]?[0-9]",
     "[01]?[0-9]|2[0-3]",

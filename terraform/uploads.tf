@@ -2,7 +2,7 @@
 # (or var.uploads_file), the file `make dev` reads, read here when pipeline_modules names
 # a module (your pipelines are deployed); the archives carry it as the package's own. The functions get the same file (the archives carry the
 # package) through RECLAIM_UPLOADS_FILE (main.tf) and check it at start exactly
-# (shared/upload_routes.py); here terraform makes one storage notification per bucket
+# (shared/submission/upload_routes.py); here terraform makes one storage notification per bucket
 # and prefix the routes need, no wider, and refuses a bad route at plan, naming it.
 locals {
   uploads_file = (var.uploads_file == "" ? "${local.pipelines_dir}/uploads.json"

@@ -139,7 +139,7 @@ variable "iam_propagation_seconds" {
 }
 
 variable "iap_audience" {
-  description = "Where IAP fronts the services: the audience of its signed header (/projects/<number>/locations/<region>/services/<name>); authors of actions are then read from IAP's verified assertion only (shared/identity.py). Empty: from the ID token Cloud Run's IAM check verified."
+  description = "Where IAP fronts the services: the audience of its signed header (/projects/<number>/locations/<region>/services/<name>); authors of actions are then read from IAP's verified assertion only (shared/http/identity.py). Empty: from the ID token Cloud Run's IAM check verified."
   type        = string
   default     = ""
   validation {

@@ -2,18 +2,25 @@
 
 A job's cancel and retry, bulk cancel and retry (a count first), a pipeline's pause and
 resume (docs/api.md, "Operator routes"). The same shared code as submit
-(shared.api_routes), deployed as its own function so that Cloud Run's IAM check admits
+(shared.http.routes), deployed as its own function so that Cloud Run's IAM check admits
 only the operators (terraform: var.operators hold roles/run.invoker on it, nobody else)
 before any code runs (https://cloud.google.com/run/docs/authenticating/service-to-service).
-The author in a history or a pause flag is what that check verified (shared.identity).
+The author in a history or a pause flag is what that check verified (shared.http.identity).
 """
 
 from __future__ import annotations
 
 import flask
 
-from shared import api_routes
-from shared.http import Refusal, SettingsOnce, answer, entry_point, framework_errors, require_method
+from shared.http import routes as api_routes
+from shared.http.edge import (
+    Refusal,
+    SettingsOnce,
+    answer,
+    entry_point,
+    framework_errors,
+    require_method,
+)
 
 HEALTH_PATH = "/health"  # not /healthz: Cloud Run answers some paths ending in "z" itself
 _settings = SettingsOnce("admin")

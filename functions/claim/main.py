@@ -24,7 +24,7 @@ import flask
 from shared.claim.drain import Arrival
 from shared.claim.shutdown import SHUTDOWN
 from shared.events import job_id_from_delivery, parse_pubsub
-from shared.http import (
+from shared.http.edge import (
     Refusal,
     SettingsOnce,
     answer,

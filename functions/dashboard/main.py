@@ -1,6 +1,6 @@
 """Entry point `dashboard`: the web dashboard (shared/dashboard), server-rendered HTML.
 
-Thin on purpose: settings and the queue come from shared.http, every page and
+Thin on purpose: settings and the queue come from shared.http.edge, every page and
 button from shared.dashboard.app. A browser's app, it answers every refusal as
 its error page (JSON only to a client that asks for it, and on /metrics), those
 functions-framework makes before the function runs included. Never public: on
@@ -15,7 +15,7 @@ import threading
 import flask
 
 from shared.dashboard import app, figures
-from shared.http import SettingsOnce, entry_point, framework_errors
+from shared.http.edge import SettingsOnce, entry_point, framework_errors
 
 _settings = SettingsOnce("dashboard")
 _settings.validate_now()

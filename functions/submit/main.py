@@ -17,9 +17,9 @@ import flask
 
 import shared
 import shared.errors
-from shared import api_routes
 from shared.events import upload_from_http
-from shared.http import (
+from shared.http import routes as api_routes
+from shared.http.edge import (
     Refusal,
     SettingsOnce,
     answer,
@@ -30,7 +30,7 @@ from shared.http import (
 )
 from shared.logs import get_logger
 from shared.queue import parse_submission
-from shared.submission import decode_body
+from shared.submission.create import decode_body
 from shared.tracing import TRACEPARENT_HEADER
 
 log = get_logger("submit")
@@ -150,7 +150,7 @@ def _require_json(request: flask.Request) -> None:
 @entry_point("submit_upload")
 def submit_upload(request: flask.Request) -> flask.Response:
     """A finalized upload (push envelope or CloudEvent) becomes the job its route says
-    (shared.upload_routes; no routes file: an upload-digest job).
+    (shared.submission.upload_routes; no routes file: an upload-digest job).
 
     Pub/Sub push acks 2xx: 202 created, 200 already there, a batch closed, or ignored;
     400 for a malformed event (dead-lettered after retries); 500 misconfigured for a

@@ -44,10 +44,11 @@ from reclaim.local.cloudrun import ConfigError, Platform, Revision, Service, Ser
 from reclaim.local.gcs import start_fake_gcs
 from reclaim.local.procs import free_port, function_args, spawn, stop_all, wait_for_port
 from reclaim.local.runjobs.cloud import LocalJobs
-from shared import pools, upload_routes
+from shared import pools
 from shared.errors import ConfigError as SettingsError
 from shared.errors import InvalidInput, PipelineModuleError
-from shared.upload_routes import Routes
+from shared.submission import upload_routes
+from shared.submission.upload_routes import Routes
 
 ROOT = LIBRARY
 """The folder holding reclaim/ and shared/: the functions' working directory and import root."""

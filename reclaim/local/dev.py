@@ -33,12 +33,13 @@ from reclaim.local.cloud import (
     emulator_args,
     pool_service,
 )
-from shared import pools, upload_routes
+from shared import pools
 from shared.config import EnvVar, read_env, unknown_names
 from shared.config import pools_file as config_pools_file
 from shared.cron import schedules
 from shared.errors import ConfigError, InvalidInput, PipelineModuleError
 from shared.pipelines import load_modules, pipeline_names
+from shared.submission import upload_routes
 
 
 class LaunchConfigError(ValueError):

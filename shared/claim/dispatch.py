@@ -7,7 +7,7 @@ the attempt counted, the owner stamped), then, instead of running the stages:
 1. starts an execution of RECLAIM_RUN_JOB whose environment overrides carry the job's id
    and the generation the claim wrote (shared.run_jobs);
 2. records the execution on the job (a write matched on that generation, so the sweep
-   can watch it: shared.executions); a task that adopted the claim first wins this race
+   can watch it: shared.features.executions); a task that adopted the claim first wins this race
    and the record already names it;
 3. acks the push.
 

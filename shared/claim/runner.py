@@ -30,16 +30,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from shared import (
-    faults,
-    finish,
-    job_queue,
-    metrics,
-    records,
-    resume,
-    timing,
-    workflows,
-)
+from shared import faults, finish, job_queue, metrics, records, resume, timing
 from shared.claim import dispatch
 from shared.claim.budget import PushBudget
 from shared.claim.drain import GATE, Arrival, DrainGate, backlog_sign, drain, mark_due
@@ -62,6 +53,7 @@ from shared.errors import (
     Unavailable,
     UnknownPipeline,
 )
+from shared.features import workflows
 from shared.jobs import JobRecord, JobStatus, JsonObject
 from shared.logs import JobLogger, get_logger
 from shared.outcome import Outcome, OutcomeKind
@@ -199,7 +191,7 @@ class _Runner:
             if held is not None:
                 return held
         # the claim is stamped after the gates: a flow-control place is held by then, and
-        # the rate gate checked its window against the clock as it left (shared.flow)
+        # the rate gate checked its window against the clock as it left (shared.features.flow)
         return self._claim_and_run(job_id, stored, self.clock())
 
     def _not_claimable(self, job_id: str, stored: Stored, now: datetime) -> Outcome:

@@ -18,7 +18,7 @@ id and the generation its claim wrote. The task:
 Every ending a task decides is a normal exit (0): reclaim, not Cloud Run, counts
 attempts (the job's maxRetries is 0). A task that dies without a word (SIGKILL, out of
 memory, a crash before adopting) fails its execution; the sweep sees that and rescues the
-job (shared.executions). Cloud Run names the execution in CLOUD_RUN_EXECUTION
+job (shared.features.executions). Cloud Run names the execution in CLOUD_RUN_EXECUTION
 (https://cloud.google.com/run/docs/container-contract#jobs-env-vars).
 """
 

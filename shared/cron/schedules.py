@@ -24,8 +24,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from shared import cron_dialect
 from shared.config import package_file
+from shared.cron import dialect as cron_dialect
 from shared.errors import InvalidInput
 
 SCHEDULES_ENV = "RECLAIM_SCHEDULES_FILE"

@@ -21,7 +21,7 @@ never becomes the schedule's last run.
 
 Overlap `skip`: a tick while the schedule's previous run is still pending creates
 nothing. The guard is ONE create-only write, `schedules/<name>/running`, the unique-key
-lock of shared.uniqueness under another name: of two ticks posted at once one creates it
+lock of shared.features.uniqueness under another name: of two ticks posted at once one creates it
 and the other finds it held, so two runs are never pending together. A lock whose run
 ended (or never got a record, past a grace) is taken over by a generation-matched write.
 `schedules/<name>/last` names the newest run for GET /schedules (a small pointer written
@@ -36,10 +36,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from shared import submission, timing, uniqueness
+from shared import timing
 from shared.cron.schedules import Schedule
 from shared.errors import AlreadyExists, InvalidInput, LostRace, NotFound
+from shared.features import uniqueness
 from shared.logs import get_logger
+from shared.submission import create as submission
 
 if TYPE_CHECKING:
     from shared.seams import Context

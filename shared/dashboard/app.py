@@ -1,19 +1,19 @@
 """Routing and rendering of the dashboard: one request in, one page (or redirect) out.
 
 GET  /                      overview        GET  /batches, /batches/<id>
-GET  /jobs?status=&pipeline=&batch=&tag=    search, a page at a time (shared.pages)
+GET  /jobs?status=&pipeline=&batch=&tag=    search, a page at a time (shared.http.pages)
 GET  /jobs/<id>             one job         POST /jobs/<id>/retry, /jobs/<id>/cancel
 GET  /pipelines             pause flags     POST /pipelines/<name>/pause, .../resume
 GET  /bulk?action=&batch=&status=&pipeline=&since=   the count and its confirm form
-POST /bulk/retry, /bulk/cancel              act on a confirmed count (shared.api_routes)
+POST /bulk/retry, /bulk/cancel              act on a confirmed count (shared.http.routes)
 GET  /dead-letters          peek            GET  /metrics  (JSON: gauges now, counts)
 GET  /assets/<file>         the page's CSS and script (served here: no CDN)
 
 A POST that passes the CSRF checks (shared.dashboard.csrf) calls the same code as the
 CLI and the HTTP API (Queue.retry / cancel / pause / resume; a bulk action through
-shared.api_routes' count and confirm) and answers 303 to a page that says what it did.
+shared.http.routes' count and confirm) and answers 303 to a page that says what it did.
 Every GET only reads. The author in a history or a pause flag is what the platform
-verified (shared.identity), never a header the caller chose.
+verified (shared.http.identity), never a header the caller chose.
 
 A browser's app answers refusals as pages: every refusal (the library's errors,
 a bug, and what functions-framework refuses before the function runs) is the
@@ -38,12 +38,14 @@ from urllib.parse import quote, urlencode
 import flask
 import jinja2
 
-from shared import api_routes, bulk, identity, job_queue, metrics, pages, records, tracing
+from shared import bulk, job_queue, metrics, records, tracing
 from shared.clock import Clock, utcnow
 from shared.dashboard import charts, csrf, deadletters, views
 from shared.dashboard.figures import Figures
 from shared.errors import AlreadyExists, IllegalTransition, InvalidInput, NotFound, ReclaimError
-from shared.http import Refusal, refusal_for
+from shared.http import identity, pages
+from shared.http import routes as api_routes
+from shared.http.edge import Refusal, refusal_for
 from shared.jobs import JobStatus
 from shared.logs import get_logger
 from shared.pipelines import pipeline_names
@@ -139,7 +141,7 @@ class _Caller:
 
 
 def refusal_page(request: flask.Request, refusal: Refusal) -> flask.Response:
-    """The dashboard's answer to a refusal made outside a page (shared.http's Render):
+    """The dashboard's answer to a refusal made outside a page (shared.http.edge's Render):
     a bug, a misconfiguration, or a path functions-framework cannot route."""
     return _harden(_refusal_response(request, refusal, "", utcnow()))
 
@@ -299,7 +301,7 @@ class _Page:
 
     def search(self) -> flask.Response:
         """Jobs by status, pipeline, batch and tag, a page at a time from the indexes, as
-        GET /jobs pages them (shared.pages): never a walk of jobs/."""
+        GET /jobs pages them (shared.http.pages): never a walk of jobs/."""
         asked = views.filled(self.request.args, drop=("id",))
         query = pages.parse_query(asked)
         found = pages.page(self.queue.store, query, self.queue.ctx.summary_fields())

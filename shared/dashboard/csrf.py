@@ -5,7 +5,7 @@ Three checks, each refusing with its reason
 - a **signed double-submit token**: ``<nonce>.<HMAC(key, who, nonce)>`` in an HttpOnly,
   SameSite=Strict cookie, and the same value in each form; a POST must carry both,
   equal, and the HMAC must be the server's for the caller's verified identity
-  (shared.identity). A planted cookie does not help an attacker: without the key no
+  (shared.http.identity). A planted cookie does not help an attacker: without the key no
   value of theirs verifies, and a value the dashboard issued to them is bound to their
   identity, not the victim's;
 - ``Sec-Fetch-Site`` (set by the browser, not by page script), when present, must say
@@ -28,7 +28,7 @@ import secrets
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from shared.identity import Headers
+from shared.http.identity import Headers
 
 COOKIE = "reclaim_csrf"
 FIELD = "csrf"

@@ -16,9 +16,10 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
-from shared import bulk, job_queue, metrics, pages
+from shared import bulk, job_queue, metrics
 from shared.dashboard.figures import Figures
 from shared.errors import BatchNotFound, InvalidInput, NotFound
+from shared.http import pages
 from shared.jobs import JobRecord
 from shared.pipelines import pipeline_names
 from shared.queue import Queue
@@ -311,7 +312,7 @@ class Relations:
 def relations(queue: Queue, record: JobRecord) -> Relations:
     """What the record stores of its workflow, and its children from the reverse edges
     (one listing: what GET /jobs/<id> shows as `children`)."""
-    from shared import workflows
+    from shared.features import workflows
 
     found = record.get("depends_on")
     parents = [str(p) for p in found] if isinstance(found, list) else []
@@ -353,7 +354,7 @@ class PipelineState:
 def pipelines(queue: Queue) -> list[PipelineState]:
     """Every registered pipeline with its pause flag (docs/flow-control.md): one listing of
     the flags, one read per paused pipeline."""
-    from shared.flow_policy import PAUSED_PREFIX
+    from shared.features.flow_policy import PAUSED_PREFIX
 
     flags = {b.name[len(PAUSED_PREFIX) :] for b in queue.store.list_blobs(PAUSED_PREFIX)}
     out = []

@@ -324,7 +324,7 @@ def test_pause_and_resume_a_pipeline_as_the_verified_operator(
 ) -> None:
     from selenium.webdriver.common.by import By
 
-    from shared import flow
+    from shared.features import flow
 
     bucket = records(cloud)
     dashboard = cloud.endpoints["dashboard"]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from shared import features
+from shared.features import table as features
 from shared.storage import GcsStore
 from tests.cli.cli_support import ROOT, Cloud
 

@@ -7,11 +7,12 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from shared import finish, job_queue, submission
-from shared import workflow_graph as graph
+from shared import finish, job_queue
 from shared.config import Settings
-from shared.features import context
+from shared.features import workflow_graph as graph
+from shared.features.table import context
 from shared.queue import parse_submission
+from shared.submission import create as submission
 from tests.cli.cli_support import Cloud
 
 

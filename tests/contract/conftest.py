@@ -16,8 +16,8 @@ import pytest
 
 from shared.shards import shard_of
 from shared.storage import GcsStore, Store, job_object, legacy_job_object
-from shared.storage_memory import MemoryStore
-from shared.storage_sharded import ShardedStore
+from shared.stores.memory import MemoryStore
+from shared.stores.sharded import ShardedStore
 from tests.contract.contract_support import Harness, make_gcs_client
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shared.storage import LostRace, NotFound, Unavailable, job_object, pending_object
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 from tests.contract.contract_support import new_job
 
 

@@ -11,7 +11,7 @@ import pytest
 from shared.config import Settings
 from shared.shards import shard_of
 from shared.storage import GcsStore, get_store, job_object, pending_object
-from shared.storage_sharded import ShardedStore
+from shared.stores.sharded import ShardedStore
 from tests.contract.contract_support import make_gcs_client, new_job
 
 IDS = [f"order-{i:04d}" for i in range(40)]  # sequential user ids, as users choose them

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from shared.dashboard import app as dashboard_app
 from shared.dashboard import csrf, figures
 from shared.queue import Queue
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 from tests.fuzz.fuzz_support import fuzz
 from tests.fuzz.strategies import base_record, hostile_record, odd_segment, record_text
 from tests.unit.unit_support import Bell, Clock, settings

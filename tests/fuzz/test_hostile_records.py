@@ -26,10 +26,10 @@ from shared.claim.runner import handle_delivery
 from shared.claim.slots import Slots
 from shared.config import Settings
 from shared.errors import BatchNotFound, CorruptRecord
-from shared.features import context
+from shared.features.table import context
 from shared.outcome import OutcomeKind
 from shared.storage import job_object
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 from tests.fuzz.fuzz_support import fuzz
 from tests.fuzz.strategies import (
     base_record,

@@ -15,9 +15,12 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from shared import api_routes, features, job_queue, records, status, submission
+from shared import job_queue, records, status
 from shared.config import ENV_VARS
+from shared.features import table as features
+from shared.http import routes as api_routes
 from shared.jobs import JobStatus
+from shared.submission import create as submission
 from tests.fuzz.fuzz_support import ROOT, fuzz
 from tests.fuzz.openapi_support import (
     answer_schema,
@@ -159,7 +162,7 @@ def test_every_route_submit_serves_is_documented_and_no_other() -> None:
 
 
 def test_the_operator_routes_are_the_admin_functions_and_marked_so() -> None:
-    """The operations tagged `operators` are the paths shared.api_routes.operator_route
+    """The operations tagged `operators` are the paths shared.http.routes.operator_route
     recognises (the admin function serves them, submit refuses them), each with the
     admin function as its server; no other path is one."""
     concrete = {"{id}": "a-job", "{name}": "demo"}

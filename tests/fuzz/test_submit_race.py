@@ -15,13 +15,14 @@ from typing import Any
 import pytest
 import requests
 
-from shared import status, submission
+from shared import status
 from shared.config import Settings
 from shared.errors import BatchNotFound, Conflict
-from shared.features import context
+from shared.features.table import context
 from shared.queue import parse_submission
 from shared.storage import Stored
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
+from shared.submission import create as submission
 from tests.fuzz.fuzz_support import Functions, functions
 from tests.unit.unit_support import Bell
 
@@ -42,7 +43,7 @@ class MeetBeforeCreate(MemoryStore):
 
 
 def _submit(store: MemoryStore, batch: str) -> int:
-    """The HTTP status POST /jobs would answer (shared.http maps Conflict to 409)."""
+    """The HTTP status POST /jobs would answer (shared.http.edge maps Conflict to 409)."""
     body = {"pipeline": "demo", "id": "same-id", "batch_id": batch}
     parsed = parse_submission(body, SETTINGS)
     try:

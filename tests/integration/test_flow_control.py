@@ -18,7 +18,8 @@ import requests
 from reclaim.cli import main as cli_main
 from reclaim.local.cloud import LocalCloud
 from reclaim.local.observe import emulator_stats
-from shared import doorbell, flow
+from shared import doorbell
+from shared.features import flow
 from tests.integration.cloud_support import batch, fast_cloud, job, running_on
 from tests.polling import wait_for
 

@@ -26,8 +26,8 @@ import pytest
 import requests
 
 from reclaim.local.cloud import LocalCloud
-from shared import workflow_graph as graph
-from shared.flow_policy import parked_name
+from shared.features import workflow_graph as graph
+from shared.features.flow_policy import parked_name
 from tests import polling
 from tests.integration.cloud_support import bucket_state
 

@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from reclaim.local.cloud import LocalCloud
-from shared import api_routes
+from shared.http import routes as api_routes
 from tests.integration.cloud_support import fast_cloud, job
 from tests.polling import wait_for
 

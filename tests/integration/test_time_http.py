@@ -25,7 +25,9 @@ import pytest
 import requests
 
 from reclaim.local.procs import stop
-from shared import features, timing, uniqueness
+from shared import timing
+from shared.features import table as features
+from shared.features import uniqueness
 from shared.storage import GcsStore
 from tests.integration.function_support import make_queue, start_function
 

@@ -22,7 +22,7 @@ import requests
 import trustme
 
 from reclaim.local.cloud import LocalCloud
-from shared import workflow_graph as graph
+from shared.features import workflow_graph as graph
 from shared.pipelines import webhook_delivery as wd
 from shared.storage import job_object, record_name_id
 from tests import polling

@@ -11,7 +11,7 @@ import functions_framework
 import pytest
 
 from shared.config import ENV_VARS
-from shared.features import context
+from shared.features.table import context
 from tests.terraform.tfhcl import (
     ROOT,
     all_text,
@@ -419,8 +419,8 @@ def _calls_per_job_of_a_maximum_batch() -> float:
 
     from shared.config import Settings
     from shared.queue import parse_submission
-    from shared.storage_memory import MemoryStore
-    from shared.submission import submit
+    from shared.stores.memory import MemoryStore
+    from shared.submission.create import submit
 
     class Bell:
         def ring(
@@ -448,7 +448,8 @@ def _calls_per_job_of_a_maximum_batch() -> float:
 
 
 def test_submit_fits_a_maximum_batch_in_its_timeout() -> None:
-    from shared import doorbell, storage, submission
+    from shared import doorbell, storage
+    from shared.submission import create as submission
 
     n = optional_defaults("queue")["max_batch_jobs"]
     calls = n * _calls_per_job_of_a_maximum_batch()
@@ -471,7 +472,8 @@ def test_the_storage_pool_holds_every_call_submit_has_in_flight() -> None:
     """Each submit request overlaps up to its thread pool's size of storage calls (a
     batch's writes, or a batch view's reads); the process's one storage client must keep
     a connection for each of them, or it opens and discards the rest."""
-    from shared import status, storage, submission
+    from shared import status, storage
+    from shared.submission import create as submission
 
     per_request = max(submission._WORKERS, status._WORKERS)
     assert per_request == 16  # the right-hand column of terraform/README.md's table

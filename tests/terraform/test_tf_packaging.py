@@ -185,8 +185,8 @@ from shared.queue import parse_submission
 from shared.config import Settings
 from shared.logs import JobLogger
 from shared.pipelines import StageContext, get_pipeline
-from shared.storage_memory import MemoryStore
-from shared.submission import InvalidSubmission
+from shared.stores.memory import MemoryStore
+from shared.submission.create import InvalidSubmission
 
 settings = Settings.from_env()
 pipeline = get_pipeline("csv-summary")
@@ -341,7 +341,7 @@ import main  # imports RECLAIM_PIPELINE_MODULES at start
 assert callable(getattr(main, target)), target
 from reclaim import StageContext, get_pipeline
 from shared.logs import JobLogger
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 
 store = MemoryStore()
 class Outputs:

@@ -1,5 +1,5 @@
 """terraform/schedules.tf read with python-hcl2: the cron jobs refuse, at plan, what Cloud
-Scheduler refuses (the same dialect as shared/cron_dialect.py), each precondition names
+Scheduler refuses (the same dialect as shared/cron/dialect.py), each precondition names
 the entry, and the functions are told the file terraform read."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from shared import cron_dialect
+from shared.cron import dialect as cron_dialect
 from tests.terraform.tfhcl import block, config, resources, unquote
 
 

@@ -1,6 +1,6 @@
 """terraform/uploads.tf, offline: its locals are evaluated on routes files (hcl_eval) and
 must make one storage notification per needed bucket and prefix, no wider, the same set
-shared/upload_routes.py computes; a bad route fails the plan naming it."""
+shared/submission/upload_routes.py computes; a bad route fails the plan naming it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from shared.errors import InvalidInput
-from shared.upload_routes import parse
+from shared.submission.upload_routes import parse
 from tests.terraform.hcl_eval import evaluate
 from tests.terraform.tfhcl import block, config, resources, unquote
 

@@ -14,7 +14,7 @@ from shared import deadletters, records
 from shared.config import Settings
 from shared.jobs import JobStatus
 from shared.queue import Queue
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 from tests.unit.unit_support import Bell
 
 NOW = datetime(2026, 7, 26, 10, 0, tzinfo=UTC)

@@ -11,10 +11,10 @@ import pytest
 from shared import control, job_queue, records
 from shared.config import Settings
 from shared.errors import CorruptRecord, IllegalTransition, JobNotFound, LostRace
-from shared.features import context
+from shared.features.table import context
 from shared.jobs import JobRecord, JobStatus
 from shared.storage import Stored, job_object
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 from tests.unit.unit_support import Bell
 
 NOW = datetime(2026, 7, 26, 10, 0, tzinfo=UTC)

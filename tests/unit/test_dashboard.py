@@ -16,9 +16,9 @@ import pytest
 from shared import job_queue, records
 from shared.dashboard import app as dashboard_app
 from shared.dashboard import charts, csrf, figures, views
-from shared.http import Refusal
+from shared.http.edge import Refusal
 from shared.queue import Queue
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 from tests.unit.test_identity import cloud_run_token
 from tests.unit.unit_support import Bell, Clock, settings
 

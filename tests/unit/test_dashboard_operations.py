@@ -9,8 +9,8 @@ import re
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from shared import flow, flow_policy
 from shared.errors import NotFound
+from shared.features import flow, flow_policy
 from shared.queue import parse_submission
 from tests.unit import test_dashboard
 from tests.unit.test_dashboard import add, failed

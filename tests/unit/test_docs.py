@@ -80,7 +80,7 @@ _ANSWER = re.compile(r"^# (?:->|20[02]) (\{.*\})$", re.MULTILINE)
 def test_the_submit_answers_shown_in_the_docs_are_the_apis() -> None:
     """Every one-job answer of POST /jobs a document shows has the keys the API sends
     (`id`, never `job_id`)."""
-    from shared.submission import SubmittedJob
+    from shared.submission.create import SubmittedJob
 
     keys = set(SubmittedJob("j", "queued", created=True).to_json())
     shown = [

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from shared import flow, job_queue, records
+from shared import job_queue, records
 from shared.claim.budget import PushBudget
 from shared.claim.drain import (
     BACKLOG_LISTING,
@@ -27,10 +27,11 @@ from shared.claim.drain import (
 from shared.claim.shutdown import Shutdown
 from shared.claim.slots import Slots
 from shared.errors import Unavailable
+from shared.features import flow
 from shared.jobs import JobStatus
 from shared.outcome import Outcome, OutcomeKind
 from shared.storage import PendingEntry, pending_object
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 from tests.unit.unit_support import Clock, handle, settings, starved_slots, submit
 
 # --- the gate
@@ -470,7 +471,7 @@ def test_the_watchdog_s_requeue_marks_the_marker_due_and_a_freed_slot_takes_it()
     """A rescued job (its owner went silent) is sent back due like a handed-back one:
     its marker says so, and the next freed slot takes it whatever its doorbell does."""
     from shared import job_queue as jq
-    from shared.features import context
+    from shared.features.table import context
     from shared.recovery import recover
     from tests.unit.unit_support import Bell
 

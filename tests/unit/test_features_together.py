@@ -11,7 +11,7 @@ from shared.config import Settings
 from shared.jobs import JobStatus
 from shared.outcome import OutcomeKind
 from shared.queue import Queue, parse_submission
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 from tests.unit.unit_support import Bell, Clock
 
 START = datetime(2026, 7, 26, 10, 0, tzinfo=UTC)

@@ -18,7 +18,7 @@ from shared.outcome import Outcome, OutcomeKind
 from shared.queue import Queue, parse_submission
 from shared.seams import Context, Feature, Gate, Hook
 from shared.storage import Stored, pending_object
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 from tests.unit.unit_support import Bell, Clock
 
 START = datetime(2026, 7, 26, 10, 0, tzinfo=UTC)

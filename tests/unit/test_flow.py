@@ -1,5 +1,5 @@
-"""Flow control on the in-memory store: the pure rules (shared.flow_policy, property-tested)
-and the gates and releases (shared.flow) through the real runner."""
+"""Flow control on the in-memory store: the pure rules (features.flow_policy, property-tested)
+and the gates and releases (shared.features.flow) through the real runner."""
 
 from __future__ import annotations
 
@@ -11,18 +11,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared import bulk, flow
-from shared import flow_policy as fp
+from shared import bulk
 from shared.claim.drain import DrainGate
 from shared.claim.slots import Slots
 from shared.config import Settings
 from shared.errors import InvalidInput, InvalidSubmission
+from shared.features import flow
+from shared.features import flow_policy as fp
 from shared.jobs import JobStatus
 from shared.outcome import OutcomeKind
 from shared.pipelines import Pipeline, StageContext, register
 from shared.queue import Queue, parse_submission
 from shared.shards import TIME_INDEX_FANOUT, fanout_slot
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 from tests.unit.unit_support import Bell, Clock, starved_slots
 
 START = datetime(2026, 7, 26, 10, 0, 0, 100_000, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""shared.http: the one mapping from library errors to JSON refusals, and the entry
+"""shared.http.edge: the one mapping from library errors to JSON refusals, and the entry
 point wrapper every function uses (run in a Flask request context, no server)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import flask
 import pytest
 
 from shared import errors
-from shared.http import Refusal, answer, entry_point, refusal_for
+from shared.http.edge import Refusal, answer, entry_point, refusal_for
 
 APP = flask.Flask(__name__)
 

@@ -1,4 +1,4 @@
-"""shared.identity: the author comes from what the platform verified (Cloud Run's IAM
+"""shared.http.identity: the author comes from what the platform verified (Cloud Run's IAM
 check, IAP's signed assertion), never from a header the caller chose."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from google.auth import crypt, jwt
 
-from shared import identity
+from shared.http import identity
 
 IAP_AUDIENCE = "/projects/123/locations/europe-west1/services/reclaim-dashboard"
 CALLER_CHOSEN = {

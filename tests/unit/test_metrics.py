@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from shared import job_queue, metrics, records, sweeper
-from shared.features import context
+from shared.features.table import context
 from shared.jobs import JobRecord
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 from tests.unit.unit_support import Bell, settings
 
 NOW = datetime(2026, 7, 26, 12, 0, tzinfo=UTC)

@@ -15,7 +15,7 @@ from shared.claim.owned import Heartbeat, OwnedRecord
 from shared.errors import OwnerLost, Unavailable
 from shared.jobs import JobRecord, JobStatus
 from shared.logs import JobLogger
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 from tests.unit.unit_support import Clock
 
 START = datetime(2026, 7, 26, 10, 0, tzinfo=UTC)

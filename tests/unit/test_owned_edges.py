@@ -15,7 +15,7 @@ from shared import job_queue, records
 from shared.claim.owned import Heartbeat, OwnedRecord, OwnerLost
 from shared.logs import JobLogger
 from shared.storage import LostRace, Stored, Unavailable
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -21,7 +21,7 @@ from shared.pipelines import (
     register,
     upload_digest,
 )
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 
 
 class Outputs:

@@ -16,12 +16,12 @@ from shared import pools, records, sweeper
 from shared.config import Settings
 from shared.doorbell import Doorbell
 from shared.errors import ConfigError
-from shared.features import context
+from shared.features.table import context
 from shared.outcome import OutcomeKind
 from shared.pools import DEFAULT, Pool, parse
 from shared.queue import Queue, parse_submission
 from shared.storage import pending_object
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 from tests.unit.unit_support import Bell, Clock, handle, pipeline, settings
 
 LIGHT = {"pipelines": ["upload-digest"], "concurrency": 8, "stale_seconds": 60}
@@ -328,7 +328,7 @@ def test_a_status_read_judges_a_job_by_its_pools_stale_time(tmp_path: Path) -> N
 
 def test_a_keys_limit_spans_pools(tmp_path: Path) -> None:
     """max_running 1 across two pools: while a light job holds its key's place, the
-    heavy pool's job of the same key waits (shared.flow's places are not per pool)."""
+    heavy pool's job of the same key waits (shared.features.flow's places are not per pool)."""
     store = MemoryStore()
     seen: dict[str, Any] = {}
     path = write(tmp_path, {"pools": {"light": LIGHT, "heavy": HEAVY}})

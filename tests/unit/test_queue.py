@@ -14,7 +14,7 @@ from shared.errors import BatchNotFound, IllegalTransition, JobNotFound
 from shared.jobs import JobStatus
 from shared.outcome import OutcomeKind
 from shared.queue import Queue, parse_submission
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 from tests.unit.unit_support import Bell, Clock
 
 START = datetime(2026, 7, 26, 10, 0, tzinfo=UTC)

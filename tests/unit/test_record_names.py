@@ -20,7 +20,7 @@ from shared.storage import (
     record_ids,
     record_name_id,
 )
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 from tests.contract.contract_support import new_job
 
 SEQUENTIAL = [f"order-{i:05d}" for i in range(4096)]

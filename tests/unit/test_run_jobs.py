@@ -12,11 +12,11 @@ from shared import job_queue, run_jobs
 from shared.claim.dispatch import task_env
 from shared.claim.task import TaskEnv, run_task
 from shared.errors import ConfigError
-from shared.executions import current_execution
-from shared.features import context
+from shared.features.executions import current_execution
+from shared.features.table import context
 from shared.outcome import OutcomeKind
 from shared.storage import Stored
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 from tests.unit.unit_support import Bell, settings, submit
 
 JOB = "projects/p/locations/r/jobs/heavy"

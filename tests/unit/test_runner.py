@@ -15,11 +15,11 @@ from shared import job_queue, records
 from shared.claim import runner
 from shared.claim.slots import Slots
 from shared.errors import Unavailable
-from shared.features import context
+from shared.features.table import context
 from shared.outcome import Outcome, OutcomeKind
 from shared.pipelines import PermanentError, StageContext, Stopped, get_pipeline
 from shared.storage import job_object
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 from tests.unit.unit_support import (
     Bell,
     Clock,

@@ -15,11 +15,11 @@ from shared import job_queue
 from shared.claim import runner
 from shared.claim.drain import BACKLOG_READS, DrainGate, _too_young, drain, overdue
 from shared.errors import PermanentError, Unavailable
-from shared.features import context
+from shared.features.table import context
 from shared.outcome import Outcome, OutcomeKind
 from shared.pipelines import StageContext
 from shared.storage import PendingEntry
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 from tests.unit.unit_support import Bell, Clock, handle, pipeline, settings, submit
 
 # --------------------------------------------------------------------------- the stage

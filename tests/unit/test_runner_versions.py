@@ -17,7 +17,7 @@ from shared.outcome import Outcome
 from shared.pipelines import Pipeline, StageContext, register
 from shared.pipelines.base import stage_version
 from shared.queue import Queue
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 from tests.unit.unit_support import Bell, Clock
 
 START = datetime(2026, 7, 26, 10, 0, tzinfo=UTC)

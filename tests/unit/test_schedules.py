@@ -14,8 +14,8 @@ from shared import job_queue
 from shared.config import Settings
 from shared.cron import schedules, ticks
 from shared.errors import InvalidInput
-from shared.features import context
-from shared.storage_memory import MemoryStore
+from shared.features.table import context
+from shared.stores.memory import MemoryStore
 from tests.unit.unit_support import Bell
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The seams hold: the feature table (shared.features) is the only place shared/ learns of
+"""The seams hold: the feature table (shared.features.table) is the only place shared/ learns of
 the features, and only the front door reads it; nothing works by import side effect; the
 pipeline authors' API stays low; no import circle; no function over 120 lines."""
 
@@ -12,38 +12,31 @@ from typing import Any
 
 import pytest
 
-from shared import (
-    executions,
-    expiry,
-    features,
-    flow,
-    pool_routing,
-    submission,
-    uniqueness,
-    workflows,
-)
 from shared.config import Settings
 from shared.errors import InvalidInput, InvalidSubmission
+from shared.features import executions, expiry, flow, pool_routing, uniqueness, workflows
+from shared.features import table as features
 from shared.finish import after_terminal
 from shared.jobs import JobStatus
 from shared.queue import Queue
 from shared.seams import Context, Feature, ListFilter
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
+from shared.submission import create as submission
 from tests.unit.test_docs import ROOT
 from tests.unit.unit_support import Bell
 
 SHARED = ROOT / "shared"
 FRONT_DOOR = "shared.queue"
 FEATURE_MODULES = {
-    "shared.delayed",
-    "shared.expiry",
-    "shared.flow",
-    "shared.flow_policy",
-    "shared.tags",
+    "shared.features.delayed",
+    "shared.features.expiry",
+    "shared.features.flow",
+    "shared.features.flow_policy",
+    "shared.features.tags",
     "shared.timing",
-    "shared.uniqueness",
-    "shared.workflow_graph",
-    "shared.workflows",
+    "shared.features.uniqueness",
+    "shared.features.workflow_graph",
+    "shared.features.workflows",
 }
 OPERATIONS = {
     "shared.bulk",
@@ -52,7 +45,7 @@ OPERATIONS = {
     "shared.queue",
     "shared.recovery",
     "shared.status",
-    "shared.submission",
+    "shared.submission.create",
     "shared.sweeper",
     "shared.claim.runner",
 }
@@ -88,7 +81,7 @@ def _sources() -> list[Path]:
 
 
 def test_only_the_front_door_reads_the_feature_table() -> None:
-    readers = {_module(p) for p in _sources() if "shared.features" in _imports(p)}
+    readers = {_module(p) for p in _sources() if "shared.features.table" in _imports(p)}
     assert readers == {FRONT_DOOR}
 
 
@@ -100,7 +93,11 @@ def test_no_feature_module_imports_an_operation() -> None:
 
 def test_the_pipeline_api_imports_no_storage_and_no_workflow_module() -> None:
     imported = _imports(SHARED / "pipelines" / "base.py")
-    assert not imported & {"shared.storage", "shared.workflows", "shared.workflow_graph"}, imported
+    assert not imported & {
+        "shared.storage",
+        "shared.features.workflows",
+        "shared.features.workflow_graph",
+    }, imported
 
 
 def test_no_import_circle_in_shared() -> None:

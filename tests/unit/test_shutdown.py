@@ -15,7 +15,7 @@ from shared import job_queue
 from shared.claim.shutdown import Shutdown
 from shared.outcome import OutcomeKind
 from shared.pipelines import StageContext
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 from tests.unit.unit_support import Bell, events, handle, pipeline, settings, submit
 
 

@@ -16,13 +16,13 @@ from shared.errors import (
     JobNotFound,
     Unavailable,
 )
-from shared.features import context
+from shared.features.table import context
 from shared.jobs import MEMBER_MISSING, MEMBER_UNREADABLE, JobStatus
 from shared.queue import parse_submission
 from shared.status import read_batch, read_job, render_job
 from shared.storage import job_object
-from shared.storage_memory import MemoryStore
-from shared.submission import submit
+from shared.stores.memory import MemoryStore
+from shared.submission.create import submit
 from tests.unit.unit_support import Bell
 
 NOW = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)

@@ -16,7 +16,7 @@ import pytest
 
 from shared import job_queue, records
 from shared.jobs import JobRecord, JobStatus
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 
 RECORDS = sorted((Path(__file__).parent / "records").glob("*.json"))
 LATER = datetime(2027, 1, 1, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""shared.submission on MemoryStore with a recording doorbell."""
+"""shared.submission.create on MemoryStore with a recording doorbell."""
 
 from __future__ import annotations
 
@@ -10,19 +10,19 @@ import pytest
 
 from shared import records
 from shared.config import Settings
-from shared.features import context
+from shared.features.table import context
 from shared.queue import parse_submission
 from shared.storage import job_object, pending_object
-from shared.storage_memory import MemoryStore
-from shared.submission import (
+from shared.stores.memory import MemoryStore
+from shared.submission.create import (
     MAX_PAYLOAD_BYTES,
     Conflict,
     InvalidSubmission,
     decode_body,
     submit,
 )
-from shared.upload_jobs import route_upload
-from shared.upload_routes import Routes, Uploaded
+from shared.submission.upload_routes import Routes, Uploaded
+from shared.submission.uploads import route_upload
 from tests.unit.unit_support import Bell
 
 NOW = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)

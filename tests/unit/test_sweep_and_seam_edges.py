@@ -11,9 +11,9 @@ import pytest
 from shared import records, storage, sweeper
 from shared.config import Settings
 from shared.errors import Unavailable
-from shared.features import context
+from shared.features.table import context
 from shared.storage import PendingEntry
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 from tests.unit.unit_support import Bell
 
 S = Settings.from_env({}, stale_seconds=60.0, max_attempts=3)

@@ -12,11 +12,11 @@ import pytest
 from shared import job_queue, records, sweeper
 from shared.config import Settings
 from shared.errors import Unavailable
-from shared.features import context
+from shared.features.table import context
 from shared.recovery import recover
 from shared.shards import TIME_INDEX_FANOUT
 from shared.storage import job_object
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 from tests.unit.unit_support import Bell
 
 
@@ -165,7 +165,7 @@ def test_sweep_costs_one_listing_and_never_lists_history() -> None:
     sweep(store)
     # pending/, the time pass's bounded listings (due scheduled/ buckets: one per fan-out
     # slot and one of the names before it; unique/), flow control's two (parked/,
-    # waiting-for/) and the workflows' open markers (shared.workflows.sweep_open): the
+    # waiting-for/) and the workflows' open markers (shared.features.workflows.sweep_open): the
     # same count whatever the history holds
     assert store.calls["list"] - before.get("list", 0) == 6 + TIME_INDEX_FANOUT
     assert store.calls["read"] - before.get("read", 0) == 3

@@ -1,4 +1,4 @@
-"""Job tags (shared.tags) through the front door on MemoryStore: the rules at submit, the
+"""Job tags (shared.features.tags) through the front door on MemoryStore: the rules at submit, the
 tags/ markers written before the record, the views, the dashboard's job page, and the
 listing filter that reads the markers instead of every record."""
 
@@ -11,14 +11,14 @@ import flask
 import pytest
 
 from reclaim import cli
-from shared import tags
 from shared.dashboard import app as dashboard_app
 from shared.dashboard import figures
 from shared.errors import InvalidInput, InvalidSubmission
+from shared.features import tags
 from shared.jobs import JobRecord, JobStatus
 from shared.queue import Queue, parse_submission
 from shared.storage import Stored
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 from tests.unit.unit_support import Bell, Clock, settings
 
 

@@ -10,15 +10,17 @@ from typing import Any
 
 import pytest
 
-from shared import features, sweeper, timing, uniqueness
+from shared import sweeper, timing
 from shared.config import Settings
 from shared.errors import InvalidSubmission
-from shared.features import context
+from shared.features import table as features
+from shared.features import uniqueness
+from shared.features.table import context
 from shared.outcome import OutcomeKind
 from shared.pipelines import StageContext
 from shared.queue import parse_submission
-from shared.storage_memory import MemoryStore
-from shared.submission import submit
+from shared.stores.memory import MemoryStore
+from shared.submission.create import submit
 from tests.unit.unit_support import Bell, Clock, events, handle, pipeline, settings
 
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -185,7 +187,7 @@ def test_a_marker_in_an_earlier_hour_than_its_run_at_is_moved_not_kept_forever()
 def test_a_timed_out_attempt_gives_back_its_concurrency_place() -> None:
     """A timeout ends the attempt as a stage error does: the place goes back at once (not
     only when the staleness rule frees it) and the key's waiters can start."""
-    from shared.flow_policy import place_name
+    from shared.features.flow_policy import place_name
 
     released = threading.Event()
     name = pipeline([("sleepy", lambda ctx: released.wait(5))])

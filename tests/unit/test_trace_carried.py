@@ -10,9 +10,9 @@ import pytest
 
 from shared import job_queue, logs, records, sweeper, tracing
 from shared.doorbell import message_for
-from shared.features import context
+from shared.features.table import context
 from shared.queue import Queue, parse_submission
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 from tests.unit.unit_support import Bell, Clock, handle, pipeline, settings
 
 REQUEST = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

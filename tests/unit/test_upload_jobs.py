@@ -6,15 +6,16 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from shared import records, workflows
-from shared import workflow_graph as graph
+from shared import records
 from shared.config import Settings
-from shared.features import context
+from shared.features import workflow_graph as graph
+from shared.features import workflows
+from shared.features.table import context
 from shared.seams import Context
 from shared.storage import record_ids
-from shared.storage_memory import MemoryStore
-from shared.upload_jobs import Routed, route_upload
-from shared.upload_routes import Routes, Uploaded, parse
+from shared.stores.memory import MemoryStore
+from shared.submission.upload_routes import Routes, Uploaded, parse
+from shared.submission.uploads import Routed, route_upload
 from tests.unit.unit_support import Bell
 
 NOW = datetime(2026, 12, 2, 9, 0, tzinfo=UTC)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from shared.errors import InvalidInput
-from shared.upload_routes import Routes, Uploaded, load, overlap, parse, uploads_file
+from shared.submission.upload_routes import Routes, Uploaded, load, overlap, parse, uploads_file
 
 ROOT = Path(__file__).resolve().parents[2]
 KNOWN = ("upload-digest", "demo", "csv-summary", "webhook")

@@ -7,9 +7,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from shared import records, waiting
+from shared import records
 from shared.errors import InvalidInput, JobNotFound
-from shared.storage_memory import MemoryStore
+from shared.http import waiting
+from shared.stores.memory import MemoryStore
 
 
 class FakeTime:

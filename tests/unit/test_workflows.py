@@ -10,16 +10,18 @@ from typing import Any
 
 import pytest
 
-from shared import control, finish, submission, sweeper, workflows
-from shared import workflow_graph as graph
+from shared import control, finish, sweeper
 from shared.config import Settings
 from shared.errors import Conflict, InvalidSubmission
-from shared.features import context
+from shared.features import workflow_graph as graph
+from shared.features import workflows
+from shared.features.table import context
 from shared.jobs import JobStatus
 from shared.pipelines import StageContext
 from shared.queue import parse_submission
 from shared.storage import job_object
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
+from shared.submission import create as submission
 from tests.unit.unit_support import Bell, Clock, handle, pipeline, settings
 
 NOW = datetime(2026, 7, 1, tzinfo=UTC)

@@ -17,10 +17,10 @@ from shared.claim.shutdown import Shutdown
 from shared.claim.slots import Slots
 from shared.config import Settings
 from shared.errors import DoorbellError
-from shared.features import context
+from shared.features.table import context
 from shared.outcome import Outcome
 from shared.pipelines import Pipeline, StageContext, register
-from shared.storage_memory import MemoryStore
+from shared.stores.memory import MemoryStore
 
 
 class Bell:

@@ -11,7 +11,7 @@ Locally the issuer is the local cloud's own RSA key (there is no Google to sign)
 request without a token is let through anonymous (the local cloud has no accounts). A
 token that is there is checked as Cloud Run would (signature, expiry, audience = the
 service's URL), refused with 401 when it does not verify, and passed on with its
-signature removed, so shared.identity reads the local cloud and GCP the same way and a
+signature removed, so shared.http.identity reads the local cloud and GCP the same way and a
 client can never slip an unverified identity past the front.
 """
 
@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from google.auth import crypt, jwt
 
-from shared.identity import AUTHORIZATION_HEADER, SERVERLESS_HEADER, SIGNATURE_REMOVED
+from shared.http.identity import AUTHORIZATION_HEADER, SERVERLESS_HEADER, SIGNATURE_REMOVED
 
 ISSUER = "https://local-cloud.invalid"
 TOKEN_LIFETIME_S = 3600

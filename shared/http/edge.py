@@ -24,7 +24,7 @@ from typing import Any
 
 import flask
 
-from shared import identity, logs, metrics, upload_routes
+from shared import logs, metrics
 from shared.config import Settings
 from shared.errors import (
     BadEvent,
@@ -41,9 +41,11 @@ from shared.errors import (
     StorageError,
     SubmitError,
 )
+from shared.http import identity
 from shared.pipelines import load_modules, pipeline_names
 from shared.queue import Queue
-from shared.upload_routes import Routes
+from shared.submission import upload_routes
+from shared.submission.upload_routes import Routes
 
 log = logs.get_logger(__name__)
 
@@ -220,7 +222,7 @@ class SettingsOnce:
 
 def author(request: flask.Request, prefix: str, settings: Settings) -> str:
     """Who made this request, for a history or a marker (`by`): what the platform verified
-    (shared.identity), never a header the caller chose."""
+    (shared.http.identity), never a header the caller chose."""
     return identity.author(prefix, request.headers, iap_audience=settings.iap_audience)
 
 

@@ -1,6 +1,6 @@
 """Flow control on Cloud Storage: pause, rate and concurrency gates, and what frees them.
 
-The rules and object names are in shared.flow_policy; this module reads and writes the
+The rules and object names are in shared.features.flow_policy; this module reads and writes the
 objects. Nothing here keeps a counter in one object (one object takes about one write a
 second: https://cloud.google.com/storage/quotas#objects): a key's running jobs are N place
 objects, a rate window's starts are N token objects, each taken by a create-only write
@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from shared import flow_policy as fp
 from shared import job_queue
 from shared.errors import (
     AlreadyExists,
@@ -44,6 +43,7 @@ from shared.errors import (
     ReclaimError,
     UnknownPipeline,
 )
+from shared.features import flow_policy as fp
 from shared.jobs import JobRecord, JobStatus
 from shared.logs import get_logger
 from shared.outcome import Outcome, OutcomeKind
@@ -497,7 +497,7 @@ def _ring_and_drop(
     """Ring each job, then drop the marker of each one rung (a crash between leaves a
     marker: rung again later, harmless). Rung to `pipeline`'s pool when the index knows
     it (parked jobs); a key's waiters may be of any pool (limits span pools): rung on
-    this process's pool, whose claim sends on another pool's job (shared.pool_routing)."""
+    this process's pool, whose claim sends on another pool's job (shared.features.pool_routing)."""
     pairs = list(items)
     if not pairs:
         return 0

@@ -1,6 +1,6 @@
 """Flow control's pure rules: keys, limits, rates, windows and the index object names.
 
-No I/O and no cloud import (shared.flow does the storage work), so every rule here is
+No I/O and no cloud import (shared.features.flow does the storage work), so every rule here is
 property-tested on its own. Layout of the flow-control objects in the records bucket:
 
   limits/<key>/<k>                      place k (k < max_running) of a concurrency key:

@@ -20,9 +20,10 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from shared import job_queue, listing, records, status, tags
+from shared import job_queue, listing, records, status
 from shared.errors import InvalidInput
-from shared.flow_policy import ENDED_PREFIX
+from shared.features import tags
+from shared.features.flow_policy import ENDED_PREFIX
 from shared.jobs import JobRecord, JobStatus
 from shared.timing import SCHEDULED_PREFIX
 

@@ -1,7 +1,7 @@
 """The job lifecycle over HTTP, beside submit and status: a job's cancel and retry, bulk
 cancel and retry with a count first, listing by page, a waiting status read and a batch's
 progress (docs/api.md). Each handler validates, calls the queue, and answers JSON; the
-refusals are shared.http's.
+refusals are shared.http.edge's.
 
 The operator routes (a job's cancel and retry, bulk cancel and retry, a pipeline's pause
 and resume) are served by the admin function alone (functions/admin), whose invokers are
@@ -15,12 +15,14 @@ from typing import Any
 
 import flask
 
-from shared import batch_progress, bulk, pages, waiting
+from shared import bulk
 from shared.errors import IllegalTransition, InvalidInput
-from shared.http import Refusal, answer, author, read_body, require_method
+from shared.http import pages, waiting
+from shared.http import progress as batch_progress
+from shared.http.edge import Refusal, answer, author, read_body, require_method
 from shared.jobs import JobRecord, JobStatus
 from shared.queue import Queue
-from shared.submission import decode_body
+from shared.submission.create import decode_body
 
 BULK_MAX_PER_REQUEST = 100
 """Jobs one bulk request moves (at BULK_PACE a second, well within submit's timeout);
@@ -184,7 +186,7 @@ def pipeline_action(
 
 
 def list_jobs(queue: Queue, request: flask.Request) -> flask.Response:
-    """GET /jobs?batch=&status=&pipeline=&page_size=&page_token= (shared.pages)."""
+    """GET /jobs?batch=&status=&pipeline=&page_size=&page_token= (shared.http.pages)."""
     query = pages.parse_query({k: v for k, v in request.args.items()})
     return answer(200, pages.page(queue.store, query, queue.ctx.summary_fields()).to_json())
 
@@ -204,7 +206,7 @@ def get_job(queue: Queue, request: flask.Request, job_id: str) -> flask.Response
 
 
 def batch_progress_of(queue: Queue, batch_id: str) -> flask.Response:
-    """GET /batches/<id>/progress: counts from the markers (shared.batch_progress)."""
+    """GET /batches/<id>/progress: counts from the markers (shared.http.progress)."""
     return answer(200, batch_progress.progress(queue.ctx, batch_id, queue.clock()).to_json())
 
 

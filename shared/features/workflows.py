@@ -35,7 +35,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from shared import finish, job_queue, records, tracing
-from shared import workflow_graph as graph
 from shared.doorbell import ring_or_leave
 from shared.errors import (
     AlreadyExists,
@@ -46,6 +45,7 @@ from shared.errors import (
     ReclaimError,
     StorageError,
 )
+from shared.features import workflow_graph as graph
 from shared.jobs import JobRecord, JobStatus, JsonObject
 from shared.logs import get_logger
 from shared.pipelines.base import Reads

@@ -1,8 +1,8 @@
 """The pure half of workflows: field checks, cycles, names. No I/O, no cloud import.
 
 A submit's ``depends_on`` edges and a batch's ``on_complete`` are checked here before
-anything is written (shared.submission), and the index-object names the storage half
-(shared.workflows) uses are built here so both halves agree on one layout:
+anything is written (shared.submission.create), and the index-object names the storage half
+(shared.features.workflows) uses are built here so both halves agree on one layout:
 
   workflows/seal/<batch>.json          the batch's on_complete spec (create-only)
   workflows/open/<batch>/<job>         a member of a batch with on_complete not yet ended
@@ -60,7 +60,7 @@ def open_name(batch_id: str, job_id: str) -> str:
 
 HOLD_ID = "upload-batch-open"
 """The pseudo-member that holds an upload batch open until its closing object arrives
-(shared.upload_jobs): its open marker counts like a member's, and only that object
+(shared.submission.uploads): its open marker counts like a member's, and only that object
 removes it (the sweep's repair of stray markers leaves it alone)."""
 
 

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from shared import delayed, records, timing, tracing, uniqueness, workflows
-from shared import workflow_graph as graph
+from shared import records, timing, tracing
 from shared.config import Settings
 from shared.doorbell import Ringer, ring_or_leave
 from shared.errors import (
@@ -34,6 +33,8 @@ from shared.errors import (
     NotFound,
     UnknownPipeline,
 )
+from shared.features import delayed, uniqueness, workflows
+from shared.features import workflow_graph as graph
 from shared.jobs import JobRecord, JobStatus, JsonObject
 from shared.logs import get_logger
 from shared.pipelines import get_pipeline, pipeline_names
@@ -438,7 +439,7 @@ def create_upload_job(
     traceparent: str | None = None,
 ) -> SubmittedJob:
     """The job of one uploaded object version (`source`: bucket, name, generation), as
-    its route says (shared.upload_jobs); a redelivered event finds it. Pending marker,
+    its route says (shared.submission.uploads); a redelivered event finds it. Pending marker,
     create-only record, batch marker, doorbell, as for POST /jobs. Its trace is its own;
     the push's `traceparent` is logged as submit_trace."""
     job_id = records.upload_job_id(source["bucket"], source["name"], source["generation"])
@@ -676,7 +677,7 @@ def record_now(record: JobRecord) -> datetime:
     return datetime.fromisoformat(str(record["created_at"]))
 
 
-# ------------------------------------------------------------------ workflows (shared.workflows)
+# ------------------------------------------------------- workflows (shared.features.workflows)
 
 
 def _check_parents(store: Store, submission: Submission) -> None:
@@ -706,7 +707,7 @@ def _take_unique_keys(
     store: Store, submission: Submission, built: list[JobRecord]
 ) -> dict[str, SubmittedJob]:
     """Take the unique key of each new job that has one (one create-only write each,
-    shared.uniqueness) before any marker or record: job id -> the holder's answer, for
+    shared.features.uniqueness) before any marker or record: job id -> the holder's answer, for
     each job whose key another job holds. Such a job is never created, so a member of
     this submit that depends on it would wait for ever: that is a 409 naming the holder
     (depend on it instead), and the keys this submit took are given back."""

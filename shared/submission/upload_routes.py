@@ -34,6 +34,7 @@ from shared.errors import InvalidInput
 
 UPLOADS_ENV = "RECLAIM_UPLOADS_FILE"
 FILE_NAME = "uploads.json"
+ROOT = Path(__file__).resolve().parents[2]  # the folder holding shared/: the repo or an archive
 UNROUTED = ("upload-digest", "ignore")
 DEFAULT_PIPELINE = "upload-digest"
 OBJECT_KEYS = ("bucket", "name", "generation", "content_type", "size")
@@ -346,7 +347,7 @@ def uploads_file(env: Mapping[str, str], root: Path | None = None) -> Path | Non
     if not value:
         return None
     path = Path(value)
-    return path if path.is_absolute() else (root or Path(__file__).resolve().parent.parent) / path
+    return path if path.is_absolute() else (root or ROOT) / path
 
 
 def dev_uploads_file(env: Mapping[str, str]) -> Path | None:

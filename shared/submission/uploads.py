@@ -1,4 +1,4 @@
-"""An uploaded object version becomes the job its route says (shared.upload_routes, pure),
+"""An uploaded object version becomes the job its route says (upload_routes, pure),
 exactly once: the job id is derived from bucket, name and generation, so a redelivered
 notification finds its job and an overwrite (a new generation) makes a new one.
 
@@ -12,7 +12,7 @@ batch was already closed, it drops the hold again. The closing object writes
 ``workflows/closed/<batch>`` first, drops the hold, and creates the callback if no
 member is left open. Whatever the order of the notifications (Pub/Sub does not order
 them), the last of {every member's end, the closing object} creates the callback, once:
-its id is deterministic and its write create-only (shared.workflows).
+its id is deterministic and its write create-only (shared.features.workflows).
 """
 
 from __future__ import annotations
@@ -21,14 +21,22 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from shared import records, submission, workflows
-from shared import workflow_graph as graph
+from shared import records
 from shared.errors import NotFound
+from shared.features import workflow_graph as graph
+from shared.features import workflows
 from shared.logs import get_logger
 from shared.pipelines import get_pipeline
 from shared.seams import Context
-from shared.submission import SubmittedJob
-from shared.upload_routes import DEFAULT_PIPELINE, Route, Routes, Uploaded, object_reference
+from shared.submission import create as submission
+from shared.submission.create import SubmittedJob
+from shared.submission.upload_routes import (
+    DEFAULT_PIPELINE,
+    Route,
+    Routes,
+    Uploaded,
+    object_reference,
+)
 
 log = get_logger(__name__)
 

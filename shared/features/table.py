@@ -7,22 +7,22 @@ docs/adding-a-feature.md walks the row of flow control.
 
 from __future__ import annotations
 
-from shared import (
+from shared import timing
+from shared.clock import Clock, utcnow
+from shared.config import Settings
+from shared.doorbell import Ringer
+from shared.features import (
     delayed,
     executions,
     expiry,
     flow,
     pool_routing,
     tags,
-    timing,
     uniqueness,
     workflows,
 )
-from shared import flow_policy as fp
-from shared import workflow_graph as graph
-from shared.clock import Clock, utcnow
-from shared.config import Settings
-from shared.doorbell import Ringer
+from shared.features import flow_policy as fp
+from shared.features import workflow_graph as graph
 from shared.seams import Context, Feature, ListFilter, SweepPass
 from shared.storage import Store
 
