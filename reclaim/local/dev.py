@@ -410,7 +410,7 @@ def plan(config: CloudConfig, env: Mapping[str, str]) -> str:
     for name in config.service_names():
         spec, s = config.spec(name), config.service_config(name)
         lines.append(
-            f"    {name:<14} {spec.source}:{spec.target}  concurrency {s.concurrency} "
+            f"    {name:<14} {_shown(spec.source)}:{spec.target}  concurrency {s.concurrency} "
             f"(THREADS), instances {s.min_instances}..{s.max_instances}, "
             f"timeout {s.timeout_s:g} s"
         )
@@ -619,3 +619,11 @@ def write_endpoints(cloud: LocalCloud, path: Path) -> None:
 
 if __name__ == "__main__":
     sys.exit(run())
+
+
+def _shown(source: str) -> str:
+    """A function's source as a person reads it: relative to the library's folder."""
+    path = Path(source)
+    return (
+        str(path.relative_to(ROOT)) if path.is_absolute() and path.is_relative_to(ROOT) else source
+    )
