@@ -30,7 +30,7 @@ from shared.config import Settings
 from shared.http import progress as batch_progress
 from shared.http import waiting
 from shared.queue import Queue, parse_submission
-from shared.storage import GcsStore
+from shared.stores.gcs import GcsStore
 
 STAGES, STAGE_S = 4, 5.0
 MEMBERS = 1_000

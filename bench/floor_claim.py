@@ -19,7 +19,8 @@ from shared.config import Settings
 from shared.events import job_id_from_delivery, parse_pubsub
 from shared.jobs import JobStatus
 from shared.shards import shard_of
-from shared.storage import job_object, make_client, pending_object
+from shared.storage import job_object, pending_object
+from shared.stores.gcs import make_client
 
 _buckets: list[Any] = []
 

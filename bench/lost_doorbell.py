@@ -40,7 +40,7 @@ from shared import records, sweep_plan
 from shared.config import Settings
 from shared.queue import Queue, parse_submission
 from shared.shards import name_hash
-from shared.storage import GcsStore
+from shared.stores.gcs import GcsStore
 from shared.stores.memory import MemoryStore
 from shared.sweeper import run_once
 

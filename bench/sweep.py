@@ -30,7 +30,8 @@ from reclaim.local.procs import free_port, stop
 from shared import job_queue, records
 from shared.config import Settings
 from shared.queue import Queue, parse_submission
-from shared.storage import GcsStore, Store
+from shared.storage import Store
+from shared.stores.gcs import GcsStore
 from shared.stores.memory import MemoryStore
 
 PENDING = 50

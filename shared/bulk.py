@@ -21,10 +21,17 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from shared import job_queue
-from shared.errors import CorruptRecord, IllegalTransition, InvalidInput, LostRace, NotFound
+from shared.errors import (
+    CorruptRecord,
+    IllegalTransition,
+    InvalidInput,
+    LostRace,
+    NotFound,
+    SelectionGrew,
+)
 from shared.features import flow_policy as fp
 from shared.jobs import JobRecord, JobStatus
 
@@ -205,3 +212,122 @@ def confirmed_count(token: str, action: str, selector: Selector) -> int:
             "confirm",
         )
     return int(head)
+
+
+# --------------------------------------------------------- a count and its confirmation
+# What the admin routes (POST /bulk/<action>) and the dashboard's bulk page share: the
+# selection a body names, its count with a token, and acting on a confirmed count.
+
+BULK_MAX_PER_REQUEST = 100
+"""Jobs one bulk request moves (at BULK_PACE a second, well within submit's timeout);
+`remaining` says when to count and confirm again."""
+BULK_PACE = 20.0
+BODY_KEYS = {
+    "batch": 128,
+    "status": 20,
+    "pipeline": 128,
+    "since": 64,
+    "confirm": 40,
+    "reason": 500,
+}
+"""The keys a bulk body may hold (string values), each with its longest value."""
+SHOWN = 20
+"""Ids a count shows."""
+
+
+@dataclass
+class BulkCount:
+    """A count: the selection, the records it matches now, and the token confirming it."""
+
+    action: str
+    selector: Selector
+    chosen: list[JobRecord]
+    token: str
+
+    @property
+    def ids(self) -> list[str]:
+        return [str(r.get("id")) for r in self.chosen]
+
+    def to_json(self) -> dict[str, Any]:
+        ids = self.ids
+        return {
+            "action": self.action,
+            "matching": len(ids),
+            "jobs": ids[:SHOWN],
+            "confirm": self.token,
+        }
+
+
+def count(ctx: Context, action: str, body: dict[str, Any]) -> BulkCount:
+    """Select the jobs `body` names (the CLI's selection: batch, status, pipeline, since)
+    for `action` (one of ACTS_ON), as a count a person confirms; InvalidInput."""
+    if action not in ACTS_ON:
+        raise InvalidInput(f"no bulk action {action[:40]!r}; try cancel or retry", "action")
+    check_keys(body, BODY_KEYS)
+    now = ctx.clock()
+    selector = _selector(body, now)
+    check(selector, action)
+    chosen = select(ctx, selector, action, now)
+    return BulkCount(action, selector, chosen, count_token(action, selector, len(chosen)))
+
+
+def confirm(
+    ctx: Context, counted: BulkCount, token: object, *, by: str, reason: str | None
+) -> dict[str, Any]:
+    """Act on a fresh count of the selection `token` was given for: InvalidInput when the
+    token is not that count's, SelectionGrew when more jobs match now than were counted."""
+    from shared import control
+
+    if not isinstance(token, str):
+        raise InvalidInput("confirm must be the token a count answered", "confirm")
+    action, ids = counted.action, counted.ids
+    confirmed = confirmed_count(token, action, counted.selector)
+    if len(ids) > confirmed:
+        raise SelectionGrew(
+            f"{len(ids)} jobs match now, {confirmed} were counted; count again and confirm"
+        )
+    now_acting = counted.chosen[:BULK_MAX_PER_REQUEST]
+    if action == "retry":
+        result = act(now_acting, lambda i: control.retry(ctx, i, by=by), per_s=BULK_PACE)
+    else:
+        result = act(
+            now_acting,
+            lambda i: control.cancel(ctx, i, by=by, reason=reason),
+            per_s=BULK_PACE,
+        )
+    return {
+        "action": action,
+        "matching": len(ids),
+        "acted": result.acted,
+        "skipped": result.skipped,
+        "errors": result.errors,
+        "remaining": len(ids) - len(now_acting),
+    }
+
+
+def check_keys(body: dict[str, Any], allowed: dict[str, int]) -> None:
+    """Only the allowed keys, each a string no longer than its limit (null: absent): a bulk
+    body, or the body of one job's action."""
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise InvalidInput(f"unknown keys {', '.join(k[:40] for k in unknown[:5])}", "request")
+    for key, longest in allowed.items():
+        value = body.get(key)
+        if value is not None and (not isinstance(value, str) or not 0 < len(value) <= longest):
+            raise InvalidInput(f"{key} must be a string of 1 to {longest} characters", key)
+
+
+def _selector(body: dict[str, Any], now: datetime) -> Selector:
+    raw_status = body.get("status")
+    try:
+        job_status = JobStatus(raw_status) if raw_status else None
+    except ValueError:
+        raise InvalidInput(
+            f"status {str(raw_status)[:40]!r} is not a job status", "status"
+        ) from None
+    return Selector(
+        batch=body.get("batch") or None,
+        status=job_status,
+        pipeline=body.get("pipeline") or None,
+        since=parse_since(body["since"], now) if body.get("since") else None,
+    )

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 
 from shared import finish, job_queue, metrics, records
 from shared.clock import Clock
-from shared.doorbell import ring_or_leave
 from shared.errors import JobNotFound, LostRace, NotFound
 from shared.features import workflows
 from shared.jobs import JobRecord, JobStatus
 from shared.logs import get_logger
+from shared.seams import ring_or_leave
 
 if TYPE_CHECKING:
     from shared.seams import Context

@@ -16,11 +16,10 @@ attribute, so the delivery that arrives at claim is already in the job's trace.
 from __future__ import annotations
 
 import json
-import logging
 import threading
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from shared import tracing
 from shared.errors import DoorbellError, InvalidInput
@@ -34,52 +33,6 @@ log = get_logger(__name__)
 
 RING_TIMEOUT_S = 10.0  # wait for the publish answer at most this long
 MAX_LATENCY_S = 0.01  # batch window: a doorbell should leave at once
-
-
-class Ringer(Protocol):
-    """The doorbell as the queue uses it (Doorbell; the unit tests pass a recorder)."""
-
-    def ring(
-        self, job_id: str, traceparent: str | None = None, *, pipeline: str | None = None
-    ) -> None:
-        """Publish one doorbell to the pool of `pipeline`; DoorbellError if Pub/Sub did
-        not accept it."""
-        ...
-
-    def ring_many(
-        self,
-        job_ids: Iterable[str],
-        traceparents: Mapping[str, str] | None = None,
-        *,
-        pipelines: Mapping[str, str] | None = None,
-    ) -> list[str]:
-        """Publish several at once (each with its trace, if known, to its pipeline's
-        pool); returns the ids whose ring failed."""
-        ...
-
-
-def ring_or_leave(
-    doorbell: Ringer,
-    job_id: str,
-    traceparent: str | None = None,
-    *,
-    pipeline: str | None = None,
-    logger: logging.LoggerAdapter[logging.Logger] | None = None,
-) -> str | None:
-    """Ring a job whose record and pending marker are written, or leave it to the sweep:
-    a refusal is only logged, since the sweep rings every queued job whose doorbell was
-    lost. Returns the refusal's message, or None when Pub/Sub accepted."""
-    try:
-        doorbell.ring(job_id, traceparent, pipeline=pipeline)
-    except DoorbellError as exc:
-        (logger or log).warning(
-            "doorbell failed; the sweep will ring",
-            job_id=job_id,
-            error=exc.reason,
-            traceparent=traceparent,
-        )
-        return str(exc)
-    return None
 
 
 def message_for(job_id: str, traceparent: str | None = None) -> tuple[bytes, dict[str, str]]:

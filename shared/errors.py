@@ -132,6 +132,10 @@ class Conflict(SubmitError):
 # --------------------------------------------------------------------------- deliveries
 
 
+class SelectionGrew(ReclaimError):
+    """A bulk confirm found more jobs matching than its count showed (an HTTP 409)."""
+
+
 class BadEvent(ReclaimError, ValueError):
     """The request is not a delivery we can read; ``reason`` says why."""
 

@@ -13,6 +13,7 @@ its own defensive readers rather than trusting these types.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal, TypedDict
 
@@ -203,3 +204,12 @@ class ParentFailure(TypedDict):
 
     parent: str
     status: str
+
+
+# A per-job max_attempts above this is not believed (falls back to the default).
+MAX_ATTEMPTS_LIMIT = 1_000_000
+
+
+def format_time(now: datetime) -> str:
+    """ISO-8601 in UTC, the one time format records carry (naive means UTC)."""
+    return (now.replace(tzinfo=UTC) if now.tzinfo is None else now.astimezone(UTC)).isoformat()

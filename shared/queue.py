@@ -29,13 +29,15 @@ from shared import control, listing, status, sweeper
 from shared.claim import runner
 from shared.clock import Clock, utcnow
 from shared.config import Settings
-from shared.doorbell import Ringer, get_doorbell
+from shared.doorbell import get_doorbell
 from shared.features import flow
 from shared.features import table as features
 from shared.jobs import JobRecord, JobStatus
-from shared.seams import Context, Feature
-from shared.storage import Store, get_store
+from shared.seams import Context, Feature, Ringer
+from shared.storage import Store
+from shared.stores.factory import get_store
 from shared.submission import create as submission
+from shared.submission import parse
 from shared.submission import uploads as upload_jobs
 from shared.submission.upload_routes import Routes
 from shared.submission.uploads import Routed
@@ -56,11 +58,11 @@ def list_filters() -> dict[str, str]:
 
 def parse_submission(
     body: Any, settings: Settings, *, pipelines: Collection[str] | None = None
-) -> submission.Submission:
+) -> parse.Submission:
     """Validate a POST /jobs body whole, with the keys of every feature in the table (pure:
     the edges call it before they touch a cloud service). InvalidSubmission lists every
     problem."""
-    return submission.parse_submission(body, settings, features.FEATURES, pipelines=pipelines)
+    return parse.parse_submission(body, settings, features.FEATURES, pipelines=pipelines)
 
 
 class Queue:
@@ -101,10 +103,10 @@ class Queue:
     # --- submitting
 
     def submit(
-        self, request: submission.Submission, *, traceparent: str | None = None
+        self, request: parse.Submission, *, traceparent: str | None = None
     ) -> submission.SubmitResult:
         """Create the jobs of a submission and ring their doorbells. The request was
-        validated whole first (shared.submission.parse_submission, pure), so a bad one
+        validated whole first (shared.submission.parse.parse_submission, pure), so a bad one
         never reaches the queue. Raises Conflict, before any write, if a client id
         names a job with other content. Each job joins the trace of `traceparent`
         (the request's W3C header), or starts its own."""

@@ -19,8 +19,7 @@ from typing import Any, cast
 
 from shared import tracing
 from shared.errors import InvalidInput, InvalidRecord
-from shared.job_queue import MAX_ATTEMPTS_LIMIT, format_time
-from shared.jobs import JobRecord, JobStatus, JsonObject
+from shared.jobs import MAX_ATTEMPTS_LIMIT, JobRecord, JobStatus, JsonObject, format_time
 
 SCHEMA_VERSION = 1
 ID_MAX_LEN = 128

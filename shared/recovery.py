@@ -12,16 +12,15 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from shared import finish, job_queue, metrics
-from shared.claim.drain import mark_due
-from shared.doorbell import ring_or_leave
-from shared.errors import AttemptsExhausted, LostRace, NotFound, OwnerGone
+from shared.errors import AttemptsExhausted, LostRace, NotFound, OwnerGone, StorageError
 from shared.jobs import JobError, JobRecord, JobStatus, WatchdogAction
 from shared.logs import get_logger
+from shared.seams import ring_or_leave
 from shared.sweep_plan import MARK_SLACK_MAX_S
 
 if TYPE_CHECKING:
     from shared.seams import Context
-    from shared.storage import Stored
+    from shared.storage import Store, Stored
 
 log = get_logger(__name__)
 
@@ -211,3 +210,19 @@ def _fail(
     )
     finish.after_terminal(ctx, written.record)
     return Recovery("fail", written)
+
+
+def mark_due(
+    store: Store, job_id: str, due: datetime, *, pool: str | None = None, rerings: int = 0
+) -> bool:
+    """Mark a job sent back to the queue due (a hand-back, a rescue, a re-ring) on its
+    pending marker, so the next freed slot anywhere takes it from the listing whatever
+    became of its doorbell (`pool`: the marker's folder, Settings.marker_pool). False
+    (logged) if the write failed: the doorbell, the drain's safety net and the sweep still
+    cover the job."""
+    try:
+        store.mark_due(job_id, due, pool=pool, rerings=rerings)
+    except StorageError as exc:
+        log.warning("could not mark the job due on its marker", job_id=job_id, error=str(exc))
+        return False
+    return True

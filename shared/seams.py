@@ -13,19 +13,71 @@ named middleware hooks with their defaults in one list.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from shared.clock import Clock, utcnow
+from shared.errors import DoorbellError
+from shared.logs import get_logger
 
 if TYPE_CHECKING:
     from shared.config import Settings
-    from shared.doorbell import Ringer
     from shared.jobs import JobRecord, JobStatus
     from shared.outcome import Outcome
     from shared.storage import Store, Stored
+
+
+log = get_logger(__name__)
+
+
+class Ringer(Protocol):
+    """The doorbell seam, as the queue uses it: shared.doorbell.Doorbell on Pub/Sub; the
+    unit tests pass a recorder."""
+
+    def ring(
+        self, job_id: str, traceparent: str | None = None, *, pipeline: str | None = None
+    ) -> None:
+        """Publish one doorbell to the pool of `pipeline`; DoorbellError if Pub/Sub did
+        not accept it."""
+        ...
+
+    def ring_many(
+        self,
+        job_ids: Iterable[str],
+        traceparents: Mapping[str, str] | None = None,
+        *,
+        pipelines: Mapping[str, str] | None = None,
+    ) -> list[str]:
+        """Publish several at once (each with its trace, if known, to its pipeline's
+        pool); returns the ids whose ring failed."""
+        ...
+
+
+def ring_or_leave(
+    doorbell: Ringer,
+    job_id: str,
+    traceparent: str | None = None,
+    *,
+    pipeline: str | None = None,
+    logger: logging.LoggerAdapter[logging.Logger] | None = None,
+) -> str | None:
+    """Ring a job whose record and pending marker are written, or leave it to the sweep:
+    a refusal is only logged, since the sweep rings every queued job whose doorbell was
+    lost. Returns the refusal's message, or None when Pub/Sub accepted."""
+    try:
+        doorbell.ring(job_id, traceparent, pipeline=pipeline)
+    except DoorbellError as exc:
+        (logger or log).warning(
+            "doorbell failed; the sweep will ring",
+            job_id=job_id,
+            error=exc.reason,
+            traceparent=traceparent,
+        )
+        return str(exc)
+    return None
 
 
 Gate = Callable[["Context", "Stored", datetime], "Outcome | None"]

@@ -13,14 +13,8 @@ from __future__ import annotations
 import flask
 
 from shared.http import routes as api_routes
-from shared.http.edge import (
-    Refusal,
-    SettingsOnce,
-    answer,
-    entry_point,
-    framework_errors,
-    require_method,
-)
+from shared.http.edge import Refusal, answer, entry_point, framework_errors, require_method
+from shared.http.once import SettingsOnce
 
 HEALTH_PATH = "/health"  # not /healthz: Cloud Run answers some paths ending in "z" itself
 _settings = SettingsOnce("admin")

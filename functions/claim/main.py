@@ -24,14 +24,8 @@ import flask
 from shared.claim.drain import Arrival
 from shared.claim.shutdown import SHUTDOWN
 from shared.events import job_id_from_delivery, parse_pubsub
-from shared.http.edge import (
-    Refusal,
-    SettingsOnce,
-    answer,
-    entry_point,
-    framework_errors,
-    require_method,
-)
+from shared.http.edge import Refusal, answer, entry_point, framework_errors, require_method
+from shared.http.once import SettingsOnce
 from shared.logs import get_logger
 from shared.tracing import TRACEPARENT_HEADER
 

@@ -15,7 +15,8 @@ import threading
 import flask
 
 from shared.dashboard import app, figures
-from shared.http.edge import SettingsOnce, entry_point, framework_errors
+from shared.http.edge import entry_point, framework_errors
+from shared.http.once import SettingsOnce
 
 _settings = SettingsOnce("dashboard")
 _settings.validate_now()

@@ -21,16 +21,16 @@ from shared.events import upload_from_http
 from shared.http import routes as api_routes
 from shared.http.edge import (
     Refusal,
-    SettingsOnce,
     answer,
     entry_point,
     framework_errors,
     read_body,
     require_method,
 )
+from shared.http.once import SettingsOnce
 from shared.logs import get_logger
 from shared.queue import parse_submission
-from shared.submission.create import decode_body
+from shared.submission.parse import decode_body
 from shared.tracing import TRACEPARENT_HEADER
 
 log = get_logger("submit")

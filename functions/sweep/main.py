@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import flask
 
-from shared.http.edge import SettingsOnce, answer, entry_point, framework_errors, require_method
+from shared.http.edge import answer, entry_point, framework_errors, require_method
+from shared.http.once import SettingsOnce
 
 _settings = SettingsOnce("sweep")
 _settings.validate_now()

@@ -81,8 +81,8 @@ class Context:
     def store(self) -> Store:
         from google.api_core import exceptions as gexc
 
-        from shared import storage
         from shared.errors import NotFound
+        from shared.stores import factory as storage
 
         check_reachable("STORAGE_EMULATOR_HOST", "storage emulator")
         store = storage.get_store(self.settings)

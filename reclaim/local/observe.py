@@ -24,7 +24,7 @@ from shared.doorbell import Doorbell
 from shared.job_queue import TERMINAL_STATUSES
 from shared.jobs import MEMBER_MISSING, MEMBER_UNREADABLE, JobStatus
 from shared.queue import Queue
-from shared.storage import open_store
+from shared.stores.factory import open_store
 
 STATUS_ORDER: tuple[str, ...] = (*JobStatus, MEMBER_MISSING, MEMBER_UNREADABLE)
 """The order the demo shows counts in: the job states, then the stand-ins."""

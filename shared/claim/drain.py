@@ -424,22 +424,6 @@ def listing_window(
     return after + wrapped[:room], reached and len(wrapped) <= room
 
 
-def mark_due(
-    store: Store, job_id: str, due: datetime, *, pool: str | None = None, rerings: int = 0
-) -> bool:
-    """Mark a job sent back to the queue due (a hand-back, a rescue, a re-ring) on its
-    pending marker, so the next freed slot anywhere takes it from the listing whatever
-    became of its doorbell (`pool`: the marker's folder, Settings.marker_pool). False
-    (logged) if the write failed: the doorbell, the drain's safety net and the sweep still
-    cover the job."""
-    try:
-        store.mark_due(job_id, due, pool=pool, rerings=rerings)
-    except StorageError as exc:
-        log.warning("could not mark the job due on its marker", job_id=job_id, error=str(exc))
-        return False
-    return True
-
-
 def _too_young(entry: PendingEntry, now: datetime, settings: Settings) -> bool:
     """A marker younger than settings.overdue_after_seconds cannot be overdue (its record
     was written after it), so the drain skips it without paying for a read."""

@@ -33,12 +33,11 @@ from typing import Any
 from shared import faults, finish, job_queue, metrics, records, resume, timing
 from shared.claim import dispatch
 from shared.claim.budget import PushBudget
-from shared.claim.drain import GATE, Arrival, DrainGate, backlog_sign, drain, mark_due
+from shared.claim.drain import GATE, Arrival, DrainGate, backlog_sign, drain
 from shared.claim.owned import Heartbeat, OwnedRecord
 from shared.claim.shutdown import SHUTDOWN, Shutdown
 from shared.claim.slots import Slots, get_slots
 from shared.claim.timeouts import Deadline, TimedOut
-from shared.doorbell import ring_or_leave
 from shared.errors import (
     CorruptRecord,
     IllegalTransition,
@@ -58,8 +57,8 @@ from shared.jobs import JobRecord, JobStatus, JsonObject
 from shared.logs import JobLogger, get_logger
 from shared.outcome import Outcome, OutcomeKind
 from shared.pipelines import Pipeline, Stage, StageContext, get_pipeline
-from shared.recovery import recover
-from shared.seams import Context
+from shared.recovery import mark_due, recover
+from shared.seams import Context, ring_or_leave
 from shared.storage import Store, Stored
 
 log = get_logger(__name__)

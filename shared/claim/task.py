@@ -24,22 +24,16 @@ job (shared.features.executions). Cloud Run names the execution in CLOUD_RUN_EXE
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from shared import job_queue, logs, records, run_jobs
+from shared import job_queue, records, run_jobs
 from shared.claim.owned import OwnedRecord
 from shared.claim.runner import run_adopted
 from shared.claim.shutdown import SHUTDOWN, Shutdown
-from shared.config import Settings
-from shared.errors import ConfigError, InvalidInput, LostRace, NotFound, PipelineModuleError
+from shared.errors import ConfigError, InvalidInput, LostRace, NotFound
 from shared.logs import JobLogger, get_logger
 from shared.outcome import Outcome, OutcomeKind
-from shared.pipelines import load_modules
 from shared.seams import Context
 from shared.storage import Stored
 
@@ -139,31 +133,3 @@ def run_task(ctx: Context, task: TaskEnv, shutdown: Shutdown = SHUTDOWN) -> Outc
         return run_adopted(ctx, owned, jlog, instance=task.owner, shutdown=shutdown)
     finally:
         owned.close()
-
-
-def main(env: Mapping[str, str] | None = None) -> int:
-    """The task's process: settings, the SIGTERM hand-back, one job. Exit 0 for every
-    ending the task decided; 2 when misconfigured (the execution fails, the sweep
-    rescues the job); an exception (storage down) fails the execution likewise."""
-    from shared.queue import Queue
-
-    env = os.environ if env is None else env
-    try:
-        settings = Settings.from_env(env)
-        logs.configure(settings.log_level, project=settings.project)
-        load_modules(settings.pipeline_modules)
-        task = TaskEnv.from_env(env, run_jobs.RunSettings.from_env(env))
-    except (ConfigError, PipelineModuleError) as exc:
-        log.error("the task is misconfigured", reason=str(exc))
-        return EXIT_MISCONFIGURED
-    # the task's main thread runs the stage, so the handler runs there, between bytecodes
-    signal.signal(signal.SIGTERM, lambda _sig, _frame: SHUTDOWN.begin("SIGTERM (the task)"))
-    outcome = run_task(Queue.from_settings(settings).ctx, task)
-    log.info(
-        "task finished",
-        **{k: v for k, v in outcome.to_json().items() if k != "job_id"},
-        job_id=task.job_id,
-    )
-    sys.stdout.write(json.dumps(outcome.to_json(), sort_keys=True) + "\n")
-    sys.stdout.flush()
-    return 0

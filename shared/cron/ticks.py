@@ -42,6 +42,7 @@ from shared.errors import AlreadyExists, InvalidInput, LostRace, NotFound
 from shared.features import uniqueness
 from shared.logs import get_logger
 from shared.submission import create as submission
+from shared.submission import parse
 
 if TYPE_CHECKING:
     from shared.seams import Context
@@ -127,9 +128,9 @@ def fire(ctx: Context, schedule: Schedule, tick: datetime, now: datetime) -> Tic
         if running is not None:
             log.info("tick skipped: the previous run is pending", schedule=schedule.name)
             return Tick(schedule.name, tick, job_id, False, skipped_for=running)
-    spec = submission.JobSpec(schedule.pipeline, schedule.payload, client_id=job_id)
+    spec = parse.JobSpec(schedule.pipeline, schedule.payload, client_id=job_id)
     result = submission.submit(
-        ctx, submission.Submission(jobs=(spec,), batch_id=None, is_batch=False), now
+        ctx, parse.Submission(jobs=(spec,), batch_id=None, is_batch=False), now
     )
     _set_last(store, schedule.name, job_id, tick)
     return Tick(schedule.name, tick, job_id, result.created)

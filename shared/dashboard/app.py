@@ -44,7 +44,6 @@ from shared.dashboard import charts, csrf, deadletters, views
 from shared.dashboard.figures import Figures
 from shared.errors import AlreadyExists, IllegalTransition, InvalidInput, NotFound, ReclaimError
 from shared.http import identity, pages
-from shared.http import routes as api_routes
 from shared.http.edge import Refusal, refusal_for
 from shared.jobs import JobStatus
 from shared.logs import get_logger
@@ -336,14 +335,14 @@ class _Page:
                 raise InvalidInput(f"action must be one of {', '.join(bulk.ACTS_ON)}", "action")
             if "confirm" in asked:
                 raise InvalidInput("a count confirms nothing; press the form's Confirm", "confirm")
-            counted = api_routes.bulk_count(self.queue, action, asked)
+            counted = bulk.count(self.queue.ctx, action, asked)
         return self.render(
             "bulk.html",
             counted=counted,
             asked=asked,
             statuses=[s.value for s in JobStatus],
             pipelines=pipeline_names(),
-            shown=api_routes.SHOWN,
+            shown=bulk.SHOWN,
             message=self.request.args.get("done"),
         )
 
@@ -429,15 +428,15 @@ class _Page:
         """Act on the selection of a confirmed count; 409 when more jobs match now than the
         count showed, 400 for a token of another selection. Then back to a fresh count."""
         self.check_form(f"bulk {action}")
+        if action not in bulk.ACTS_ON:
+            raise Refusal(404, "not found", f"no bulk action {action[:40]!r}; try cancel or retry")
         fields = views.filled(self.request.form, drop=(csrf.FIELD,))
         confirm = fields.pop("confirm", None)
         if confirm is None:
             raise InvalidInput("confirm is missing; count the selection first, then confirm")
-        counted = api_routes.bulk_count(self.queue, action, fields)
+        counted = bulk.count(self.queue.ctx, action, fields)
         reason = fields.get("reason") or "cancelled from the dashboard"
-        done = api_routes.bulk_confirm(
-            self.queue, counted, confirm, by=self.caller.by, reason=reason
-        )
+        done = bulk.confirm(self.queue.ctx, counted, confirm, by=self.caller.by, reason=reason)
         note = (
             f"{action}: {len(done['acted'])} of {done['matching']} job(s); "
             f"{len(done['skipped'])} changed meanwhile; {len(done['errors'])} error(s)"

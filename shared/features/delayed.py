@@ -26,11 +26,11 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from shared import finish, job_queue, timing
-from shared.doorbell import ring_or_leave
 from shared.errors import CorruptRecord, IllegalTransition, LostRace, NotFound
 from shared.features import uniqueness
 from shared.jobs import JobStatus
 from shared.logs import get_logger
+from shared.seams import ring_or_leave
 
 if TYPE_CHECKING:
     from shared.jobs import JobRecord

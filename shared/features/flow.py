@@ -50,8 +50,7 @@ from shared.outcome import Outcome, OutcomeKind
 from shared.pipelines import get_pipeline, pipeline_names
 
 if TYPE_CHECKING:
-    from shared.doorbell import Ringer
-    from shared.seams import Context
+    from shared.seams import Context, Ringer
     from shared.storage import Store, Stored
 
 log = get_logger(__name__)

@@ -18,9 +18,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from shared.doorbell import ring_or_leave
 from shared.logs import get_logger
 from shared.outcome import Outcome, OutcomeKind
+from shared.seams import ring_or_leave
 
 if TYPE_CHECKING:
     from shared.seams import Context

@@ -10,7 +10,6 @@ from __future__ import annotations
 from shared import timing
 from shared.clock import Clock, utcnow
 from shared.config import Settings
-from shared.doorbell import Ringer
 from shared.features import (
     delayed,
     executions,
@@ -23,7 +22,7 @@ from shared.features import (
 )
 from shared.features import flow_policy as fp
 from shared.features import workflow_graph as graph
-from shared.seams import Context, Feature, ListFilter, SweepPass
+from shared.seams import Context, Feature, ListFilter, Ringer, SweepPass
 from shared.storage import Store
 
 POOLS = Feature(

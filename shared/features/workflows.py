@@ -35,7 +35,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from shared import finish, job_queue, records, tracing
-from shared.doorbell import ring_or_leave
 from shared.errors import (
     AlreadyExists,
     Conflict,
@@ -49,7 +48,7 @@ from shared.features import workflow_graph as graph
 from shared.jobs import JobRecord, JobStatus, JsonObject
 from shared.logs import get_logger
 from shared.pipelines.base import Reads
-from shared.seams import Settled
+from shared.seams import Settled, ring_or_leave
 from shared.storage import job_object
 
 if TYPE_CHECKING:

@@ -15,10 +15,8 @@ other status as a negative one, so a refused or failed push is redelivered
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -38,14 +36,11 @@ from shared.errors import (
     JobNotFound,
     PipelineModuleError,
     ReclaimError,
+    SelectionGrew,
     StorageError,
     SubmitError,
 )
 from shared.http import identity
-from shared.pipelines import load_modules, pipeline_names
-from shared.queue import Queue
-from shared.submission import upload_routes
-from shared.submission.upload_routes import Routes
 
 log = logs.get_logger(__name__)
 
@@ -140,6 +135,8 @@ def refusal_for(exc: ReclaimError, retry_after_s: int = 5) -> Refusal:
         return Refusal(400, "invalid request", exc.reason, extra=extra)
     if isinstance(exc, BadEvent):
         return Refusal(400, "bad event", exc.reason)
+    if isinstance(exc, SelectionGrew):
+        return Refusal(409, "selection grew", str(exc))
     if isinstance(exc, InvalidInput):
         return Refusal(400, f"invalid {exc.what}", exc.reason)
     if isinstance(exc, JobNotFound | BatchNotFound):
@@ -156,68 +153,6 @@ def refusal_for(exc: ReclaimError, retry_after_s: int = 5) -> Refusal:
         headers = {"Retry-After": str(retry_after_s)}
         return Refusal(503, "unavailable", "storage or Pub/Sub is unavailable; retry", headers)
     return Refusal(500, "internal error", f"{type(exc).__name__}: {exc}")
-
-
-class SettingsOnce:
-    """A function's settings (and its Queue), validated once per process; a bad
-    variable is logged once and answered as a 500 naming it."""
-
-    def __init__(self, function: str):
-        self._function = function
-        self._settings: Settings | None = None
-        self._queue: Queue | None = None
-        self._error: str | None = None
-        self._routes: Routes | None = None
-        self._routes_error: str | None = None
-        self._lock = threading.Lock()
-
-    def get(self) -> Settings:
-        """The settings, or a 500 Refusal naming the bad variable."""
-        with self._lock:
-            if self._settings is None and self._error is None:
-                try:
-                    settings = Settings.from_env()
-                    load_modules(settings.pipeline_modules)
-                    self._settings = settings
-                    logs.configure(settings.log_level, project=settings.project)
-                except (ConfigError, PipelineModuleError) as exc:
-                    self._error = str(exc)
-                    log.error(f"{self._function} is misconfigured", reason=self._error)
-            if self._settings is None:
-                raise Refusal(500, "misconfigured", self._error or "settings are invalid")
-            return self._settings
-
-    def queue(self) -> Queue:
-        """The process's Queue (its store and doorbell are made on first use)."""
-        settings = self.get()
-        with self._lock:
-            if self._queue is None:
-                self._queue = Queue.from_settings(settings)
-            return self._queue
-
-    def routes(self) -> Routes:
-        """The upload routes of RECLAIM_UPLOADS_FILE, checked once against the registered
-        pipelines; a bad file is logged once and answered as a 500 naming the route."""
-        settings = self.get()
-        with self._lock:
-            if self._routes is None and self._routes_error is None:
-                path = upload_routes.uploads_file({"RECLAIM_UPLOADS_FILE": settings.uploads_file})
-                try:
-                    self._routes = upload_routes.load(path, pipeline_names())
-                except InvalidInput as exc:
-                    self._routes_error = f"{upload_routes.UPLOADS_ENV} ({path}): {exc.reason}"
-                    log.error(f"{self._function} is misconfigured", reason=self._routes_error)
-            if self._routes is None:
-                raise Refusal(500, "misconfigured", self._routes_error or "routes are invalid")
-            return self._routes
-
-    def validate_now(self, *, routes: bool = False) -> None:
-        """Called at import, so a bad deployment logs at once rather than at first request
-        (with `routes`, the upload routes too)."""
-        with contextlib.suppress(Refusal):
-            self.get()
-            if routes:
-                self.routes()
 
 
 def author(request: flask.Request, prefix: str, settings: Settings) -> str:

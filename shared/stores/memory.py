@@ -23,7 +23,6 @@ from shared.storage import (
     BlobInfo,
     PendingEntry,
     RecordStat,
-    StoreBase,
     Stored,
     batch_object,
     batch_prefix,
@@ -44,6 +43,7 @@ from shared.storage import (
     stamped,
     status_metadata,
 )
+from shared.stores.base import StoreBase
 
 __all__ = ["MemoryObject", "MemoryStore"]
 

@@ -29,7 +29,6 @@ from shared.storage import (
     OUTPUTS_PREFIX,
     Blob,
     BlobInfo,
-    CallCounter,
     PendingEntry,
     RecordStat,
     Store,
@@ -37,6 +36,7 @@ from shared.storage import (
     check_limit,
     record_id,
 )
+from shared.stores.base import CallCounter
 
 __all__ = ["ShardedStore"]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from shared import job_queue
-from shared.storage import GcsStore
+from shared.stores.gcs import GcsStore
 
 ROOT = Path(__file__).resolve().parents[2]
 

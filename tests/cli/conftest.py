@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from shared.features import table as features
-from shared.storage import GcsStore
+from shared.stores.gcs import GcsStore
 from tests.cli.cli_support import ROOT, Cloud
 
 

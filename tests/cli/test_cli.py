@@ -119,7 +119,7 @@ def test_cancel_a_running_job_fences_its_owner(cloud: Cloud) -> None:
     generation = cloud.store.read(job_id).generation
     cloud.ok("cancel", job_id)
     # the owner's next write (a heartbeat with its old generation) loses the CAS
-    from shared.storage import LostRace
+    from shared.errors import LostRace
 
     try:
         cloud.store.update({**running, "updated_at": running["updated_at"]}, generation)

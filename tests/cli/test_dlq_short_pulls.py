@@ -17,7 +17,7 @@ import pytest
 
 from reclaim.local import wiring
 from reclaim.local.procs import free_port, spawn, stop, wait_for_port
-from shared.storage import GcsStore
+from shared.stores.gcs import GcsStore
 from tests.cli.cli_support import ROOT, Cloud
 
 PER_PULL = 2

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from shared.shards import shard_of
-from shared.storage import GcsStore, Store, job_object, legacy_job_object
+from shared.storage import Store, job_object, legacy_job_object
+from shared.stores.gcs import GcsStore
 from shared.stores.memory import MemoryStore
 from shared.stores.sharded import ShardedStore
 from tests.contract.contract_support import Harness, make_gcs_client

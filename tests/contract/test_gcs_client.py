@@ -1,4 +1,4 @@
-"""The storage client the functions build (shared.storage.make_client, default_retry),
+"""The storage client the functions build (shared.stores.gcs.make_client, default_retry),
 on fake-gcs-server over the wire: anonymous on STORAGE_EMULATOR_HOST, an HTTP pool
 that keeps a connection for every call in flight, and a 429 retried by the client."""
 
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from google.auth.credentials import AnonymousCredentials
 
-from shared.storage import HTTP_POOL_SIZE, GcsStore, make_client
+from shared.stores.gcs import HTTP_POOL_SIZE, GcsStore, make_client
 from tests.contract.contract_support import PROJECT, make_gcs_client, new_job
 from tests.contract.flaky_proxy import Fault, FlakyProxy
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from shared.storage import GcsStore, LostRace, Unavailable, default_retry
+from shared.errors import LostRace, Unavailable
+from shared.stores.gcs import GcsStore, default_retry
 from tests.contract.contract_support import make_gcs_client, new_job
 from tests.contract.flaky_proxy import Fault, FlakyProxy
 

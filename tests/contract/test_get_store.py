@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from shared.config import Settings
-from shared.storage import GcsStore, get_store
+from shared.stores.factory import get_store
+from shared.stores.gcs import GcsStore
 from tests.contract.contract_support import make_gcs_client, new_job
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shared.storage import LostRace, NotFound, Unavailable, job_object, pending_object
+from shared.errors import LostRace, NotFound, Unavailable
+from shared.storage import job_object, pending_object
 from shared.stores.memory import MemoryStore
 from tests.contract.contract_support import new_job
 

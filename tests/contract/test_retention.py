@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from shared import job_queue, records
-from shared.storage import GcsStore, job_object
+from shared.storage import job_object
+from shared.stores.gcs import GcsStore
 
 
 def test_terminal_record_gets_custom_time_pending_does_not(gcs_client, bucket):

@@ -10,7 +10,9 @@ import pytest
 
 from shared.config import Settings
 from shared.shards import shard_of
-from shared.storage import GcsStore, get_store, job_object, pending_object
+from shared.storage import job_object, pending_object
+from shared.stores.factory import get_store
+from shared.stores.gcs import GcsStore
 from shared.stores.sharded import ShardedStore
 from tests.contract.contract_support import make_gcs_client, new_job
 

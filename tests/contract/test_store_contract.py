@@ -8,17 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from shared import records
-from shared.storage import (
-    AlreadyExists,
-    CorruptRecord,
-    LostRace,
-    NotFound,
-    RecordStat,
-    Stored,
-    job_object,
-    legacy_job_object,
-    pending_object,
-)
+from shared.errors import AlreadyExists, CorruptRecord, LostRace, NotFound
+from shared.storage import RecordStat, Stored, job_object, legacy_job_object, pending_object
 from tests.contract.contract_support import Harness, new_job, shards
 
 # --- records ---------------------------------------------------------------------------

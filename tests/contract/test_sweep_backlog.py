@@ -22,7 +22,7 @@ import pytest
 from shared import job_queue, sweep_plan
 from shared.config import Settings
 from shared.queue import Queue, parse_submission
-from shared.storage import GcsStore
+from shared.stores.gcs import GcsStore
 from tests.contract.contract_support import make_gcs_client
 from tests.unit.unit_support import Bell
 

@@ -20,7 +20,7 @@ from shared.config import ENV_VARS
 from shared.features import table as features
 from shared.http import routes as api_routes
 from shared.jobs import JobStatus
-from shared.submission import create as submission
+from shared.submission import parse
 from tests.fuzz.fuzz_support import ROOT, fuzz
 from tests.fuzz.openapi_support import (
     answer_schema,
@@ -59,10 +59,10 @@ def test_every_local_reference_resolves() -> None:
 
 def test_the_limits_are_the_validators() -> None:
     payload = schema("Payload")
-    assert payload["x-reclaim-max-encoded-bytes"] == submission.MAX_PAYLOAD_BYTES
+    assert payload["x-reclaim-max-encoded-bytes"] == parse.MAX_PAYLOAD_BYTES
     assert payload["x-reclaim-max-depth"] == records.MAX_PAYLOAD_DEPTH
     attempts = schema("JobRequest")["properties"]["max_attempts"]["anyOf"][0]
-    assert (attempts["minimum"], attempts["maximum"]) == (1, submission.MAX_ATTEMPTS)
+    assert (attempts["minimum"], attempts["maximum"]) == (1, parse.MAX_ATTEMPTS)
     assert schema("Id")["maxLength"] == records.ID_MAX_LEN
     jobs = schema("BatchRequest")["properties"]["jobs"]
     assert jobs["maxItems"] == int(DEFAULTS[jobs["x-reclaim-setting"]])
@@ -94,8 +94,8 @@ def test_the_id_pattern_accepts_exactly_what_the_code_accepts(value: str) -> Non
 
 def test_the_fields_are_the_codes() -> None:
     feature_keys = {k for f in features.FEATURES for k in f.submit_keys}
-    assert set(schema("JobRequest")["properties"]) == submission.JOB_KEYS | feature_keys
-    assert set(schema("BatchRequest")["properties"]) == submission.BATCH_KEYS
+    assert set(schema("JobRequest")["properties"]) == parse.JOB_KEYS | feature_keys
+    assert set(schema("BatchRequest")["properties"]) == parse.BATCH_KEYS
     assert schema("Status")["enum"] == list(JobStatus)
     view = {"id", *status._VIEW_FIELDS, "max_attempts", "outputs", "status_url", "watchdog"}
     view.add("generation")
@@ -222,7 +222,7 @@ def test_the_api_doc_field_table_is_the_documents() -> None:
     rows = _table(_api_section("HTTP API"), "field")
     fields = {name.strip("`"): kind for name, kind, _meaning in rows}
     assert set(fields) == set(schema("JobRequest")["properties"])
-    assert f"integer 1..{submission.MAX_ATTEMPTS}" in fields["max_attempts"]
+    assert f"integer 1..{parse.MAX_ATTEMPTS}" in fields["max_attempts"]
 
 
 def test_the_docs_link_the_document() -> None:

@@ -15,7 +15,8 @@ import requests
 from reclaim.local.cloud import LocalCloud
 from reclaim.local.procs import group_pids
 from shared.shards import shard_of
-from shared.storage import Store, open_store
+from shared.storage import Store
+from shared.stores.factory import open_store
 from tests import polling
 
 

@@ -23,7 +23,7 @@ import requests
 
 from reclaim.local.faultproxy import FaultProxy
 from reclaim.local.procs import stop_all
-from shared.storage import GcsStore
+from shared.stores.gcs import GcsStore
 from tests.integration.function_support import make_queue, start_function
 
 # The stale time leaves room for a heartbeat's own retries. The storage seam keeps the

@@ -21,7 +21,8 @@ import requests
 
 from reclaim.local.procs import signal_group, stop
 from shared import records
-from shared.storage import GcsStore, pending_object
+from shared.storage import pending_object
+from shared.stores.gcs import GcsStore
 from tests.integration.function_support import make_queue, start_function
 
 ROOT = Path(__file__).resolve().parents[2]

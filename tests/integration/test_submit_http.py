@@ -173,7 +173,7 @@ def test_tags_are_indexed_shown_and_listed_and_bad_ones_write_nothing(
 ) -> None:
     from shared.config import Settings
     from shared.queue import Queue
-    from shared.storage import GcsStore
+    from shared.stores.gcs import GcsStore
     from tests.unit.unit_support import Bell
 
     batch_id, tag = new_id("tagged"), new_id("t").lower()

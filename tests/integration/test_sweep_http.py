@@ -21,7 +21,7 @@ import requests
 
 from reclaim.local.procs import signal_group, stop
 from shared import job_queue, records
-from shared.storage import GcsStore
+from shared.stores.gcs import GcsStore
 from tests.integration.function_support import make_queue, start_function
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -28,7 +28,7 @@ from reclaim.local.procs import stop
 from shared import timing
 from shared.features import table as features
 from shared.features import uniqueness
-from shared.storage import GcsStore
+from shared.stores.gcs import GcsStore
 from tests.integration.function_support import make_queue, start_function
 
 SCHEDULES = {

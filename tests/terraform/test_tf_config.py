@@ -448,7 +448,8 @@ def _calls_per_job_of_a_maximum_batch() -> float:
 
 
 def test_submit_fits_a_maximum_batch_in_its_timeout() -> None:
-    from shared import doorbell, storage
+    from shared import doorbell
+    from shared.stores import gcs as storage
     from shared.submission import create as submission
 
     n = optional_defaults("queue")["max_batch_jobs"]
@@ -472,7 +473,8 @@ def test_the_storage_pool_holds_every_call_submit_has_in_flight() -> None:
     """Each submit request overlaps up to its thread pool's size of storage calls (a
     batch's writes, or a batch view's reads); the process's one storage client must keep
     a connection for each of them, or it opens and discards the rest."""
-    from shared import status, storage
+    from shared import status
+    from shared.stores import gcs as storage
     from shared.submission import create as submission
 
     per_request = max(submission._WORKERS, status._WORKERS)

@@ -13,8 +13,9 @@ import pytest
 
 from shared import job_queue, records
 from shared.claim.owned import Heartbeat, OwnedRecord, OwnerLost
+from shared.errors import LostRace, Unavailable
 from shared.logs import JobLogger
-from shared.storage import LostRace, Stored, Unavailable
+from shared.storage import Stored
 from shared.stores.memory import MemoryStore
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

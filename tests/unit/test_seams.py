@@ -21,7 +21,7 @@ from shared.jobs import JobStatus
 from shared.queue import Queue
 from shared.seams import Context, Feature, ListFilter
 from shared.stores.memory import MemoryStore
-from shared.submission import create as submission
+from shared.submission import parse
 from tests.unit.test_docs import ROOT
 from tests.unit.unit_support import Bell
 
@@ -248,7 +248,7 @@ def _color_queue(store: MemoryStore) -> Queue:
 
 
 def _submit(queue: Queue, body: dict[str, Any]) -> Any:
-    request = submission.parse_submission(body, queue.settings, queue.ctx.features)
+    request = parse.parse_submission(body, queue.settings, queue.ctx.features)
     return queue.submit(request)
 
 

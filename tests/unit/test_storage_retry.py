@@ -8,7 +8,7 @@ from google.api_core import exceptions as gexc
 from google.api_core.retry import retry_base
 from google.cloud.storage.retry import DEFAULT_RETRY
 
-from shared import storage
+from shared.stores import gcs as storage
 
 
 def test_retry_keeps_the_librarys_first_delay_and_growth() -> None:

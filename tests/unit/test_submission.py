@@ -14,13 +14,8 @@ from shared.features.table import context
 from shared.queue import parse_submission
 from shared.storage import job_object, pending_object
 from shared.stores.memory import MemoryStore
-from shared.submission.create import (
-    MAX_PAYLOAD_BYTES,
-    Conflict,
-    InvalidSubmission,
-    decode_body,
-    submit,
-)
+from shared.submission.create import Conflict, InvalidSubmission, submit
+from shared.submission.parse import MAX_PAYLOAD_BYTES, decode_body
 from shared.submission.upload_routes import Routes, Uploaded
 from shared.submission.uploads import route_upload
 from tests.unit.unit_support import Bell
