@@ -33,11 +33,16 @@ if not os.environ.get(FUZZ_SEED_VAR, "").strip():
 
 
 # Each xdist worker gives out ports from a block of its own (reclaim.local.procs.free_port), so
-# that no two workers' children ever race for one.
+# that no two workers' children ever race for one. RECLAIM_PORT_LANE="i/n" first narrows a
+# whole run to the i-th of n lanes, so that test runs of checkouts side by side (two
+# worktrees on one machine) never share a port either; the workers split the lane.
+_LANE, _LANES = (int(x) for x in os.environ.get("RECLAIM_PORT_LANE", "0/1").split("/"))
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 if _WORKER:
-    _INDEX = int(_WORKER.removeprefix("gw"))
-    os.environ["RECLAIM_PORT_BLOCK"] = f"{_INDEX}/{os.environ['PYTEST_XDIST_WORKER_COUNT']}"
+    _INDEX, _COUNT = int(_WORKER.removeprefix("gw")), int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ["RECLAIM_PORT_BLOCK"] = f"{_LANE * _COUNT + _INDEX}/{_LANES * _COUNT}"
+elif _LANES > 1:
+    os.environ["RECLAIM_PORT_BLOCK"] = f"{_LANE}/{_LANES}"
 
 
 # The longest modules, longest first (each module's time in a `make test` run). xdist's

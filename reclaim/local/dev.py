@@ -617,13 +617,13 @@ def write_endpoints(cloud: LocalCloud, path: Path) -> None:
     partial.replace(path)
 
 
-if __name__ == "__main__":
-    sys.exit(run())
-
-
 def _shown(source: str) -> str:
     """A function's source as a person reads it: relative to the library's folder."""
     path = Path(source)
     return (
         str(path.relative_to(ROOT)) if path.is_absolute() and path.is_relative_to(ROOT) else source
     )
+
+
+if __name__ == "__main__":
+    sys.exit(run())
