@@ -68,10 +68,11 @@ test: venv $(TF_STAMP) $(TF_WHEELS) browser ## Lint, then the whole test suite i
 unit: venv ## The fast suite: pure logic on the in-memory store, no services (tests/unit)
 	$(PY) -m pytest tests/unit -q
 
-lint: venv ## ruff and mypy
+lint: venv ## ruff, mypy and the import contracts (import-linter, pyproject.toml)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 fmt: venv ## Format the code with ruff
 	$(VENV)/bin/ruff format .

@@ -10,30 +10,35 @@ folders. The repository's example pipelines (pipelines/) stay out: a user's own
 tests/unit/test_layout.py holds the top-level names to these two.
 """
 
+from pathlib import Path
+
 from setuptools import find_namespace_packages, setup
 
+HERE = str(Path(__file__).resolve().parent)
+
 PACKAGES = [
-    *find_namespace_packages(include=["shared", "shared.*", "reclaim", "reclaim.*"]),
+    *find_namespace_packages(HERE, include=["shared", "shared.*", "reclaim", "reclaim.*"]),
     "reclaim.functions",
-    *(f"reclaim.{p}" for p in find_namespace_packages(include=["functions.*"])),
+    *(f"reclaim.{p}" for p in find_namespace_packages(HERE, include=["functions.*"])),
     "reclaim.terraform",
 ]
 
 FUNCTIONS = ("admin", "claim", "dashboard", "submit", "sweep")
 
-setup(
-    packages=sorted({p for p in PACKAGES if "__pycache__" not in p}),
-    package_dir={
-        "reclaim.functions": "functions",
-        **{f"reclaim.functions.{n}": f"functions/{n}" for n in FUNCTIONS},
-        "reclaim.terraform": "terraform",
-    },
-    package_data={
-        "reclaim": ["VERSION", "py.typed"],
-        **{f"reclaim.functions.{n}": ["requirements.txt"] for n in FUNCTIONS},
-        "reclaim.terraform": ["*.tf", "README.md"],
-        "shared": ["openapi.json", "dashboard/static/*", "dashboard/templates/*"],
-        "reclaim.local.pubsub_emulator": ["README.md"],
-        "reclaim.local.scaffold": ["template/*.tmpl", "template/*/*.tmpl"],
-    },
-)
+if __name__ == "__main__":  # setuptools' build backend runs this file as __main__
+    setup(
+        packages=sorted({p for p in PACKAGES if "__pycache__" not in p}),
+        package_dir={
+            "reclaim.functions": "functions",
+            **{f"reclaim.functions.{n}": f"functions/{n}" for n in FUNCTIONS},
+            "reclaim.terraform": "terraform",
+        },
+        package_data={
+            "reclaim": ["VERSION", "py.typed"],
+            **{f"reclaim.functions.{n}": ["requirements.txt"] for n in FUNCTIONS},
+            "reclaim.terraform": ["*.tf", "README.md"],
+            "shared": ["openapi.json", "dashboard/static/*", "dashboard/templates/*"],
+            "reclaim.local.pubsub_emulator": ["README.md"],
+            "reclaim.local.scaffold": ["template/*.tmpl", "template/*/*.tmpl"],
+        },
+    )

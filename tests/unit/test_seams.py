@@ -1,6 +1,7 @@
 """The seams hold: the feature table (shared.features.table) is the only place shared/ learns of
-the features, and only the front door reads it; nothing works by import side effect; the
-pipeline authors' API stays low; no import circle; no function over 120 lines."""
+the features (import-linter's contracts in pyproject.toml hold who imports it, and the
+layers: tests/unit/test_layout.py the rest); nothing works by import side effect; no
+function over 120 lines."""
 
 from __future__ import annotations
 
@@ -26,95 +27,10 @@ from tests.unit.test_docs import ROOT
 from tests.unit.unit_support import Bell
 
 SHARED = ROOT / "shared"
-FRONT_DOOR = "shared.queue"
-FEATURE_MODULES = {
-    "shared.features.delayed",
-    "shared.features.expiry",
-    "shared.features.flow",
-    "shared.features.flow_policy",
-    "shared.features.tags",
-    "shared.timing",
-    "shared.features.uniqueness",
-    "shared.features.workflow_graph",
-    "shared.features.workflows",
-}
-OPERATIONS = {
-    "shared.bulk",
-    "shared.control",
-    "shared.listing",
-    "shared.queue",
-    "shared.recovery",
-    "shared.status",
-    "shared.submission.create",
-    "shared.sweeper",
-    "shared.claim.runner",
-}
-
-
-def _module(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def _imports(path: Path, *, runtime_only: bool = False) -> set[str]:
-    """The shared.* modules a file imports (`from shared import x` counts as shared.x);
-    runtime_only leaves out `if TYPE_CHECKING:` blocks and imports inside functions."""
-    tree = ast.parse(path.read_text())
-    found: set[str] = set()
-    nodes = ast.iter_child_nodes(tree) if runtime_only else ast.walk(tree)
-    for node in nodes:
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.startswith("shared")}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("shared"):
-            base = str(node.module)
-            for alias in node.names:
-                candidate = f"{base}.{alias.name}"
-                is_module = (ROOT / Path(*candidate.split("."))).with_suffix(".py").exists() or (
-                    ROOT / Path(*candidate.split(".")) / "__init__.py"
-                ).exists()
-                found.add(candidate if is_module else base)
-    return found
 
 
 def _sources() -> list[Path]:
     return sorted(p for p in SHARED.rglob("*.py") if "__pycache__" not in p.parts)
-
-
-def test_only_the_front_door_reads_the_feature_table() -> None:
-    readers = {_module(p) for p in _sources() if "shared.features.table" in _imports(p)}
-    assert readers == {FRONT_DOOR}
-
-
-def test_no_feature_module_imports_an_operation() -> None:
-    for path in _sources():
-        if _module(path) in FEATURE_MODULES:
-            assert not _imports(path) & OPERATIONS, path
-
-
-def test_the_pipeline_api_imports_no_storage_and_no_workflow_module() -> None:
-    imported = _imports(SHARED / "pipelines" / "base.py")
-    assert not imported & {
-        "shared.storage",
-        "shared.features.workflows",
-        "shared.features.workflow_graph",
-    }, imported
-
-
-def test_no_import_circle_in_shared() -> None:
-    graph = {_module(p): _imports(p, runtime_only=True) for p in _sources()}
-    done: set[str] = set()
-
-    def visit(node: str, path: list[str]) -> None:
-        if node in path:
-            raise AssertionError("import circle: " + " -> ".join([*path[path.index(node) :], node]))
-        if node in done:
-            return
-        for nxt in sorted(graph.get(node, ())):
-            visit(nxt, [*path, node])
-        done.add(node)
-
-    for module in sorted(graph):
-        visit(module, [])
 
 
 def test_no_function_in_shared_is_over_120_lines() -> None:
