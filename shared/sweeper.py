@@ -196,8 +196,8 @@ def _sweep_entry(
             result.rescued += 1
         else:
             result.requeued += 1
-        if done.rang:
-            result.rung += 1
+    if done.rang:  # accepted by Pub/Sub, even when a claim then won the write's race
+        result.rung += 1
     return None if job_queue.is_terminal(done.stored.record) else done.stored.record
 
 
