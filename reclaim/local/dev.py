@@ -502,7 +502,7 @@ def describe(cloud: LocalCloud) -> str:
             "rung again (the Pub/Sub emulator's messages are in memory)."
         ]
     lines += [f"  {k:<26} {v}" for k, v in e.items()]
-    lines += ["", "Client environment (for the reclaim CLI):"]
+    lines += ["", "Client environment (the reclaim CLI run in the project finds it itself):"]
     lines += [f"  export {k}={v}" for k, v in cloud.client_env().items()]
     lines += [
         "",
@@ -678,7 +678,8 @@ def write_endpoints(cloud: LocalCloud, path: Path) -> None:
     """The endpoints and a client's environment as JSON, for scripts and tests that
     start the local cloud (`reclaim dev`) and must find it; written whole or not at all."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"endpoints": cloud.endpoints, "client_env": cloud.client_env(), "pid": os.getpid()}
+    client_env = {**cloud.client_env(), "RECLAIM_SUBMIT_URL": cloud.platform.url("submit")}
+    doc = {"endpoints": cloud.endpoints, "client_env": client_env, "pid": os.getpid()}
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     partial.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     partial.replace(path)
