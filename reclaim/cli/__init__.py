@@ -9,13 +9,16 @@ and reclaim.cli.dlq; what they share (exit codes, settings, clients) in reclaim.
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from reclaim.cli.context import (
     DEFAULT_DEAD_LETTER_SUBSCRIPTION,
+    EXIT_CLOSED_PIPE,
     EXIT_INTERRUPTED,
     LOCAL_PUBSUB_EMULATOR_HOST,
     LOCAL_STORAGE_EMULATOR_HOST,
@@ -40,10 +43,12 @@ Where it points:
 _EPILOG = """\
 exit codes:
   0  ok
-  1  watch: at least one job of the batch failed
-  2  usage error, unknown job or pipeline, illegal transition, unreadable record
+  1  watch, submit --wait: a job failed or was cancelled (a batch: at least one failed)
+  2  usage error, unknown job or pipeline, illegal transition, unreadable record;
+     a bulk action without --yes and without a terminal to confirm on
   3  missing credentials, bucket or subscription; service unreachable
-  4  watch: --timeout passed before every job finished
+  4  watch, submit --wait: --timeout passed before every job finished
+  141  stdout was closed early (`reclaim list | head`): the command stopped quietly
 
 examples:
   reclaim init acme-jobs && cd acme-jobs && reclaim dev
@@ -130,6 +135,13 @@ def _common_options() -> argparse.ArgumentParser:
         default=s,
         help="machine-readable JSON on stdout (errors as JSON on stderr)",
     )
+    opts.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=s,
+        help="the library's log lines on stderr (-vv: debug too); quiet without it",
+    )
     return common
 
 
@@ -148,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"reclaim {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def add(name: str, func: Callable[..., int], summary: str, details: str) -> Any:
@@ -158,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
             parents=[common],
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        p.set_defaults(func=func)
+        p.set_defaults(func=func, command_parser=p)
         return p
 
     for configure in (
@@ -187,7 +200,9 @@ def configure_submit_parser(add: _Add) -> None:
         c.cmd_submit,
         "create a job, or a batch of jobs from a JSONL file",
         "Goes through the same submission code as POST /jobs: pending marker, record,\n"
-        "batch marker, then the doorbell. Prints the job id(s).",
+        "batch marker, then the doorbell. Prints the job id(s). With RECLAIM_SUBMIT_URL\n"
+        "(set by a running `reclaim dev` for the CLI run in its project) it POSTs to that\n"
+        "submit function instead, so the running cloud's pipelines are the ones checked.",
     )
     p.add_argument("pipeline", help="registered pipeline name (e.g. demo)")
     p.add_argument("--batch", metavar="B", help="batch id to group the jobs under (for watch)")
@@ -217,6 +232,25 @@ def configure_submit_parser(add: _Add) -> None:
     p.add_argument(
         "--unique-key", type=_key, metavar="KEY", help="at most one job with this key at a time"
     )
+    p.add_argument(
+        "--tag",
+        dest="tags",
+        action="append",
+        metavar="TAG",
+        help="a label for the job (repeat for more; `reclaim list --tag TAG` finds it)",
+    )
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="then follow the job(s) until they end and print the result: exit 0 when "
+        "every one is done, 1 when one failed or was cancelled",
+    )
+    p.add_argument(
+        "--wait-timeout",
+        type=_positive_float,
+        metavar="S",
+        help="with --wait: give up after S seconds (exit 4; the jobs go on)",
+    )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--payload", metavar="JSON", help="the job's payload, a JSON object")
     src.add_argument(
@@ -242,24 +276,27 @@ def configure_status_parser(add: _Add) -> None:
 
 
 def configure_watch_parser(add: _Add) -> None:
-    """`reclaim watch BATCH`."""
+    """`reclaim watch BATCH|JOB`."""
     from reclaim.cli import commands as c
 
     p = add(
         "watch",
         c.cmd_watch,
-        "follow a batch until every job is terminal",
-        "A live progress bar with counts by status, rate and ETA. Exits 0 when all\n"
-        "jobs are terminal and none failed (cancelled is not a failure), 1 if any\n"
-        "failed or has an unreadable record, 4 on --timeout.",
+        "follow a batch until every job is terminal, or one job until it ends",
+        "A batch: a live progress bar with counts by status, rate and ETA. Exits 0 when\n"
+        "all jobs are terminal and none failed (cancelled is not a failure), 1 if any\n"
+        "failed or has an unreadable record, 4 on --timeout. A job (an id that names no\n"
+        "batch, or --job): a line per change (status, stage, attempt, progress, event)\n"
+        "until it ends; 0 when done, 1 when failed or cancelled, 4 on --timeout.",
     )
-    p.add_argument("batch", help="batch id")
+    p.add_argument("batch", metavar="ID", help="a batch id, or a job id")
+    p.add_argument("--job", action="store_true", help="ID is a job's, even if a batch has it")
     p.add_argument(
         "--interval",
         type=_positive_float,
         default=2.0,
         metavar="S",
-        help="seconds between polls (default: 2)",
+        help="seconds between polls of a batch (default: 2)",
     )
     p.add_argument(
         "--timeout",
@@ -422,6 +459,12 @@ def _use_local_cloud() -> None:
     os.environ["PUBSUB_EMULATOR_HOST"] = LOCAL_PUBSUB_EMULATOR_HOST
 
 
+def _version() -> str:
+    from reclaim import __version__
+
+    return __version__
+
+
 def _report(message: str, code: int, as_json: bool) -> int:
     from reclaim.cli.render import to_json
 
@@ -430,28 +473,78 @@ def _report(message: str, code: int, as_json: bool) -> int:
     return code
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; returns the exit code (the console script exits with it)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    as_json = bool(getattr(args, "json", False))
-    if getattr(args, "local", False):
-        _use_local_cloud()
-    from reclaim.cli.context import explain
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The arguments; a flag no command knows is refused with that subcommand's usage (and
+    the nearest flag it does know), not the top-level one."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        command: argparse.ArgumentParser = getattr(args, "command_parser", parser)
+        known = [o for a in command._actions for o in a.option_strings]
+        hints = [
+            f"{word} (did you mean {close[0]}?)"
+            if (close := difflib.get_close_matches(word.split("=")[0], known, n=1))
+            else word
+            for word in extra
+        ]
+        command.error(f"unrecognized arguments: {' '.join(hints)}")
+    return args
+
+
+def _quiet_logs(verbosity: int) -> None:
+    """The library's log lines (and metric lines, which ignore the level) go to stderr only
+    with -v: stdout is the command's, and stderr its own messages."""
+    import logging
+
     from shared import logs
 
-    logs.configure("WARNING", stderr=True)  # library warnings must not mix into stdout/--json
+    logs.configure("DEBUG" if verbosity > 1 else "INFO", stderr=True)
+    if not verbosity:
+        for handler in logging.getLogger(logs.ROOT).handlers:
+            handler.setLevel(logging.CRITICAL + 1)
+
+
+def _closed_pipe() -> int:
+    """stdout's reader went away (`reclaim list | head`): stop quietly, as a Unix tool
+    stopped by SIGPIPE does (exit 141), without a traceback at exit's flush."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_CLOSED_PIPE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns the exit code (the console script exits with it)."""
+    args = parse(build_parser(), argv)
+    as_json = bool(getattr(args, "json", False))
+    _quiet_logs(int(getattr(args, "verbose", 0) or 0))
+    try:
+        return _run(args, as_json)
+    except BrokenPipeError:
+        return _closed_pipe()
+
+
+def _run(args: argparse.Namespace, as_json: bool) -> int:
+    from reclaim.cli.context import explain
 
     try:
         if getattr(args, "in_project", True):  # your pipelines, from the project you are in
             from reclaim.cli.project import use_current
+            from reclaim.cli.running import use_running_dev
 
             use_current(os.environ, sys.path)
+            flags = any(hasattr(args, f) for f in ("project", "bucket", "topic"))
+            local = bool(getattr(args, "local", False))
+            found = use_running_dev(Path.cwd(), os.environ, local=local, flags=flags)
+            if found is None and local:
+                _use_local_cloud()
+        elif getattr(args, "local", False):
+            _use_local_cloud()
         return int(args.func(args))
     except CliError as exc:
         return _report(str(exc), exc.code, as_json)
     except KeyboardInterrupt:
         return _report("interrupted", EXIT_INTERRUPTED, as_json)
+    except BrokenPipeError:
+        raise
     except Exception as exc:  # the entry point: an error the user can act on (ours or a
         # cloud client's) becomes a message and an exit code; anything else a traceback
         known = explain(exc)

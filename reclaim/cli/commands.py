@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -58,6 +59,8 @@ def submission_body(args: argparse.Namespace, payloads: list[dict[str, Any]]) ->
     job: dict[str, Any] = {"pipeline": args.pipeline}
     if args.max_attempts is not None:
         job["max_attempts"] = args.max_attempts
+    if getattr(args, "tags", None):
+        job["tags"] = list(args.tags)
     for key, value in _time_fields(args).items():  # time
         job[key] = value
     if args.from_file is None:
@@ -112,13 +115,21 @@ def cmd_schedules(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    """Create the job(s) through the queue, exactly as POST /jobs does."""
+    """Create the job(s) exactly as POST /jobs does: through the running cloud's submit
+    function when its URL is known (reclaim.cli.running), else through the queue."""
+    from reclaim.cli import running
     from shared.queue import parse_submission
 
+    if args.wait_timeout is not None and not args.wait:
+        raise CliError("--wait-timeout needs --wait")
     ctx = Context(args)
     body = submission_body(args, _read_payloads(args))
-    parsed = parse_submission(body, ctx.settings)  # a bad request fails before any cloud call
-    answer = ctx.queue().submit(parsed).to_json()
+    url = running.submit_url(os.environ)
+    if url is not None:
+        answer = running.submit_over_http(url, body)
+    else:
+        parsed = parse_submission(body, ctx.settings)  # a bad request fails before any call
+        answer = ctx.queue().submit(parsed).to_json()
     jobs = answer.get("jobs", [answer])
     lines = [
         f"{j['id']}  {j['status']}{'' if j.get('created') else '  (already existed)'}" for j in jobs
@@ -130,8 +141,44 @@ def cmd_submit(args: argparse.Namespace) -> int:
         )
     elif answer.get("batch_id"):
         lines.append(f"batch {answer['batch_id']}")
-    ctx.emit(answer, "\n".join(lines))
-    return EXIT_OK
+    if not args.wait:
+        ctx.emit(answer, "\n".join(lines))
+        return EXIT_OK
+    if not ctx.as_json:
+        print("\n".join(lines), flush=True)
+    return _wait_for_ends(ctx, [str(j["id"]) for j in jobs], args.wait_timeout)
+
+
+def _wait_for_ends(ctx: Context, job_ids: list[str], timeout: float | None) -> int:
+    """submit --wait: each job's end (polling its record's metadata, as GET ?until=ended
+    does), then its result or error; 0 all done, 1 one failed or cancelled, 4 timed out."""
+    from shared.http.waiting import wait_for_end
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    queue = ctx.queue(ring=False)
+    ended: list[dict[str, Any]] = []
+    for job_id in job_ids:
+        while True:
+            left = WAIT_STEP_S if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                raise CliError(
+                    f"gave up after {timeout:g}s: {len(ended)}/{len(job_ids)} jobs ended "
+                    f"({job_id} had not; it goes on: reclaim watch {job_id})",
+                    EXIT_TIMEOUT,
+                )
+            if wait_for_end(queue.store, job_id, min(left, WAIT_STEP_S)).ended:
+                break
+        record = queue.get(job_id).to_json()
+        ended.append(record)
+        if not ctx.as_json:
+            print(cli_render.ended_text(record), flush=True)
+    if ctx.as_json:
+        ctx.emit(ended[0] if len(ended) == 1 else {"jobs": ended}, "")
+    return EXIT_OK if all(r.get("status") == JobStatus.DONE for r in ended) else EXIT_FAILED
+
+
+WAIT_STEP_S = 30.0
+"""submit --wait and watch of one job poll in waits of at most this long."""
 
 
 # ----------------------------------------------------------------------- status
@@ -220,8 +267,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    """Poll a batch until every job is settled; exit 1 if any failed or is unreadable."""
+    """Poll a batch until every job is settled; exit 1 if any failed or is unreadable. An
+    id that names no batch (or --job) is a job's: follow it until it ends."""
     ctx = Context(args)
+    if args.job or not _names_a_batch(ctx, args.batch):
+        return _watch_job(ctx, args.batch, args.timeout)
     tty = sys.stdout.isatty() and not ctx.as_json
     started = time.monotonic()
     first_finished: int | None = None
@@ -249,6 +299,48 @@ def cmd_watch(args: argparse.Namespace) -> int:
                 EXIT_TIMEOUT,
             )
         time.sleep(args.interval)
+
+
+def _names_a_batch(ctx: Context, name: str) -> bool:
+    """Whether a batch has members under this id (one listing of its markers)."""
+    from shared.errors import InvalidInput
+
+    try:
+        return bool(ctx.store.list_batch(name, limit=1))
+    except InvalidInput:  # not a valid batch id: it can only be a job's
+        return False
+
+
+def _watch_job(ctx: Context, job_id: str, timeout: float | None) -> int:
+    """A line per change of one job (GET ?wait= polls: the record's generation), until it
+    ends: 0 done, 1 failed or cancelled, 4 when `timeout` passes first."""
+    from shared.errors import JobNotFound
+    from shared.http.waiting import wait_for_change
+
+    queue = ctx.queue(ring=False)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        view = queue.get(job_id)
+    except JobNotFound:
+        raise CliError(f"no batch or job {job_id!r}") from None
+    while True:
+        record = view.to_json()
+        ctx.emit(record, cli_render.change_line(record))
+        if record.get("status") in _ENDED:
+            return EXIT_OK if record.get("status") == JobStatus.DONE else EXIT_FAILED
+        generation = view.generation
+        while view.generation == generation:
+            left = WAIT_STEP_S if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                raise CliError(
+                    f"gave up after {timeout:g}s: {job_id} is {record.get('status')}",
+                    EXIT_TIMEOUT,
+                )
+            wait_for_change(queue.store, job_id, min(left, WAIT_STEP_S), after=generation)
+            view = queue.get(job_id)
+
+
+_ENDED = (JobStatus.DONE, JobStatus.FAILED, JobStatus.CANCELLED)
 
 
 def _show_progress(

@@ -32,8 +32,9 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # watch: at least one job of the batch failed
 EXIT_USAGE = 2  # bad arguments, unknown job/pipeline, illegal transition, unreadable record
 EXIT_UNAVAILABLE = 3  # missing credentials, bucket or subscription; unreachable service
-EXIT_TIMEOUT = 4  # watch: --timeout passed before every job finished
+EXIT_TIMEOUT = 4  # watch, submit --wait: --timeout passed before every job finished
 EXIT_INTERRUPTED = 130
+EXIT_CLOSED_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a tool whose reader left
 
 # `make dev` listens here (reclaim/local/cloud.py); --local points the official clients at it.
 LOCAL_STORAGE_EMULATOR_HOST = "http://127.0.0.1:4443"

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from reclaim.cli.context import EXIT_OK, CliError, Context
+from reclaim.cli.context import EXIT_OK, EXIT_USAGE, CliError, Context
 from shared import bulk
 from shared.errors import InvalidInput
 from shared.jobs import JobStatus
@@ -69,9 +69,18 @@ def cmd_bulk(args: argparse.Namespace, action: str) -> int:
         verb = "would " + action if args.dry_run else action
         ctx.emit(summary, f"{len(ids)} job(s) match; {verb}:\n{shown}".rstrip(":\n"))
         return EXIT_OK
+    if not args.yes and not sys.stdin.isatty():  # no one to ask: never act unconfirmed
+        summary["refused"] = "no --yes and no terminal to confirm on"
+        if ctx.as_json:
+            ctx.emit(summary, "")
+        raise CliError(
+            f"{len(ids)} job(s) match; nothing done: pass --yes to {action} them without "
+            "a terminal to confirm on (or --dry-run to list them)",
+            EXIT_USAGE,
+        )
     if not ctx.as_json:
         print(f"{len(ids)} job(s) match; {action} at {args.pace:g}/s", file=sys.stderr)
-    if not args.yes and sys.stdin.isatty():
+    if not args.yes:
         answer = input(f"{action} {len(ids)} job(s)? [y/N] ").strip().lower()
         if answer not in ("y", "yes"):
             raise CliError("nothing done")
@@ -88,10 +97,11 @@ def cmd_bulk(args: argparse.Namespace, action: str) -> int:
         "skipped": result.skipped,
         "errors": result.errors,
     }
-    text = (
-        f"{action}: {len(result.acted)} of {len(ids)} job(s); {len(result.skipped)} changed "
-        f"meanwhile; {len(result.errors)} error(s) (run it again to continue)"
-    )
+    text = f"{action}: {len(result.acted)} of {len(ids)} job(s)"
+    if result.skipped:
+        text += f"; {len(result.skipped)} changed meanwhile (left as they are)"
+    if result.errors:
+        text += f"; {len(result.errors)} error(s): run it again to continue"
     ctx.emit(data, text)
     return EXIT_OK if not result.errors else 1
 

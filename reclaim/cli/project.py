@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import sys
 import tomllib
 from collections.abc import Callable, MutableMapping, MutableSequence, Sequence
@@ -121,15 +122,23 @@ def configure_project_parsers(add: _Add) -> None:
         "run the local cloud serving a project's pipelines (Ctrl-C stops it)",
         "The emulators, the five functions on the local Cloud Run and the scheduler,\n"
         "importing the project's [tool.reclaim] pipeline_modules (or --modules) from\n"
-        "its app_dir. Logs go to DIR/.reclaim/logs; the endpoints are written to\n"
-        "DIR/.reclaim/dev.json once up. LOCAL_* variables tune it (python -m reclaim.local.dev\n"
-        "--help lists them). SIGINT or SIGTERM stops everything it started.",
+        "its app_dir; an edit of those modules rolls the functions over (running jobs\n"
+        "are handed back and go on). The buckets are kept in DIR/.reclaim/storage across\n"
+        "restarts (--fresh starts empty); logs go to DIR/.reclaim/logs; the endpoints are\n"
+        "written to DIR/.reclaim/dev.json once up, where the CLI run in DIR finds them.\n"
+        "LOCAL_* variables tune it (python -m reclaim.local.dev --help lists them).\n"
+        "SIGINT or SIGTERM stops everything it started. Needs `pip install 'reclaim[dev]'`.",
     )
     p.add_argument("dir", nargs="?", default=".", help="the project folder (default: .)")
     p.add_argument(
         "--modules",
         metavar="M[,M...]",
         help="pipeline modules to serve (default: the project's pipeline_modules)",
+    )
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start with empty buckets: delete the jobs kept in DIR/.reclaim/storage first",
     )
     p.set_defaults(in_project=False)
     p = add(
@@ -174,10 +183,48 @@ def cmd_dev(args: argparse.Namespace) -> int:
         raise CliError(f"{args.dir} is not a folder")
     project = load(root) or Project(root.resolve(), (), root.resolve())
     modules = _modules(args.modules) if args.modules is not None else None
+    from reclaim.local import tools
+
+    try:
+        tools.require("reclaim dev")
+    except tools.MissingTools as exc:
+        raise CliError(str(exc)) from None
+    named = os.environ.get(MODULES_ENV, "").strip()
     dev_env(project, modules, os.environ, sys.path)
+    if args.fresh:
+        _forget(Path(os.environ["LOCAL_STORAGE_DIR"]), project)
     from reclaim.local import dev
 
-    return dev.run([])
+    follow = modules is None and not named  # the project's list: re-read on every look
+    return dev.run([], modules=_project_modules(project.root) if follow else None)
+
+
+def _project_modules(root: Path) -> Callable[[], tuple[str, ...]]:
+    """The project's [tool.reclaim] pipeline_modules as pyproject.toml says now (the last
+    readable list while an edit leaves it unreadable)."""
+    last: list[tuple[str, ...]] = []
+
+    def now() -> tuple[str, ...]:
+        try:
+            found = load(root)
+        except CliError:
+            found = None
+        if found is not None:
+            last[:] = [found.pipeline_modules]
+        return last[0] if last else ()
+
+    return now
+
+
+def _forget(storage: Path, project: Project) -> None:
+    """--fresh: remove the kept buckets (only a folder inside the project's .reclaim/)."""
+    if not storage.exists():
+        return
+    state = (project.root / ".reclaim").resolve()
+    if not storage.resolve().is_relative_to(state):
+        raise CliError(f"--fresh only empties a folder under {state}; LOCAL_STORAGE_DIR={storage}")
+    shutil.rmtree(storage)
+    print(f"reclaim dev: --fresh: removed the kept state in {storage}", file=sys.stderr)
 
 
 def dev_env(
@@ -194,7 +241,11 @@ def dev_env(
     project.apply(env, path)
     env["LOCAL_PYTHONPATH"] = str(project.app_dir)
     state = project.root / ".reclaim"
-    for var, default in (("LOCAL_LOG_DIR", "logs"), ("LOCAL_ENDPOINTS_FILE", "dev.json")):
+    for var, default in (
+        ("LOCAL_LOG_DIR", "logs"),
+        ("LOCAL_ENDPOINTS_FILE", "dev.json"),
+        ("LOCAL_STORAGE_DIR", "storage"),
+    ):
         env[var] = str(project.root / env[var] if env.get(var) else state / default)
 
 

@@ -266,3 +266,28 @@ def counts_text(counts: Mapping[str, Any]) -> str:
         return "(nothing)"
     width = max(len(str(k)) for k in counts)
     return "\n".join(f"{str(k).ljust(width)}  {_cell(v)}" for k, v in counts.items())
+
+
+def ended_text(record: Mapping[str, Any]) -> str:
+    """`submit --wait`: one ended job as `<id>  <status>  <result>` (or its error)."""
+    status = record.get("status")
+    head = f"{record.get('id')}  {status}"
+    error = record.get("error")
+    if status != JobStatus.DONE and isinstance(error, dict) and error:
+        return f"{head}  {_error_line(error)}"
+    result = record.get("result")
+    return f"{head}  {to_json(result)}" if result not in (None, {}) else head
+
+
+def change_line(record: Mapping[str, Any]) -> str:
+    """`watch <job>`: one line per change: status, stage, attempt, progress, last event."""
+    history = record.get("history")
+    last = history[-1] if isinstance(history, list) and history else {}
+    parts = [
+        str(record.get("status")),
+        f"stage {record.get('stage')}" if record.get("stage") else "",
+        f"attempt {record.get('attempts')}" if record.get("attempts") else "",
+        progress_text(record.get("progress")) or "",
+        f"({last.get('event')})" if isinstance(last, Mapping) and last.get("event") else "",
+    ]
+    return f"{record.get('id')}  " + "  ".join(p for p in parts if p)

@@ -163,6 +163,12 @@ class CloudConfig:
     log_dir: Path = ROOT / ".local-cloud" / "logs"
     functions_storage_host: str | None = None
     """STORAGE_EMULATOR_HOST the functions see (a fault proxy); None: fake-gcs itself."""
+    storage_dir: Path | None = None
+    """Where fake-gcs-server keeps the buckets (its filesystem backend), so the records,
+    indexes and outputs outlive a restart (`reclaim dev`: the project's .reclaim/storage);
+    None: in memory, empty at every start (the tests). The Pub/Sub emulator keeps its
+    messages in memory either way: a start with kept state rings the pending index once
+    (ring_pending)."""
     functions: Mapping[str, FunctionSpec] = field(default_factory=lambda: dict(DEFAULT_FUNCTIONS))
     python_path: tuple[Path, ...] = ()
     """Folders the functions import your pipeline modules from, after the library's
@@ -312,6 +318,8 @@ class LocalCloud:
         self.pools = self.config.pools()
         self.topology = wiring.with_pools(self.config.topology, self.pools)
         """The wiring with every pool's topic and subscription (terraform's)."""
+        self.rung_at_start = 0
+        """Jobs of the kept pending index rung when the cloud started (storage_dir)."""
 
     # ------------------------------------------------------------ factories
 
@@ -385,12 +393,15 @@ class LocalCloud:
                 event_bucket=scope[0] if scope else None,
                 event_prefix=scope[1] if scope else None,
                 log_path=c.log_dir / "fake-gcs.log",
+                root=c.storage_dir,
             )
             storage = wiring.storage_client(self.gcs_url, t.project)
             wiring.ensure_buckets(t, storage, extra=self.routes.buckets)
             self._start_run_jobs()
             self._start_platform()
             wiring.ensure_subscriptions(t, sub, self.function_urls())
+            if c.storage_dir is not None:  # kept state: its doorbells were in memory
+                self.rung_at_start = self.ring_pending(storage, pub)
         finally:
             pub.transport.close()
             sub.transport.close()
@@ -402,6 +413,28 @@ class LocalCloud:
             self._scheduler.start()
         if c.schedules_file is not None:  # time
             self._start_cron(c.schedules_file)
+
+    def ring_pending(self, storage: Any, publisher: Any) -> int:
+        """Ring every job of the pending index once, on its pool's topic; how many.
+
+        The records survive a restart (storage_dir) but the emulator's messages do not:
+        without this a queued job would wait for the sweep to find its doorbell lost (a
+        stale time). A ring the job does not need costs one delivery the claim acks
+        (its record says it is not claimable: running, or not due yet)."""
+        from shared.doorbell import message_for
+        from shared.stores.gcs import GcsStore
+
+        t, rung = self.topology, 0
+        for bucket in t.records_buckets:
+            for entry in GcsStore(bucket, storage).list_pending():
+                pool = self.pools.name_of(entry.pipeline) if entry.pipeline else pools.DEFAULT
+                data, attrs = message_for(entry.job_id)
+                topic = t.topic_path(pools.topic_of(t.jobs_topic, pool))
+                publisher.publish(
+                    request={"topic": topic, "messages": [{"data": data, "attributes": attrs}]}
+                )
+                rung += 1
+        return rung
 
     def _load_routes(self) -> Routes:
         """The upload routes, checked against the pipelines the functions will import (the

@@ -17,12 +17,12 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
-from reclaim.local import wiring
+from reclaim.local import tools, wiring
 from reclaim.local.cloud import (
     DEFAULT_FUNCTIONS,
     PUSH_WINDOWS,
@@ -33,6 +33,7 @@ from reclaim.local.cloud import (
     emulator_args,
     pool_service,
 )
+from reclaim.local.reload import Reloader
 from shared import pools
 from shared.config import EnvVar, read_env, unknown_names
 from shared.config import pools_file as config_pools_file
@@ -87,6 +88,12 @@ def _folders(raw: str) -> tuple[Path, ...]:
 
 def _opt_path(raw: str) -> Path | None:
     return Path(raw).resolve() if raw.strip() else None
+
+
+def _on_off(raw: str) -> bool:
+    if raw.strip().lower() not in ("on", "off"):
+        raise ValueError("must be on or off")
+    return raw.strip().lower() == "on"
 
 
 def _sources(raw: str) -> dict[str, FunctionSpec]:
@@ -291,6 +298,21 @@ VARS: tuple[EnvVar, ...] = (
         doc="Log directory (relative to the repo root).",
     ),
     EnvVar(
+        name="LOCAL_RELOAD",
+        field="reload",
+        default="on",
+        parse=_on_off,
+        doc="Roll the functions over when a pipeline module's file changes ('off': never).",
+    ),
+    EnvVar(
+        name="LOCAL_STORAGE_DIR",
+        field="storage_dir",
+        default="",
+        parse=_opt_path,
+        doc="Keep the buckets in this folder across restarts (empty: in memory); reclaim dev "
+        "sets .reclaim/storage.",
+    ),
+    EnvVar(
         name="LOCAL_FUNCTIONS_STORAGE_HOST",
         field="functions_storage_host",
         default="",
@@ -348,6 +370,7 @@ def config_from_env(env: Mapping[str, str]) -> CloudConfig:
     except ValueError as exc:
         raise LaunchConfigError(f"LOCAL_* names/backoffs are invalid: {exc}") from None
     values.pop("endpoints_file")  # the launcher's, not the cloud's: run() writes it
+    values.pop("reload")  # the launcher's: run() watches the modules
     log_dir = Path(values.pop("log_dir"))
     values["log_dir"] = log_dir if log_dir.is_absolute() else ROOT / log_dir
     values["functions_storage_host"] = values["functions_storage_host"] or None
@@ -404,7 +427,12 @@ def plan(config: CloudConfig, env: Mapping[str, str]) -> str:
     lines = [
         "local cloud: starting",
         "  Pub/Sub emulator   python " + " ".join(emulator[1:]),
-        f"  fake-gcs-server    port {config.gcs_port} (upload notifications on)",
+        f"  fake-gcs-server    port {config.gcs_port} (upload notifications on), "
+        + (
+            f"state kept in {config.storage_dir} (reclaim dev --fresh starts empty)"
+            if config.storage_dir is not None
+            else "in memory (empty at every start)"
+        ),
         "  local Cloud Run    one front per function; instances start on the first request",
     ]
     for name in config.service_names():
@@ -468,8 +496,13 @@ def describe(cloud: LocalCloud) -> str:
     """The banner: endpoints, a client env and a curl to submit a job."""
     e = cloud.endpoints
     lines = ["reclaim local cloud is up.", "", f"  Dashboard: {e['dashboard']}/", ""]
+    if cloud.config.storage_dir is not None:
+        lines[1:1] = [
+            f"Kept state: {cloud.config.storage_dir}; {cloud.rung_at_start} pending job(s) "
+            "rung again (the Pub/Sub emulator's messages are in memory)."
+        ]
     lines += [f"  {k:<26} {v}" for k, v in e.items()]
-    lines += ["", "Client environment (for the reclaim CLI):"]
+    lines += ["", "Client environment (the reclaim CLI run in the project finds it itself):"]
     lines += [f"  export {k}={v}" for k, v in cloud.client_env().items()]
     lines += [
         "",
@@ -500,11 +533,18 @@ def _help() -> str:
     return "\n".join([__doc__ or "", *rows])
 
 
-def _watch(cloud: LocalCloud) -> None:
-    """Until interrupted: say once when a child dies that nobody stopped."""
+def _say(line: str) -> None:
+    print(f"local cloud: {line}", file=sys.stderr, flush=True)
+
+
+def _watch(cloud: LocalCloud, reloader: Reloader | None) -> None:
+    """Until interrupted: roll the functions over when the pipeline modules change
+    (reclaim.local.reload), and say once when a child dies that nobody stopped."""
     reported: set[str] = set()
     while True:
         time.sleep(1.0)
+        if reloader is not None:
+            reloader.poll()
         for name, rc in cloud.dead_children().items():
             if name not in reported:
                 reported.add(name)
@@ -539,6 +579,11 @@ def _prepare(argv: list[str], env: Mapping[str, str]) -> CloudConfig | int:
     if argv and argv[0] in ("-h", "--help"):
         print(_help())
         return 0
+    try:
+        tools.require("the local cloud")
+    except tools.MissingTools as exc:
+        print(f"local cloud: {exc}", file=sys.stderr)
+        return 2
     if argv:
         print(
             f"local cloud: no arguments expected (settings are LOCAL_* variables): {argv}",
@@ -569,8 +614,25 @@ def _prepare(argv: list[str], env: Mapping[str, str]) -> CloudConfig | int:
     return config
 
 
-def run(argv: list[str] | None = None) -> int:
-    """Foreground loop; SIGINT/SIGTERM stop every child before returning."""
+def _modules_now(config: CloudConfig) -> Callable[[], tuple[str, ...]]:
+    """The pipeline modules as the environment names them (the functions' own setting
+    first, as they are started)."""
+
+    def now() -> tuple[str, ...]:
+        raw = config.function_env.get("RECLAIM_PIPELINE_MODULES") or os.environ.get(
+            "RECLAIM_PIPELINE_MODULES", ""
+        )
+        return tuple(m.strip() for m in raw.split(",") if m.strip())
+
+    return now
+
+
+def run(
+    argv: list[str] | None = None, *, modules: Callable[[], tuple[str, ...]] | None = None
+) -> int:
+    """Foreground loop; SIGINT/SIGTERM stop every child before returning. `modules`: the
+    pipeline modules to serve now, looked at every second (reclaim dev: the project's
+    [tool.reclaim]); their edits roll the functions over unless LOCAL_RELOAD=off."""
     prepared = _prepare(sys.argv[1:] if argv is None else argv, os.environ)
     if isinstance(prepared, int):
         return prepared
@@ -593,7 +655,12 @@ def run(argv: list[str] | None = None) -> int:
         if endpoints_file is not None:
             write_endpoints(cloud, endpoints_file)
             wrote = True
-        _watch(cloud)
+        reloader = None
+        if read_env(VARS, os.environ)["reload"]:
+            reloader = Reloader(cloud, modules or _modules_now(prepared), _say)
+            watched = len(reloader.seen)
+            _say(f"watching {watched} file(s) of your pipeline modules: an edit reloads them")
+        _watch(cloud, reloader)
     except KeyboardInterrupt:
         print("\nlocal cloud: stopping...", file=sys.stderr, flush=True)
     except Exception as exc:  # a start failure: say why, in one place
@@ -611,7 +678,8 @@ def write_endpoints(cloud: LocalCloud, path: Path) -> None:
     """The endpoints and a client's environment as JSON, for scripts and tests that
     start the local cloud (`reclaim dev`) and must find it; written whole or not at all."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"endpoints": cloud.endpoints, "client_env": cloud.client_env(), "pid": os.getpid()}
+    client_env = {**cloud.client_env(), "RECLAIM_SUBMIT_URL": cloud.platform.url("submit")}
+    doc = {"endpoints": cloud.endpoints, "client_env": client_env, "pid": os.getpid()}
     partial = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     partial.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     partial.replace(path)

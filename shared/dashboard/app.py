@@ -2,6 +2,7 @@
 
 GET  /                      overview        GET  /batches, /batches/<id>
 GET  /jobs?status=&pipeline=&batch=&tag=    search, a page at a time (shared.http.pages)
+GET  /finished?day=&status=                 failed and cancelled jobs of one day (ended/)
 GET  /jobs/<id>             one job         POST /jobs/<id>/retry, /jobs/<id>/cancel
 GET  /pipelines             pause flags     POST /pipelines/<name>/pause, .../resume
 GET  /bulk?action=&batch=&status=&pipeline=&since=   the count and its confirm form
@@ -220,6 +221,7 @@ class _Page:
         pages_here: dict[str, Callable[[], flask.Response]] = {
             "": self.overview,
             "jobs": self.jobs,
+            "finished": self.finished,
             "batches": self.batches,
             "pipelines": self.pipelines,
             "bulk": self.bulk_count,
@@ -254,7 +256,8 @@ class _Page:
 
     def overview(self) -> flask.Response:
         data = views.overview(self.queue, self.figures, self.clock())
-        return self.render("overview.html", o=data, source=self.figures.description)
+        paused = [p for p in views.pipelines(self.queue) if p.paused]
+        return self.render("overview.html", o=data, source=self.figures.description, paused=paused)
 
     def batch(self, batch_id: str) -> flask.Response:
         view = self.queue.get_batch(batch_id)
@@ -267,7 +270,8 @@ class _Page:
         trace = tracing.parse(record.get("traceparent"))
         project = self.queue.settings.project
         logs_url = None
-        if trace is not None:
+        local_logs = views.local_log_dir(self.queue.settings.metrics_source)
+        if trace is not None and local_logs is None:  # locally there is no Cloud Logging
             query = quote(f'trace="projects/{project}/traces/{trace.trace_id}"', safe="")
             logs_url = (
                 f"https://console.cloud.google.com/logs/query;query={query}?project={project}"
@@ -281,6 +285,7 @@ class _Page:
             outputs=_outputs(record),
             trace=trace,
             logs_url=logs_url,
+            local_logs=local_logs,
             message=self.request.args.get("done"),
             relations=views.relations(self.queue, record),
             max_attempts=job_queue.max_attempts_of(record, self.queue.settings.max_attempts),
@@ -300,8 +305,24 @@ class _Page:
 
     def search(self) -> flask.Response:
         """Jobs by status, pipeline, batch and tag, a page at a time from the indexes, as
-        GET /jobs pages them (shared.http.pages): never a walk of jobs/."""
+        GET /jobs pages them (shared.http.pages): never a walk of jobs/. Done jobs have
+        no index of their own: asked without a batch or a tag, the page says where to
+        find them instead of answering the API's 400."""
         asked = views.filled(self.request.args, drop=("id",))
+        if views.needs_batch(asked):
+            query = pages.parse_query({k: v for k, v in asked.items() if k != "status"})
+            return self.render(
+                "jobs.html",
+                q=query,
+                asked_status=asked["status"],
+                found=pages.Page(),
+                next_url=None,
+                statuses=[s.value for s in JobStatus],
+                pipelines=pipeline_names(),
+                bulk_links=[],
+                needs_batch=True,
+                today=self.clock().date().isoformat(),
+            )
         query = pages.parse_query(asked)
         found = pages.page(self.queue.store, query, self.queue.ctx.summary_fields())
         next_url = None
@@ -315,7 +336,22 @@ class _Page:
             statuses=[s.value for s in JobStatus],
             pipelines=pipeline_names(),
             bulk_links=views.bulk_links(query),
+            asked_status=query.status.value if query.status else "",
+            needs_batch=False,
+            today=self.clock().date().isoformat(),
         )
+
+    def finished(self) -> flask.Response:
+        """GET /finished?day=YYYY-MM-DD&status=failed|cancelled: the jobs that ended so
+        that day, from flow control's ended index (one listing per fan-out slot), with
+        links to the days before and after; done jobs are browsed by their batch."""
+        shown = views.finished_day(
+            self.queue,
+            self.request.args.get("day", ""),
+            self.request.args.get("status", ""),
+            self.clock(),
+        )
+        return self.render("finished.html", f=shown)
 
     def pipelines(self) -> flask.Response:
         return self.render(

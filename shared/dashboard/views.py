@@ -12,7 +12,7 @@ import json
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -394,3 +394,86 @@ def bulk_links(query: pages.Query) -> list[tuple[str, str]]:
         args = {"action": action, **{k: str(v) for k, v in selection.items() if v}}
         out.append((action, "/bulk?" + urlencode(args)))
     return out
+
+
+def needs_batch(asked: Mapping[str, str]) -> bool:
+    """A search for done jobs without a batch or a tag: no index holds every done job
+    (it would grow with the history), so only a batch's or a tag's markers find them."""
+    return asked.get("status") == "done" and not (asked.get("batch") or asked.get("tag"))
+
+
+def local_log_dir(metrics_source: str) -> str | None:
+    """The local cloud's log folder (its figures come from `logs:<folder>`), or None on
+    GCP, where a job's trace links to Cloud Logging."""
+    kind, _, where = metrics_source.partition(":")
+    return where if kind == "logs" and where else None
+
+
+FINISHED_SHOWN = 200
+"""Most jobs one day's page lists per status (the rest: the CLI's `reclaim retry --since`)."""
+FINISHED_STATUSES = ("failed", "cancelled")
+
+
+@dataclass
+class FinishedDay:
+    """One day of ended jobs of one status, as the ended index holds them."""
+
+    day: str
+    status: str
+    jobs: list[dict[str, Any]]
+    truncated: bool
+    unreadable: list[str]
+    previous: str
+    next: str | None
+    batches: list[tuple[str, int]]
+
+
+def finished_day(queue: Queue, day_text: str, status_text: str, now: datetime) -> FinishedDay:
+    """The jobs of `status` that ended on `day` (UTC; default today), newest index first,
+    with the batches they belong to; InvalidInput names a bad day or status."""
+    from shared.features.flow_policy import ended_day_prefixes
+
+    status = status_text or "failed"
+    if status not in FINISHED_STATUSES:
+        raise InvalidInput(
+            f"status must be failed or cancelled (done jobs are found by their batch or tag), "
+            f"got {status[:40]!r}",
+            "status",
+        )
+    today = now.astimezone(UTC).date()
+    try:
+        day = date.fromisoformat(day_text) if day_text else today
+    except ValueError:
+        raise InvalidInput(f"day must be YYYY-MM-DD, got {day_text[:40]!r}", "day") from None
+    start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+    ids: list[str] = []
+    for prefix in ended_day_prefixes(status, start):
+        ids += [
+            b.name[len(prefix) :] for b in queue.store.list_blobs(prefix, limit=FINISHED_SHOWN + 1)
+        ]
+    ids = sorted(set(ids))
+    found = queue.read_many(ids[:FINISHED_SHOWN])
+    jobs = sorted(
+        (status_summary(r) for r in found.records if r.get("status") == status),
+        key=lambda j: str(j.get("updated_at") or ""),
+        reverse=True,
+    )
+    batches = Counter(str(j["batch_id"]) for j in jobs if j.get("batch_id"))
+    after = day + timedelta(days=1)
+    return FinishedDay(
+        day=day.isoformat(),
+        status=status,
+        jobs=jobs,
+        truncated=len(ids) > FINISHED_SHOWN,
+        unreadable=sorted(found.corrupt),
+        previous=(day - timedelta(days=1)).isoformat(),
+        next=after.isoformat() if after <= today else None,
+        batches=batches.most_common(ACTIVE_BATCHES_SHOWN),
+    )
+
+
+def status_summary(record: JobRecord) -> dict[str, Any]:
+    """A job in the day's table: its summary, with the batch it belongs to."""
+    from shared.status import summary
+
+    return {**summary(record), "batch_id": record.get("batch_id")}

@@ -315,8 +315,71 @@ def test_search_finds_jobs_by_tag_batch_and_status(cloud: LocalCloud, browser: A
     search(browser, batch="find-demo", status="failed")
     until("none failed", lambda: "No job" in text_of(browser, "#no-results"))
     search(browser, batch="", status="done")  # done jobs have no index of their own
-    until("the refusal", lambda: "400" in text_of(browser, "h1"))
-    assert "batch" in text_of(browser, "#reason")
+    until("where to find them", lambda: "batch or tag" in text_of(browser, "#needs-batch"))
+    assert text_of(browser, "h1") == "Jobs" and listed(browser) == []  # a page, not a 400
+    option = 'select[name=status] option[value="done"]'
+    assert text_of(browser, option) == "done (with a batch or tag)"
+
+
+def test_failed_and_cancelled_jobs_are_browsed_by_the_day_they_ended(
+    cloud: LocalCloud, browser: Any
+) -> None:
+    """The Finished page lists one day's failed (or cancelled) jobs from the ended index,
+    with their batches; a job's page locally shows where its log lines are, not a
+    Cloud Logging link."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    bad = {"stages": 1, "fail_at": 0, "permanent": True}
+    jobs = [{"pipeline": "demo", "id": f"day-bad-{i}", "payload": bad} for i in range(2)]
+    submit(cloud, {"batch_id": "day-demo", "jobs": jobs})
+    submit(
+        cloud,
+        {
+            "pipeline": "demo",
+            "id": "day-stop",
+            "payload": {"stages": 1},
+            "delay_seconds": 86400,
+        },
+    )
+    requests.post(f"{cloud.endpoints['admin']}/jobs/day-stop/cancel", json={}, timeout=30)
+    for job in ("day-bad-0", "day-bad-1"):
+        until(f"{job} failed", lambda job=job: job_of(cloud, job)["status"] == "failed")
+    ended = job_of(cloud, "day-bad-0")["updated_at"][:10]
+    browser.get(cloud.endpoints["dashboard"] + "/")
+    click(browser, 'nav a[href="/finished"]')
+    until("today's failed jobs", lambda: {"day-bad-0", "day-bad-1"} <= set(listed(browser)))
+    assert text_of(browser, "h1") == f"Finished: failed on {ended}"
+    assert "day-demo (2)" in text_of(browser, "#finished-batches")
+    browser.save_screenshot(str(DOCS / "dashboard-finished.png"))
+    Select(browser.find_element(By.CSS_SELECTOR, "#finished-form [name=status]")).select_by_value(
+        "cancelled"
+    )
+    click(browser, "#show-day")
+    until("the cancelled one", lambda: listed(browser) == ["day-stop"])
+    click(browser, "#previous-day")
+    until("the day before", lambda: "No job ended cancelled" in text_of(browser, "#no-results"))
+    assert text_of(browser, "#next-day").endswith(f"{ended} →")
+    browser.get(cloud.endpoints["dashboard"] + "/jobs/day-bad-0")
+    until("the job page", lambda: "grep" in text_of(browser, "#trace"))
+    assert "Cloud Logging" not in browser.page_source  # no link to a console locally
+
+
+def test_the_overview_flags_a_paused_pipeline(cloud: LocalCloud, browser: Any) -> None:
+    admin = cloud.endpoints["admin"]
+    paused = requests.post(f"{admin}/pipelines/upload-digest/pause", json={}, timeout=30)
+    assert paused.status_code == 200, paused.text
+    try:
+        browser.get(cloud.endpoints["dashboard"] + "/")
+        until("the banner", lambda: "upload-digest" in text_of(browser, "#paused-banner"))
+        assert "none of its jobs starts" in text_of(browser, "#paused-banner")
+        browser.save_screenshot(str(DOCS / "dashboard-paused.png"))
+    finally:
+        resumed = requests.post(f"{admin}/pipelines/upload-digest/resume", json={}, timeout=30)
+        assert resumed.status_code == 200, resumed.text
+    browser.get(cloud.endpoints["dashboard"] + "/")
+    until("no banner", lambda: text_of(browser, "h1") == "Overview")
+    assert text_of(browser, "#paused-banner") == ""
 
 
 def test_pause_and_resume_a_pipeline_as_the_verified_operator(

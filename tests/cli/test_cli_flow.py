@@ -23,7 +23,7 @@ def test_pausing_an_unknown_pipeline_is_exit_2_with_a_reason(cloud: Cloud) -> No
     assert cloud.store.list_blobs("paused/") == []
 
 
-def test_bulk_cancel_counts_first_and_acts_without_asking_off_a_terminal(
+def test_bulk_cancel_counts_first_and_off_a_terminal_acts_only_with_yes(
     cloud: Cloud, fresh: Any
 ) -> None:
     batch = fresh("bc")
@@ -34,8 +34,14 @@ def test_bulk_cancel_counts_first_and_acts_without_asking_off_a_terminal(
     dry = cloud.ok("cancel", "--batch", batch, "--dry-run", "--json").json()
     assert (dry["matching"], sorted(dry["jobs"])) == (3, ids)
     assert all(cloud.store.read(i).record["status"] == "queued" for i in ids)  # nothing done
-    done = cloud.ok("cancel", "--batch", batch, "--pace", "100", "--json", stdin="").json()
-    assert sorted(done["acted"]) == ids  # stdin is no terminal: no question asked
+    refused = cloud.run("cancel", "--batch", batch, "--pace", "100", stdin="")
+    assert refused.code == 2, refused  # stdin is no terminal and no --yes: nobody agreed
+    assert "3 job(s) match; nothing done: pass --yes" in refused.err, refused.err
+    assert all(cloud.store.read(i).record["status"] == "queued" for i in ids)
+    as_json = cloud.run("cancel", "--batch", batch, "--json", stdin="")
+    assert as_json.code == 2 and as_json.json()["matching"] == 3, as_json
+    done = cloud.run("cancel", "--batch", batch, "--pace", "100", "--yes", stdin="")
+    assert done.code == 0 and done.out.strip() == "cancel: 3 of 3 job(s)", done
     assert all(cloud.store.read(i).record["status"] == "cancelled" for i in ids)
     again = cloud.ok("cancel", "--batch", batch, "--json").json()
     assert again["matching"] == 0  # a re-run finds nothing left

