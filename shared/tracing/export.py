@@ -56,6 +56,9 @@ SCOPE_NAME = "reclaim"
 ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
 BASE_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
 TIMEOUT_ENV = "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT"
+COLLECTOR_ENV = "LOCAL_TRACE_COLLECTOR"
+"""The local cloud's collector (reclaim.local.collector), whose spans the dashboard's job
+page draws; unset on GCP, where the page draws the spans built from the record."""
 _OFF = (("OTEL_TRACES_EXPORTER", "none"), ("OTEL_SDK_DISABLED", "true"))
 
 

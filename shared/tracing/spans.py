@@ -30,7 +30,7 @@ counts them).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -72,6 +72,8 @@ class JobTrace:
     """The job's own traceparent: trace id, the root's span id, the sampled flag."""
     terminal: bool
     spans: tuple[Span, ...]
+    last_attempt: int = 0
+    """The highest attempt the history shows: the one whose end exports the root."""
 
     @property
     def trace_id(self) -> str:
@@ -80,10 +82,9 @@ class JobTrace:
     def segment(self, attempt: int) -> list[Span]:
         """What the request that ended `attempt` exports: that attempt's spans, and the
         job's own span once the job ended."""
+        ends = self.terminal and attempt >= self.last_attempt
         return [
-            s
-            for s in self.spans
-            if s.segment == attempt or (s.segment == ROOT_SEGMENT and self.terminal)
+            s for s in self.spans if s.segment == attempt or (s.segment == ROOT_SEGMENT and ends)
         ]
 
 
@@ -106,7 +107,8 @@ def build(record: Mapping[str, Any]) -> JobTrace | None:
         walk.step(entry)
     walk.finish()
     status = record.get("status")
-    return JobTrace(str(record.get("id")), context, status in TERMINAL, tuple(walk.spans))
+    terminal = status in TERMINAL
+    return JobTrace(str(record.get("id")), context, terminal, tuple(walk.spans), walk.attempts)
 
 
 # --------------------------------------------------------------------------- the walk
@@ -167,6 +169,7 @@ class _Walk:
         checkpoint = record.get("checkpoint")
         completed = checkpoint.get("completed") if isinstance(checkpoint, dict) else None
         self.names: list[str] = [str(n) for n in completed] if isinstance(completed, list) else []
+        self.learned: dict[int, str] = {}  # a stage's name the history gives later (done)
         self.submit_seen = False
 
     # --- helpers
@@ -213,7 +216,10 @@ class _Walk:
     def _stage_name(self, index: int, fallback: object = None) -> str:
         if 0 <= index < len(self.names):
             return self.names[index]
-        return str(fallback) if isinstance(fallback, str) and fallback else f"stage {index + 1}"
+        if isinstance(fallback, str) and fallback:
+            self.learned[index] = fallback
+            return fallback
+        return self.learned.get(index, _placeholder(index))
 
     def _stages(
         self,
@@ -434,7 +440,17 @@ class _Walk:
 
     # --- the end of the history
 
+    def _rename(self) -> None:
+        """A stage cut short before its name was known (a hand-back, a rescue) takes the
+        name a later entry gave that index (the done entry names the last stage)."""
+        for i, span in enumerate(self.spans):
+            index = span.attributes.get("reclaim.stage_index")
+            single = span.kind == "stage" and "reclaim.stages" not in span.attributes
+            if single and isinstance(index, int) and span.name == _placeholder(index):
+                self.spans[i] = replace(span, name=self.learned.get(index, span.name))
+
     def finish(self) -> None:
+        self._rename()
         if (
             not self.submit_seen
             and self.created is not None
@@ -465,6 +481,10 @@ class _Walk:
             attrs,
             str(error.get("message")) if failed and isinstance(error, dict) else None,
         )
+
+
+def _placeholder(index: int) -> str:
+    return f"stage {index + 1}"
 
 
 _HANDLERS = {

