@@ -22,6 +22,7 @@ the launcher's process (no process of its own), and bad input gets a 4xx JSON
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -257,10 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     server = CollectorServer(args.host, args.port)
     server.start()
     print(server.url, flush=True)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         sys.stdin.read()  # the parent closes our stdin (or dies) to stop us
-    except KeyboardInterrupt:
-        pass
     server.stop()
     return 0
 

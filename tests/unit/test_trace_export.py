@@ -64,9 +64,7 @@ def queued_job(store: MemoryStore, name: str, *, sampled: bool = True) -> tuple[
     trace = tracing.new_trace()
     if not sampled:
         trace = tracing.TraceContext(trace.trace_id, trace.span_id, sampled=False)
-    record = records.new_record(
-        job_id, name, {}, datetime.now(UTC), traceparent=trace.traceparent
-    )
+    record = records.new_record(job_id, name, {}, datetime.now(UTC), traceparent=trace.traceparent)
     store.add_pending(job_id)
     store.create(record)
     return job_id, trace.trace_id
