@@ -115,6 +115,7 @@ HistoryEntry = TypedDict(
         "from_version": str | None,
         "execution": str,
         "last_seen": str,
+        "upcoming": str,
     },
     total=False,
 )

@@ -507,6 +507,8 @@ class LocalCloud:
             out["cloudrun_admin"] = self.platform.admin_url
         if self.run_jobs is not None:
             out["run_jobs"] = self.run_jobs.url
+        if self.collector is not None:  # GET /v1/traces/<trace id>: a job's exported spans
+            out["trace_collector"] = self.collector.url
         return out
 
     def client_env(self) -> dict[str, str]:

@@ -543,6 +543,7 @@ class _Job:
                 self.outputs,
                 version=self.plan.resume.version if self.plan.resume else None,
                 completed=[n for n, _ in self.plan.stages[: index + 1]],
+                upcoming=self.plan.stages[index + 1][0],  # its trace span's name, if cut short
             )
         except OwnerLost:
             return self._lost("checkpoint refused")

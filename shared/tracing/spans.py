@@ -170,6 +170,7 @@ class _Walk:
         completed = checkpoint.get("completed") if isinstance(checkpoint, dict) else None
         self.names: list[str] = [str(n) for n in completed] if isinstance(completed, list) else []
         self.learned: dict[int, str] = {}  # a stage's name the history gives later (done)
+        self.moved: dict[int, int] = {}  # an attempt taken over: its spans go with the taker's
         self.submit_seen = False
 
     # --- helpers
@@ -329,8 +330,11 @@ class _Walk:
         )
 
     def _rescued_by(self, at: datetime, number: int) -> None:
+        """A claim took the stale attempt over: no request exported its end, so its spans
+        (and all before them) go with the taker's end."""
         a = self.attempt
         assert a is not None
+        self.moved[a.number] = number
         self._stages(a, a.last_seen, a.stage_index + 1, error="the owner went silent")
         self._event("rescued", a.last_seen, number, until=at, key=a.number)
         self._close_attempt(a.last_seen, "rescued", segment=number, error="the owner went silent")
@@ -341,6 +345,9 @@ class _Walk:
             return
         if self.attempt is not None:
             self._stages(self.attempt, at, upto, last_name=entry.get("stage"))
+        upcoming = entry.get("upcoming")
+        if isinstance(upcoming, str) and upcoming and upto >= len(self.names):
+            self.learned.setdefault(upto, upcoming)  # the stage that started then
         self.next_stage = upto
 
     def _ended_run(
@@ -449,6 +456,14 @@ class _Walk:
             if single and isinstance(index, int) and span.name == _placeholder(index):
                 self.spans[i] = replace(span, name=self.learned.get(index, span.name))
 
+    def _move(self) -> None:
+        for i, span in enumerate(self.spans):
+            segment = span.segment
+            while segment in self.moved:
+                segment = self.moved[segment]
+            if segment != span.segment:
+                self.spans[i] = replace(span, segment=segment)
+
     def finish(self) -> None:
         self._rename()
         if (
@@ -458,6 +473,7 @@ class _Walk:
         ):
             self._submitted(self.created, {})  # a record made without its first entry
             self.spans.insert(0, self.spans.pop())
+        self._move()
         if self.ended is None or self.created is None:
             return
         attrs: dict[str, AttributeValue] = {

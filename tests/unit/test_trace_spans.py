@@ -206,3 +206,21 @@ def test_waterfall_rows_put_children_under_their_parents() -> None:
     for span in trace.spans:
         if span.kind == "stage":
             assert depth[span.span_id] == 2  # job > attempt > stage
+
+
+def test_an_attempt_a_claim_took_over_goes_out_with_the_takers_end() -> None:
+    """A redelivered doorbell's claim takes a stale running job over (a rescue without
+    the sweep's write): nobody exported attempt 1's end, so its spans go with attempt 2's."""
+    job = new_job()
+    job = apply(job, q.claim_fields(job, "a.1", at(1)))
+    job = apply(job, q.checkpoint_fields(job, at(3), "encode", 1, {}, upcoming="mux"))
+    job = apply(job, q.claim_fields(job, "b.1", at(9)))  # took over from a.1
+    assert job["history"][-1]["took_over_from"] == "a.1"
+    job = apply(job, q.done_fields(job, at(12), {}, stage="mux"))
+    trace = trace_spans.build(job)
+    assert trace is not None
+    assert trace.segment(1) == []
+    sent = {s.name for s in trace.segment(2)}
+    assert {"submit", "queued", "attempt 1", "encode", "mux", "rescued", "attempt 2"} <= sent
+    (lost_mux,) = [s for s in trace.spans if s.name == "mux" and s.error]
+    assert lost_mux.start == at(3)  # named by the checkpoint's upcoming stage
