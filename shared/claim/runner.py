@@ -570,7 +570,12 @@ class _Job:
         try:
             final = self.owned.finish(
                 lambda job: job_queue.done_fields(
-                    job, now, result, self.outputs, stage=self.log.stage
+                    job,
+                    now,
+                    result,
+                    self.outputs,
+                    stage=self.log.stage,
+                    stages=len(self.plan.stages),
                 ),
                 "done",
                 fold=False,

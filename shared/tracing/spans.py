@@ -360,7 +360,10 @@ class _Walk:
         failing = entry.get("error")
         stage = failing.get("stage") if isinstance(failing, dict) else entry.get("stage")
         keep = outcome not in ("handed back", "cancelled")
-        self._stages(a, at, a.stage_index + 1, last_name=stage, error=error, keep_empty=keep)
+        upto = _int(entry.get("next_stage")) if outcome == "done" else None
+        if upto is None or upto <= a.stage_index:  # done names how many stages there were:
+            upto = a.stage_index + 1  # the ones after a coalesced checkpoint end here too
+        self._stages(a, at, upto, last_name=stage, error=error, keep_empty=keep)
         number = a.number
         self._close_attempt(at, outcome, error=error)
         return number

@@ -224,3 +224,15 @@ def test_an_attempt_a_claim_took_over_goes_out_with_the_takers_end() -> None:
     assert {"submit", "queued", "attempt 1", "encode", "mux", "rescued", "attempt 2"} <= sent
     (lost_mux,) = [s for s in trace.spans if s.name == "mux" and s.error]
     assert lost_mux.start == at(3)  # named by the checkpoint's upcoming stage
+
+
+def test_a_done_after_a_dropped_checkpoint_spans_every_stage_it_ran() -> None:
+    """The last stages' checkpoint was coalesced and the done write drops it: the done
+    entry's stage count makes one span of the stages since the last checkpoint."""
+    job = new_job()
+    job = apply(job, q.claim_fields(job, "a.1", at(1)))
+    job = checkpoint(job, 2, "a", 1, ["a"])
+    job = apply(job, q.done_fields(job, at(3), {}, stage="c", stages=3))
+    names = by_name(trace_spans.build(job).spans)  # type: ignore[union-attr]
+    (bc,) = names["stage 2 + c"]
+    assert (bc.start, bc.end, bc.attributes["reclaim.stages"]) == (at(2), at(3), 2)
