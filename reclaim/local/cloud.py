@@ -375,7 +375,8 @@ class LocalCloud:
         self.routes = self._load_routes()  # a bad routes file stops here, naming the route
         c.log_dir.mkdir(parents=True, exist_ok=True)
         self._resolve_ports()
-        self.collector = CollectorServer(c.host)  # before any function: their env names it
+        # before any function (their env names it), on a port of this run's lane
+        self.collector = CollectorServer(c.host, free_port())
         self.collector.start()
         self._start_emulator()
         pub, sub = wiring.pubsub_admin_clients(self.pubsub_host)

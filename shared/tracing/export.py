@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from shared.logs import get_logger
-from shared.tracing.spans import JobTrace, Span, build
+from shared.tracing.spans import JobTrace, Span, adopt, build
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
@@ -102,7 +102,8 @@ def attempt_ended(record: Mapping[str, Any], attempt: int, extra: Sequence[Span]
         trace = build(record)
         if trace is None or not trace.context.sampled:
             return NOTHING
-        return send(trace, [*trace.segment(attempt), *extra], endpoint)
+        spans = trace.segment(attempt)
+        return send(trace, [*spans, *adopt(spans, extra)], endpoint)
     except Exception as exc:  # a bug here must never fail the job it describes
         log.warning("trace export failed", job_id=record.get("id"), error=repr(exc))
         return Exported(0, False)

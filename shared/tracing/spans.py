@@ -524,6 +524,27 @@ _HANDLERS = {
 }
 
 
+def adopt(built: Sequence[Span], own: Sequence[Span]) -> list[Span]:
+    """A stage's own spans (shared.tracing.stage) hang under their stage's span; where the
+    record made one span of several stages (a coalesced checkpoint), under that one."""
+    ids = {s.span_id for s in built} | {s.span_id for s in own}
+    covering: dict[tuple[int, int], str] = {}
+    for span in built:
+        first = span.attributes.get("reclaim.stage_index")
+        if span.kind == "stage" and isinstance(first, int):
+            count = span.attributes.get("reclaim.stages", 1)
+            for n in range(first, first + (count if isinstance(count, int) else 1)):
+                covering[(span.segment, n)] = span.span_id
+    out = []
+    for span in own:
+        where = span.attributes.get("reclaim.stage_index")
+        parent = covering.get((span.segment, where)) if isinstance(where, int) else None
+        if span.parent_id not in ids and parent is not None:
+            span = replace(span, parent_id=parent)
+        out.append(span)
+    return out
+
+
 def waterfall_rows(spans: Sequence[Span]) -> list[tuple[int, Span]]:
     """The spans in tree order with their depth (a parent before its children, siblings
     by start), for a waterfall; a span whose parent is not among them is a top row."""

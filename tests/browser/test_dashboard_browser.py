@@ -400,7 +400,10 @@ def test_a_jobs_trace_is_drawn_as_a_waterfall_on_its_page(cloud: LocalCloud, bro
     # sweep's re-ring of a job whose doorbell came before it was due (up to the stale time)
     names = until("the trace's end drawn", lambda: "done" in (n := drawn()) and n, timeout=150)
     assert {"job demo", "submit", "queued", "attempt 1", "requeued", "attempt 2"} <= names
-    assert {"stage-0", "stage-1", "stage-2", "sleep"} <= names  # the stages, their own spans
+    assert {"stage-0", "stage-1", "sleep"} <= names  # the stages, and their own spans
+    # the last stages of attempt 2 may be one span: their checkpoint came within the
+    # minimum write interval, so it was coalesced and the done write dropped it
+    assert any(name.endswith("stage-2") for name in names)
     assert "local trace collector" in text_of(browser, "#trace-source")
     failed = browser.find_elements(By.CSS_SELECTOR, 'svg#waterfall g[data-name="requeued"] rect')
     assert failed and failed[0].get_attribute("stroke") == "#dc2626"  # the stage error shows

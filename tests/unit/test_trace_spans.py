@@ -236,3 +236,20 @@ def test_a_done_after_a_dropped_checkpoint_spans_every_stage_it_ran() -> None:
     names = by_name(trace_spans.build(job).spans)  # type: ignore[union-attr]
     (bc,) = names["stage 2 + c"]
     assert (bc.start, bc.end, bc.attributes["reclaim.stages"]) == (at(2), at(3), 2)
+
+
+def test_a_stages_own_span_hangs_under_the_span_its_stage_was_coalesced_into() -> None:
+    job = new_job()
+    job = apply(job, q.claim_fields(job, "a.1", at(1)))
+    job = apply(job, q.done_fields(job, at(3), {}, stage="b", stages=2))
+    trace = trace_spans.build(job)
+    assert trace is not None
+    (ab,) = [s for s in trace.spans if s.kind == "stage"]
+    context = trace.context
+    own = Span(
+        "encode", "user", "00000000000000aa",
+        trace_spans.stage_span_id(context, "job-1", 1, 1),  # stage b's: not a span here
+        at(2), at(2.5), 1, {"reclaim.stage_index": 1},
+    )  # fmt: skip
+    (adopted,) = trace_spans.adopt(trace.spans, [own])
+    assert adopted.parent_id == ab.span_id
