@@ -125,7 +125,9 @@ def test_a_rescued_and_handed_back_job_is_one_trace_at_the_collector(cloud: Loca
     named = Counter(s["name"] for s in spans)
     for expected in ("submit", "attempt 1", "rescued", "attempt 2", "handed back", "attempt 3"):
         assert named[expected] == 1, (expected, named)
-    assert named["done"] == 1 and named[root_name] == 1 and named["queued"] == 3
+    # a wait before each claim, but a takeover claims a running job: no wait before it
+    assert named["done"] == 1 and named[root_name] == 1
+    assert named["queued"] == (3 if by_sweep else 2)
     by_id = {s["span_id"]: s for s in spans}
     assert len(by_id) == len(spans)
     root = by_id[context.span_id]  # the logs' spanId is the trace's root
