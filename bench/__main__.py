@@ -52,6 +52,7 @@ ORDER = (  # the order of the table; one name per line
     "client",
     "capacity",
     "run_jobs",
+    "trace",
 )
 
 

@@ -114,6 +114,8 @@ HistoryEntry = TypedDict(
         "resume": str,
         "from_version": str | None,
         "execution": str,
+        "last_seen": str,
+        "upcoming": str,
     },
     total=False,
 )
@@ -153,6 +155,9 @@ class JobRecord(TypedDict, total=False):
     write_id: str
     traceparent: str
     """The job's W3C trace context (shared.tracing); absent in records made before it."""
+    submit_traceparent: str
+    """The submit request's own traceparent, when it had a valid one: the job's submit
+    span links to it (shared.traces.spans)."""
     # --- versions (shared.resume; docs/pipelines.md "Deploying a change")
     pipeline_version: str | None
     """The pipeline version the job runs, stamped by its first claim."""

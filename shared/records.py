@@ -162,11 +162,13 @@ def new_record(
     max_attempts: int | None = None,
     source: JsonObject | None = None,
     traceparent: str | None = None,
+    submit_traceparent: str | None = None,
 ) -> JobRecord:
     """A fresh schema-1 record, queued with no attempts; raises InvalidInput.
 
     `traceparent` (shared.tracing) is the job's trace context; a record without
-    one (written before traces existed) is still a valid schema-1 record."""
+    one (written before traces existed) is still a valid schema-1 record.
+    `submit_traceparent`, the submit request's, is kept only when valid (a link)."""
     validate_job_id(job_id)
     validate_job_id(pipeline, "pipeline")
     if batch_id is not None:
@@ -212,6 +214,9 @@ def new_record(
     }
     if traceparent is not None:
         record["traceparent"] = traceparent
+    link = tracing.parse(submit_traceparent)
+    if link is not None:
+        record["submit_traceparent"] = link.traceparent
     try:
         _dumps(record)
     except InvalidRecord as exc:

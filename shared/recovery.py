@@ -17,6 +17,7 @@ from shared.jobs import JobError, JobRecord, JobStatus, WatchdogAction
 from shared.logs import get_logger
 from shared.seams import ring_or_leave
 from shared.sweep_plan import MARK_SLACK_MAX_S
+from shared.traces import export as trace_export
 
 if TYPE_CHECKING:
     from shared.seams import Context
@@ -55,7 +56,8 @@ def recover(ctx: Context, stored: Stored, now: datetime, *, clean_marker: bool =
         if clean_marker and not _ended_after(job, now - timedelta(seconds=MARK_SLACK_MAX_S)):
             # the sweep: a crash left what follows a terminal write undone
             unmarked = finish.after_terminal(ctx, job)
-            if unmarked:
+            if unmarked:  # its owner may have died before exporting the end: again, same ids
+                trace_export.attempt_ended(job, job_queue.attempts_of(job))
                 log.info(
                     "finished what follows a terminal write and removed the pending marker",
                     job_id=job_id,
@@ -146,6 +148,8 @@ def _rescue(ctx: Context, stored: Stored, now: datetime, why: str | None) -> Rec
     if written is None:
         return Recovery(None, ctx.store.read(job_id))
     finish.after_requeue(ctx, written.record)  # what the owner held (a concurrency place)
+    # the rescue ends the silent owner's attempt: its spans go out now (shared.tracing)
+    trace_export.attempt_ended(written.record, job_queue.attempts_of(job))
     _mark(ctx, written, now, rerings=0)
     trace = job.get("traceparent")
     log.warning(
@@ -208,6 +212,7 @@ def _fail(
         traceparent=job.get("traceparent"),
         **metrics.finished(job, metrics.Ending.FAILED),
     )
+    trace_export.attempt_ended(written.record, job_queue.attempts_of(job))
     finish.after_terminal(ctx, written.record)
     return Recovery("fail", written)
 

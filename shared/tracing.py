@@ -12,12 +12,19 @@ Every log line about the job carries Cloud Logging's trace fields
 ``spanId``, ``trace_sampled``:
 https://cloud.google.com/logging/docs/structured-logging#special-payload-fields),
 so one filter, ``trace="projects/P/traces/T"``, shows it across submit, claim,
-drain and sweep. These are log fields, not spans: nothing is exported to Cloud Trace.
-Pure: stdlib only.
+drain and sweep.
+
+The same trace is exported as spans (this room): ``spans`` builds them from the record
+alone (pure: span ids derived from the job, attempt and stage, so exporting again writes
+the same spans), ``stage`` records the spans a stage adds (``ctx.span``), and ``export``
+sends them in the request that ends an attempt, one call, no background thread
+(docs/seeing.md). This module is the context helpers: stdlib only, at the bottom of the
+import graph (records and logs read it), so it imports nothing of its room.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 from dataclasses import dataclass
@@ -52,6 +59,10 @@ class TraceContext:
     def child(self) -> TraceContext:
         """A new span of the same trace (the job's own span under the request's)."""
         return TraceContext(self.trace_id, _new_span_id(), self.sampled)
+
+    def with_span(self, span_id: str) -> TraceContext:
+        """The same trace and sampled flag, at another span (a stage's, an attempt's)."""
+        return TraceContext(self.trace_id, span_id, self.sampled)
 
 
 def parse(value: object) -> TraceContext | None:
@@ -110,6 +121,15 @@ def log_fields(traceparent: object, project: str | None) -> dict[str, Any]:
         SPAN_FIELD: context.span_id,
         SAMPLED_FIELD: context.sampled,
     }
+
+
+def derived_span_id(trace_id: str, *parts: object) -> str:
+    """A span id that is a function of the trace and `parts` (job, attempt, stage, ...):
+    a span built again after a crash gets the id it had, so exporting it twice writes one
+    span. 8 bytes of SHA-256, never all zero (the spec forbids it)."""
+    key = "\x1f".join([trace_id, *(str(part) for part in parts)]).encode("utf-8")
+    span_id = hashlib.sha256(key).hexdigest()[:16]
+    return span_id if span_id != _ZERO_SPAN else "0" * 15 + "1"
 
 
 def _new_span_id() -> str:

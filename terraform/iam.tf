@@ -139,6 +139,19 @@ resource "google_project_iam_member" "dashboard_reads_metrics" {
   member  = "serviceAccount:${google_service_account.fn["dashboard"].email}"
 }
 
+# A job's spans go to Cloud Trace's OTLP endpoint (the Telemetry API) from the requests
+# that end an attempt (shared/tracing/export.py): claim (its pushes, its Cloud Run job's
+# tasks: the same account), and the watchdog's rescue in the sweep and in submit's status
+# read. roles/cloudtrace.agent holds telemetry.traces.write
+# (https://cloud.google.com/iam/docs/roles-permissions/cloudtrace); spans have no narrower
+# grant point than the project.
+resource "google_project_iam_member" "runtime_writes_traces" {
+  for_each = toset(["claim", "sweep", "submit"])
+  project  = var.project_id
+  role     = "roles/cloudtrace.agent"
+  member   = "serviceAccount:${google_service_account.fn[each.key].email}"
+}
+
 # --- Google service agents ---------------------------------------------------------
 
 # Pub/Sub mints the push OIDC tokens as the invoker SA: token creator on that SA only.

@@ -41,6 +41,7 @@ from typing import Any
 from reclaim.install import LIBRARY, part
 from reclaim.local import wiring
 from reclaim.local.cloudrun import ConfigError, Platform, Revision, Service, ServiceConfig
+from reclaim.local.collector import CollectorServer
 from reclaim.local.gcs import start_fake_gcs
 from reclaim.local.procs import free_port, function_args, spawn, stop_all, wait_for_port
 from reclaim.local.runjobs.cloud import LocalJobs
@@ -49,6 +50,8 @@ from shared.errors import ConfigError as SettingsError
 from shared.errors import InvalidInput, PipelineModuleError
 from shared.submission import upload_routes
 from shared.submission.upload_routes import Routes
+from shared.traces.export import COLLECTOR_ENV
+from shared.traces.export import ENDPOINT_ENV as TRACES_ENDPOINT_ENV
 
 ROOT = LIBRARY
 """The folder holding reclaim/ and shared/: the functions' working directory and import root."""
@@ -315,6 +318,8 @@ class LocalCloud:
         self.routes = Routes()
         self.run_jobs: LocalJobs | None = None
         """The local Cloud Run jobs runner (claim_runner "job"), else None."""
+        self.collector: CollectorServer | None = None
+        """The OTLP receiver the functions export a job's spans to (reclaim.local.collector)."""
         self.pools = self.config.pools()
         self.topology = wiring.with_pools(self.config.topology, self.pools)
         """The wiring with every pool's topic and subscription (terraform's)."""
@@ -378,6 +383,9 @@ class LocalCloud:
         self.routes = self._load_routes()  # a bad routes file stops here, naming the route
         c.log_dir.mkdir(parents=True, exist_ok=True)
         self._resolve_ports()
+        # before any function (their env names it), on a port of this run's lane
+        self.collector = CollectorServer(c.host, free_port())
+        self.collector.start()
         self._start_emulator()
         pub, sub = wiring.pubsub_admin_clients(self.pubsub_host)
         try:
@@ -482,6 +490,9 @@ class LocalCloud:
         if self.run_jobs is not None:  # its tasks talk to the emulators too
             self.run_jobs.stop()
         stop_all([self._procs[n] for n in ("fake-gcs", "pubsub") if n in self._procs])
+        if self.collector is not None:  # the functions' last exports are in by now
+            self.collector.stop()
+            self.collector = None
         if self._scheduler is not None:  # its POST ended with the sweep front
             self._scheduler.join(timeout=10)
             self._scheduler = None
@@ -530,6 +541,8 @@ class LocalCloud:
             out["cloudrun_admin"] = self.platform.admin_url
         if self.run_jobs is not None:
             out["run_jobs"] = self.run_jobs.url
+        if self.collector is not None:  # GET /v1/traces/<trace id>: a job's exported spans
+            out["trace_collector"] = self.collector.url
         return out
 
     def client_env(self) -> dict[str, str]:
@@ -750,6 +763,10 @@ class LocalCloud:
                 "THREADS": str(threads),
             }
         )
+        if self.collector is not None:  # a job's spans (shared.traces.export), and the
+            # dashboard's waterfall reads them back (shared.dashboard.waterfall)
+            env[TRACES_ENDPOINT_ENV] = self.collector.traces_endpoint
+            env[COLLECTOR_ENV] = self.collector.url
         if c.uploads_file is not None:  # the same file the launcher checked
             env["RECLAIM_UPLOADS_FILE"] = str(c.uploads_file.resolve())
         env["RECLAIM_UPLOADS_BUCKET"] = t.uploads_bucket

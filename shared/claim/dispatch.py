@@ -21,12 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from shared import job_queue, run_jobs
+from shared import job_queue, run_jobs, tracing
 from shared.errors import LostRace, NotFound, StorageError
 from shared.logs import JobLogger
 from shared.outcome import Outcome, OutcomeKind
 from shared.seams import Context
 from shared.storage import Stored
+from shared.traces.spans import attempt_span_id
 
 Fallback = Callable[[Exception], Outcome]
 """The claim's way to end an attempt that could not start (the runner's retry-or-fail)."""
@@ -38,12 +39,25 @@ def wanted() -> bool:
     return run_jobs.run_settings().on_jobs
 
 
+TRACEPARENT_ENV = "TRACEPARENT"
+"""The task's W3C trace context, as OpenTelemetry carries one in the environment
+(https://opentelemetry.io/docs/specs/otel/context/env-carriers/): the attempt's span, so
+what the task's own code traces joins the job's trace."""
+
+
 def task_env(claimed: Stored) -> dict[str, str]:
-    """The overrides an execution carries: the job it runs and the claim it adopts."""
-    return {
-        run_jobs.JOB_ID_ENV: str(claimed.record["id"]),
+    """The overrides an execution carries: the job it runs, the claim it adopts, and the
+    attempt's trace context."""
+    record = claimed.record
+    env = {
+        run_jobs.JOB_ID_ENV: str(record["id"]),
         run_jobs.CLAIM_GENERATION_ENV: str(claimed.generation),
     }
+    context = tracing.parse(record.get("traceparent"))
+    if context is not None:
+        span = attempt_span_id(context, str(record["id"]), job_queue.attempts_of(record))
+        env[TRACEPARENT_ENV] = context.with_span(span).traceparent
+    return env
 
 
 def start(

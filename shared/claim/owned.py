@@ -58,7 +58,7 @@ class OwnedRecord:
         self._lost = threading.Event()
         self._closed = False
         self._pending: (
-            tuple[str, int, JsonObject, list[str], str | None, list[str] | None] | None
+            tuple[str, int, JsonObject, list[str], str | None, list[str] | None, str | None] | None
         ) = None
         self._last_write = self._seconds()
         self.writes = 0
@@ -91,6 +91,7 @@ class OwnedRecord:
         *,
         version: str | None = None,
         completed: list[str] | None = None,
+        upcoming: str | None = None,
     ) -> bool:
         """Record a stage boundary; True if written now, False if deferred (coalesced).
 
@@ -106,6 +107,7 @@ class OwnedRecord:
                 list(outputs or []),
                 version,
                 None if completed is None else list(completed),
+                upcoming,
             )
             if self._since_write() < self.min_interval_s:
                 return False

@@ -60,6 +60,8 @@ from shared.pipelines import Pipeline, Stage, StageContext, get_pipeline
 from shared.recovery import mark_due, recover
 from shared.seams import Context, ring_or_leave
 from shared.storage import Store, Stored
+from shared.traces import export as trace_export
+from shared.traces.stage import StageSpans
 
 log = get_logger(__name__)
 
@@ -449,8 +451,18 @@ class _Job:
         trace = self.job.get("traceparent")
         self._trace = trace if isinstance(trace, str) else None
         self._pipeline = str(self.job.get("pipeline"))  # its doorbell goes to its pool
+        self.spans = StageSpans(trace, self.job_id, owned.attempt, runner.clock)  # ctx.span
 
     def run(self) -> Outcome:
+        """Run the attempt, then export what it adds to the job's trace before the request
+        answers (shared.traces.export: one call; a failure is logged, never the job's)."""
+        outcome = self._run()
+        final = self.owned.stored.record  # this owner's last write: its end, if it wrote one
+        if final.get("status") != JobStatus.RUNNING:
+            trace_export.attempt_ended(final, self.owned.attempt, self.spans.spans)
+        return outcome
+
+    def _run(self) -> Outcome:
         plan = self.plan
         if plan.error is not None or plan.pipeline is None or plan.resume is None:
             return self._fail(plan.error or PermanentError("no plan"), stage=None)
@@ -490,6 +502,7 @@ class _Job:
     ) -> Outcome | None:
         """Run one stage and its checkpoint; an Outcome ends the job, None goes on."""
         self.log.stage = name
+        self.spans.enter_stage(index)
         outputs = _Outputs(self.r.store, self.owned, self.job_id, self.confirm_s)
         self.log.info("stage started", index=index, pipeline=pipeline.name)
         try:  # the context too: whatever the payload holds ends in the stage error mapping
@@ -505,6 +518,7 @@ class _Job:
                 result=result,
                 reads=workflows.reads_for(self.r.store, self.job),  # parents, the batch
                 report=self.owned.report_progress,
+                spans=self.spans,
             )
             fn(ctx)
             _require_plain(state, result)
@@ -529,6 +543,7 @@ class _Job:
                 self.outputs,
                 version=self.plan.resume.version if self.plan.resume else None,
                 completed=[n for n, _ in self.plan.stages[: index + 1]],
+                upcoming=self.plan.stages[index + 1][0],  # its trace span's name, if cut short
             )
         except OwnerLost:
             return self._lost("checkpoint refused")
@@ -554,7 +569,14 @@ class _Job:
         now = self.r.clock()
         try:
             final = self.owned.finish(
-                lambda job: job_queue.done_fields(job, now, result, self.outputs),
+                lambda job: job_queue.done_fields(
+                    job,
+                    now,
+                    result,
+                    self.outputs,
+                    stage=self.log.stage,
+                    stages=len(self.plan.stages),
+                ),
                 "done",
                 fold=False,
             )

@@ -41,7 +41,7 @@ import jinja2
 
 from shared import bulk, job_queue, metrics, records, tracing
 from shared.clock import Clock, utcnow
-from shared.dashboard import charts, csrf, deadletters, views
+from shared.dashboard import charts, csrf, deadletters, views, waterfall
 from shared.dashboard.figures import Figures
 from shared.errors import AlreadyExists, IllegalTransition, InvalidInput, NotFound, ReclaimError
 from shared.http import identity, pages
@@ -276,6 +276,7 @@ class _Page:
             logs_url = (
                 f"https://console.cloud.google.com/logs/query;query={query}?project={project}"
             )
+        trace_view = waterfall.for_job(record)  # its spans: the collector's, else the record's
         return self.render(
             "job.html",
             job=record,
@@ -286,6 +287,8 @@ class _Page:
             trace=trace,
             logs_url=logs_url,
             local_logs=local_logs,
+            waterfall=trace_view,
+            trace_url=waterfall.cloud_trace_url(project, trace.trace_id) if trace else None,
             message=self.request.args.get("done"),
             relations=views.relations(self.queue, record),
             max_attempts=job_queue.max_attempts_of(record, self.queue.settings.max_attempts),

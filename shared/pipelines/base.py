@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -23,6 +24,16 @@ class OutputWriter(Protocol):
     def write(
         self, name: str, data: bytes | str | Mapping[str, Any], content_type: str | None = None
     ) -> str: ...
+
+
+class SpanRecorder(Protocol):
+    """Where a stage's own spans go (shared.traces.stage.StageSpans, handed in by the
+    runner: a protocol here, so a pipeline's module imports nothing of the exporter)."""
+
+    def span(self, name: str, **attributes: Any) -> AbstractContextManager[None]: ...
+
+    @property
+    def traceparent(self) -> str | None: ...
 
 
 Stage = Callable[["StageContext"], None]
@@ -72,6 +83,7 @@ class StageContext:
         result: dict[str, Any] | None = None,
         reads: Reads | None = None,
         report: Callable[[dict[str, Any]], None] | None = None,
+        spans: SpanRecorder | None = None,
     ):
         self.job_id = job_id
         self.payload: dict[str, Any] = copy.deepcopy(dict(payload))
@@ -84,6 +96,7 @@ class StageContext:
         self._stopped = stopped or (lambda: False)
         self._reads = reads or Reads()
         self._report = report or (lambda _progress: None)
+        self._spans = spans
 
     # --- workflows (docs/workflows.md): read when asked, so a plain stage pays nothing
 
@@ -107,6 +120,24 @@ class StageContext:
         (a checkpoint or heartbeat, at most one per RECLAIM_MIN_WRITE_INTERVAL_SECONDS),
         fenced like them; GET /jobs/<id>, `reclaim watch` and the client show it."""
         self._report(progress_of(done, total, message))
+
+    # --- the job's trace (docs/seeing.md): the stage's own spans join it
+
+    def span(self, name: str, **attributes: Any) -> AbstractContextManager[None]:
+        """A span of this stage's own work in the job's trace, around a block:
+        ``with ctx.span("encode", frames=240): ...``. It is exported when the attempt ends,
+        with the job's other spans, under this stage's span (or the span it is opened in);
+        an exception leaving the block marks it failed and goes on. A no-op in a
+        hand-made context or an unsampled trace."""
+        if self._spans is None:
+            return nullcontext()
+        return self._spans.span(name, **attributes)
+
+    @property
+    def traceparent(self) -> str | None:
+        """The W3C traceparent of where this stage is (its innermost open span), for a
+        call out (a webhook, a service of yours) to join the job's trace; None without one."""
+        return self._spans.traceparent if self._spans is not None else None
 
     def check(self) -> None:
         """Raise Stopped if this owner lost the job, or the instance is shutting down (the

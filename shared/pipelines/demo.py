@@ -94,7 +94,8 @@ def _stage(index: int, opts: dict[str, Any]) -> Stage:
         if opts["block"]:
             time.sleep(opts["sleeps"][index])  # one long call, no check(): rule 3's case
         else:
-            _sleep(ctx, opts["sleeps"][index])
+            with ctx.span("sleep", seconds=opts["sleeps"][index]):  # a span of its own work
+                _sleep(ctx, opts["sleeps"][index])
         limit = opts["fail_attempts"]
         if index in opts["fail_at"] and (limit is None or ctx.attempt <= limit):
             message = f"injected failure at stage {index} (attempt {ctx.attempt})"

@@ -62,13 +62,15 @@ def deliver(ctx: StageContext) -> None:
     body = wd.body_of(payload.get("body", {}), envelope)
     try:
         secret = wd.secret_from_env(payload["secret_env"]) if "secret_env" in payload else None
-        status = wd.post(
-            str(payload.get("url")),
-            body,
-            secret=secret,
-            headers={"Idempotency-Key": ctx.job_id},
-            timeout_s=float(payload.get("timeout_s", 10)),
-        )
+        with ctx.span("POST webhook"):  # the receiver joins the job's trace
+            status = wd.post(
+                str(payload.get("url")),
+                body,
+                secret=secret,
+                headers={"Idempotency-Key": ctx.job_id},
+                timeout_s=float(payload.get("timeout_s", 10)),
+                traceparent=ctx.traceparent,
+            )
     except (wd.Refused, wd.Rejected) as exc:
         raise PermanentError(f"webhook not delivered: {exc}") from None
     ctx.log.info("webhook delivered", status=status)

@@ -30,6 +30,7 @@ from typing import Any
 import urllib3
 from urllib3.util import parse_url
 
+from shared import tracing
 from shared.errors import ReclaimError
 
 SIGNATURE_HEADER = "Reclaim-Signature"
@@ -148,12 +149,23 @@ def verify(secret: bytes, body: bytes, header: str, *, tolerance_s: float = 300.
 
 
 def post(
-    url: str, body: bytes, *, secret: bytes | None, headers: dict[str, str], timeout_s: float
+    url: str,
+    body: bytes,
+    *,
+    secret: bytes | None,
+    headers: dict[str, str],
+    timeout_s: float,
+    traceparent: str | None = None,
 ) -> int:
-    """POST to the vetted address; the status on 2xx, else DeliveryFailed or Rejected."""
+    """POST to the vetted address; the status on 2xx, else DeliveryFailed or Rejected.
+
+    `traceparent` (the stage's, shared.tracing) goes as the W3C header, so the receiver's
+    own spans join the job's trace (https://www.w3.org/TR/trace-context/#traceparent-header)."""
     target = parse_target(url)
     address = resolve(target)
     sent = {"Content-Type": "application/json", "User-Agent": "reclaim-webhook", **headers}
+    if traceparent is not None and tracing.parse(traceparent) is not None:
+        sent[tracing.TRACEPARENT_HEADER] = traceparent
     sent["Host"] = target.host if target.port == 443 else f"{target.host}:{target.port}"
     if secret is not None:
         sent[SIGNATURE_HEADER] = sign(secret, body, int(time.time()))

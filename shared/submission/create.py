@@ -119,7 +119,12 @@ def submit(
     traces = {job_id: tracing.for_job().traceparent for job_id, _ in todo}
     # every record is built (and so checked and encoded) before the first write
     built = [
-        (spec, _with_workflow(_new_record(job_id, spec, now, traces[job_id]), spec, submission))
+        (
+            spec,
+            _with_workflow(
+                _new_record(job_id, spec, now, traces[job_id], traceparent), spec, submission
+            ),
+        )
         for job_id, spec in todo
     ]
     # time: unique keys first; a duplicate is answered with its holder and writes nothing
@@ -175,7 +180,14 @@ def create_upload_job(
         return found
     trace = tracing.for_job().traceparent
     record = records.new_record(
-        job_id, pipeline, payload, now, source=source, batch_id=batch_id, traceparent=trace
+        job_id,
+        pipeline,
+        payload,
+        now,
+        source=source,
+        batch_id=batch_id,
+        traceparent=trace,
+        submit_traceparent=traceparent,
     )
     if with_callback:
         record["batch_has_callback"] = True
@@ -325,7 +337,9 @@ def _compare(
     )
 
 
-def _new_record(job_id: str, spec: JobSpec, now: datetime, traceparent: str) -> JobRecord:
+def _new_record(
+    job_id: str, spec: JobSpec, now: datetime, traceparent: str, request_trace: str | None
+) -> JobRecord:
     """The record to create; InvalidSubmission (400) before anything is written."""
     fields, problems = timing.resolve(spec.times, now)  # time
     if problems:
@@ -340,6 +354,7 @@ def _new_record(job_id: str, spec: JobSpec, now: datetime, traceparent: str) -> 
             client_id=spec.client_id,
             max_attempts=spec.max_attempts,
             traceparent=traceparent,
+            submit_traceparent=request_trace,
         )
     except InvalidInput as exc:
         raise InvalidSubmission(exc.reason) from None

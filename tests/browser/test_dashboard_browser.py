@@ -439,3 +439,36 @@ def test_a_bulk_retry_counts_first_then_confirms_as_the_verified_operator(
         retried = [h for h in view["history"] if h["event"] == "retried"]
         assert [h.get("by") for h in retried] == [f"dashboard:{OPS_EMAIL}"]
         assert "boss" not in json.dumps(view["history"])  # no header the caller chose
+
+
+def test_a_jobs_trace_is_drawn_as_a_waterfall_on_its_page(cloud: LocalCloud, browser: Any) -> None:
+    """The job page draws the spans the functions exported to the local collector: each
+    attempt with its stages, the requeue between them, the stages' own spans, the end."""
+    from selenium.webdriver.common.by import By
+
+    payload = {"stages": 3, "fail_at": 1, "fail_attempts": 1, "sleep_s": 0.3}
+    submit(cloud, {"pipeline": "demo", "id": "traced-1", "payload": payload})
+    browser.get(cloud.endpoints["dashboard"] + "/jobs/traced-1")
+
+    def drawn() -> set[str]:
+        from selenium.common.exceptions import StaleElementReferenceException
+
+        try:
+            bars = browser.find_elements(By.CSS_SELECTOR, "svg#waterfall g.span")
+            return {str(bar.get_attribute("data-name")) for bar in bars}
+        except StaleElementReferenceException:
+            return set()
+
+    # live (the page refreshes itself); the requeued job waits out its backoff, then the
+    # sweep's re-ring of a job whose doorbell came before it was due (up to the stale time)
+    names = until("the trace's end drawn", lambda: "done" in (n := drawn()) and n, timeout=150)
+    assert {"job demo", "submit", "queued", "attempt 1", "requeued", "attempt 2"} <= names
+    assert {"stage-0", "stage-1", "sleep"} <= names  # the stages, and their own spans
+    # the last stages of attempt 2 may be one span: their checkpoint came within the
+    # minimum write interval, so it was coalesced and the done write dropped it
+    assert any(name.endswith("stage-2") for name in names)
+    assert "local trace collector" in text_of(browser, "#trace-source")
+    failed = browser.find_elements(By.CSS_SELECTOR, 'svg#waterfall g[data-name="requeued"] rect')
+    assert failed and failed[0].get_attribute("stroke") == "#dc2626"  # the stage error shows
+    browser.find_element(By.CSS_SELECTOR, "#trace").location_once_scrolled_into_view  # noqa: B018
+    browser.save_screenshot(str(DOCS / "dashboard-job-trace.png"))

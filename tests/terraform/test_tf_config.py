@@ -346,8 +346,15 @@ def test_grants_sit_on_resources_not_the_project() -> None:
         "google_project_iam_member.builder_writes_logs": "roles/logging.logWriter",
         "google_project_iam_member.builder_reads_gcf_sources": "roles/storage.objectViewer",
         "google_project_iam_member.dashboard_reads_metrics": "roles/monitoring.viewer",
+        # the runtime accounts that export a job's spans (spans have no narrower point)
+        "google_project_iam_member.runtime_writes_traces": "roles/cloudtrace.agent",
     }
     assert "condition" in project_level["google_project_iam_member.builder_reads_gcf_sources"]
+    traces = project_level.pop("google_project_iam_member.runtime_writes_traces")
+    assert unquote(traces["member"]) == (
+        "serviceAccount:${google_service_account.fn[each.key].email}"
+    )
+    assert unquote(traces["for_each"]) == 'toset(["claim", "sweep", "submit"])'
     for address, b in project_level.items():
         who = "dashboard" if "dashboard" in address else "builder"
         sa = 'fn["dashboard"]' if who == "dashboard" else "builder"
