@@ -50,6 +50,7 @@ ORDER = (  # the order of the table; one name per line
     "handback",
     "rollout",
     "client",
+    "waiters",
     "capacity",
     "run_jobs",
     "trace",

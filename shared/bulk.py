@@ -10,26 +10,41 @@ checked on it, so an entry that went stale (a retried job) selects nothing. Acti
 policy transition with a CAS (shared.control); a job that changed meanwhile is skipped.
 Re-running the same command continues where an interrupted one stopped: the jobs it
 already moved no longer match.
+
+Over HTTP (the admin routes, the dashboard) an act must bring back the token its count
+answered. The token is bound to what the person saw: the action and the selection as
+sent, the times it resolved to (a relative `since`, "24h", is fixed at the count), how
+many jobs matched and a digest of their ids, and an expiry; it is signed with the
+deployment's key (HMAC-SHA256, the key a create-only object beside the records, as the
+dashboard's CSRF key is kept), and it acts once: the first confirm writes a create-only
+marker of it. A confirm acts only when exactly the counted jobs match now.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
+import hmac
 import json
+import secrets
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from shared import job_queue
+from shared import job_queue, params
 from shared.errors import (
+    AlreadyExists,
     CorruptRecord,
     IllegalTransition,
     InvalidInput,
     LostRace,
     NotFound,
+    SelectionChanged,
     SelectionGrew,
 )
 from shared.features import flow_policy as fp
@@ -79,7 +94,7 @@ def parse_since(text: str, now: datetime) -> datetime:
     units = {"m": 60, "h": 3600, "d": 86400}
     body = text.strip()
     try:
-        if body[:-1].isdigit() and body[-1:] in units:
+        if body[:-1].isascii() and body[:-1].isdigit() and body[-1:] in units:
             return now - timedelta(seconds=int(body[:-1]) * units[body[-1]])
         at = datetime.fromisoformat(body)
         return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
@@ -187,36 +202,24 @@ def _read_all(store: Store, ids: list[str]) -> list[JobRecord | None]:
         return list(pool.map(read, ids))
 
 
-def count_token(action: str, selector: Selector, count: int) -> str:
-    """The token a count answers and an act must bring back: it ties the act to the count
-    a person saw for this action and selection (not a secret: a receipt)."""
-    shown = [
-        action,
-        selector.batch,
-        selector.status,
-        selector.pipeline,
-        selector.since.isoformat() if selector.since else None,
-        count,
-    ]
-    digest = hashlib.sha256(json.dumps(shown).encode()).hexdigest()[:16]
-    return f"{count}-{digest}"
-
-
-def confirmed_count(token: str, action: str, selector: Selector) -> int:
-    """The count a token confirms for this action and selection; InvalidInput when it was
-    given for another one (or made up)."""
-    head, _, _digest = token.partition("-")
-    if not head.isdigit() or len(head) > 9 or count_token(action, selector, int(head)) != token:
-        raise InvalidInput(
-            "confirm is not the token a count of this selection answered; count again",
-            "confirm",
-        )
-    return int(head)
-
-
 # --------------------------------------------------------- a count and its confirmation
 # What the admin routes (POST /bulk/<action>) and the dashboard's bulk page share: the
 # selection a body names, its count with a token, and acting on a confirmed count.
+
+CONFIRM_KEY_OBJECT = "bulk/confirm-key"
+"""The HMAC key of the confirm tokens: random, created once (create-only) in the records
+bucket, so every instance of the admin function and the dashboard, and the next one after
+a scale to zero, accepts the tokens of the others. Whoever can read it can already write
+every record."""
+USED_PREFIX = "bulk/used/"
+"""bulk/used/<nonce>: a confirm token's create-only marker, written before it acts."""
+CONFIRM_TTL = timedelta(minutes=15)
+"""How long a count's token may be confirmed."""
+_KEY_BYTES = 32
+_MAC_CHARS = 32
+_DIGEST_CHARS = 32
+_keys: dict[str, bytes] = {}
+_keys_lock = threading.Lock()
 
 BULK_MAX_PER_REQUEST = 100
 """Jobs one bulk request moves (at BULK_PACE a second, well within submit's timeout);
@@ -227,7 +230,7 @@ BODY_KEYS = {
     "status": 20,
     "pipeline": 128,
     "since": 64,
-    "confirm": 40,
+    "confirm": 200,
     "reason": 500,
 }
 """The keys a bulk body may hold (string values), each with its longest value."""
@@ -237,12 +240,18 @@ SHOWN = 20
 
 @dataclass
 class BulkCount:
-    """A count: the selection, the records it matches now, and the token confirming it."""
+    """A count: the selection (as sent, and as resolved), the records it matches now, and
+    the token confirming it (signed when first asked for: a confirm never needs it)."""
 
     action: str
     selector: Selector
     chosen: list[JobRecord]
-    token: str
+    given: dict[str, str | None] = field(default_factory=dict)
+    sign: Callable[[], str] = field(default=lambda: "", repr=False, compare=False)
+
+    @functools.cached_property
+    def token(self) -> str:
+        return self.sign()
 
     @property
     def ids(self) -> list[str]:
@@ -268,25 +277,44 @@ def count(ctx: Context, action: str, body: dict[str, Any]) -> BulkCount:
     selector = _selector(body, now)
     check(selector, action)
     chosen = select(ctx, selector, action, now)
-    return BulkCount(action, selector, chosen, count_token(action, selector, len(chosen)))
+    given = _given(body)
+    ticket = _Ticket(
+        count=len(chosen),
+        since_us=_micros(selector.since),
+        expires=int((now + CONFIRM_TTL).timestamp()),
+        nonce=secrets.token_urlsafe(12),
+        digest=_ids_digest(chosen),
+    )
+    return BulkCount(action, selector, chosen, given, lambda: ticket.sign(_key(ctx), action, given))
 
 
 def confirm(
     ctx: Context, counted: BulkCount, token: object, *, by: str, reason: str | None
 ) -> dict[str, Any]:
-    """Act on a fresh count of the selection `token` was given for: InvalidInput when the
-    token is not that count's, SelectionGrew when more jobs match now than were counted."""
+    """Act on the jobs a count showed, once: InvalidInput when `token` is not a live token
+    of a count of this action and selection (forged, of another selection, expired, used),
+    SelectionGrew (SelectionChanged) when the jobs matching now are not the counted ones."""
     from shared import control
 
-    if not isinstance(token, str):
-        raise InvalidInput("confirm must be the token a count answered", "confirm")
-    action, ids = counted.action, counted.ids
-    confirmed = confirmed_count(token, action, counted.selector)
-    if len(ids) > confirmed:
+    action = counted.action
+    ticket = _Ticket.verify(_key(ctx, create=False), token, action, counted.given, ctx.clock())
+    if _used(ctx, ticket):  # said first: a used token's jobs have moved since
+        raise InvalidInput(_USED, "confirm")
+    since = _from_micros(ticket.since_us)
+    chosen = counted.chosen
+    if since != counted.selector.since:  # a relative since: the count's own time
+        chosen = select(ctx, replace(counted.selector, since=since), action, ctx.clock())
+    if len(chosen) > ticket.count:
         raise SelectionGrew(
-            f"{len(ids)} jobs match now, {confirmed} were counted; count again and confirm"
+            f"{len(chosen)} jobs match now, {ticket.count} were counted; count again and confirm"
         )
-    now_acting = counted.chosen[:BULK_MAX_PER_REQUEST]
+    if _ids_digest(chosen) != ticket.digest:
+        raise SelectionChanged(
+            f"the jobs matching now ({len(chosen)}) are not the {ticket.count} counted; "
+            "count again and confirm"
+        )
+    _use(ctx, ticket, by)
+    now_acting = chosen[:BULK_MAX_PER_REQUEST]
     if action == "retry":
         result = act(now_acting, lambda i: control.retry(ctx, i, by=by), per_s=BULK_PACE)
     else:
@@ -297,12 +325,131 @@ def confirm(
         )
     return {
         "action": action,
-        "matching": len(ids),
+        "matching": len(chosen),
         "acted": result.acted,
         "skipped": result.skipped,
         "errors": result.errors,
-        "remaining": len(ids) - len(now_acting),
+        "remaining": len(chosen) - len(now_acting),
     }
+
+
+@dataclass(frozen=True)
+class _Ticket:
+    """What a confirm token carries: the count, the resolved since (microseconds since
+    the epoch, or -1 for none), the expiry (seconds since the epoch), a nonce (its single
+    use) and a digest of the counted ids. Its MAC covers these, the action and the
+    selection as sent."""
+
+    count: int
+    since_us: int
+    expires: int
+    nonce: str
+    digest: str
+
+    def sign(self, key: bytes, action: str, given: dict[str, str | None]) -> str:
+        since = "-" if self.since_us < 0 else str(self.since_us)
+        head = f"{self.count}.{since}.{self.expires}.{self.nonce}.{self.digest}"
+        return f"{head}.{_mac(key, action, given, head)}"
+
+    @classmethod
+    def verify(
+        cls, key: bytes, token: object, action: str, given: dict[str, str | None], now: datetime
+    ) -> _Ticket:
+        """The ticket of a token signed for this action and selection, not expired;
+        InvalidInput (naming `confirm`) otherwise."""
+        parts = token.split(".") if isinstance(token, str) and key else []
+        sent = parts[-1].encode("utf-8", "surrogatepass") if parts else b""
+        if len(parts) != 6 or not hmac.compare_digest(
+            _mac(key, action, given, ".".join(parts[:5])).encode(), sent
+        ):
+            raise InvalidInput(
+                "confirm is not the token a count of this selection answered; count again",
+                "confirm",
+            )
+        count, since, expires, nonce, digest = parts[:5]
+        ticket = cls(
+            params.integer(count, "confirm", low=0, high=10**9),
+            -1 if since == "-" else params.integer(since, "confirm", low=0, high=10**17),
+            params.integer(expires, "confirm", low=0, high=10**11),
+            nonce,
+            digest,
+        )
+        if now.timestamp() > ticket.expires:
+            minutes = CONFIRM_TTL.total_seconds() / 60
+            raise InvalidInput(
+                f"confirm expired (a count's token lasts {minutes:g} minutes); count again",
+                "confirm",
+            )
+        return ticket
+
+
+_USED = "confirm was used already: a count's token acts once; count again"
+
+
+def _used(ctx: Context, ticket: _Ticket) -> bool:
+    try:
+        ctx.store.read_blob(USED_PREFIX + ticket.nonce)
+    except NotFound:
+        return False
+    return True
+
+
+def _use(ctx: Context, ticket: _Ticket, by: str) -> None:
+    """Spend a token: its create-only marker, before anything acts (two confirms of one
+    token at once: one acts, the other is refused)."""
+    at = job_queue.format_time(ctx.clock())
+    marker = json.dumps({"by": by, "at": at, "n": secrets.token_hex(8)})  # never twice alike
+    try:
+        ctx.store.put_blob(USED_PREFIX + ticket.nonce, marker.encode(), generation=0)
+    except AlreadyExists:
+        raise InvalidInput(_USED, "confirm") from None
+
+
+def _key(ctx: Context, *, create: bool = True) -> bytes:
+    """The deployment's confirm key, read once per process; created on first use by a
+    count (`create`). Without it no token was ever signed: b"" then, which verifies none."""
+    bucket = ctx.settings.records_bucket
+    with _keys_lock:
+        if bucket not in _keys:
+            try:
+                _keys[bucket] = ctx.store.read_blob(CONFIRM_KEY_OBJECT).data
+            except NotFound:
+                if not create:
+                    return b""
+                # another instance may make it first (AlreadyExists): use theirs
+                with contextlib.suppress(AlreadyExists):
+                    key = secrets.token_bytes(_KEY_BYTES)
+                    ctx.store.put_blob(CONFIRM_KEY_OBJECT, key, generation=0)
+                _keys[bucket] = ctx.store.read_blob(CONFIRM_KEY_OBJECT).data
+        return _keys[bucket]
+
+
+def _mac(key: bytes, action: str, given: dict[str, str | None], head: str) -> str:
+    shown = json.dumps([action, [given.get(k) for k in _SELECTION_KEYS], head])
+    return hmac.new(key, shown.encode(), hashlib.sha256).hexdigest()[:_MAC_CHARS]
+
+
+def _ids_digest(chosen: list[JobRecord]) -> str:
+    ids = sorted(str(r.get("id")) for r in chosen)
+    return hashlib.sha256("\n".join(ids).encode()).hexdigest()[:_DIGEST_CHARS]
+
+
+_SELECTION_KEYS = ("batch", "status", "pipeline", "since")
+
+
+def _given(body: dict[str, Any]) -> dict[str, str | None]:
+    """The selection as sent (an empty or null value is no filter)."""
+    return {k: (body.get(k) or None) for k in _SELECTION_KEYS}
+
+
+def _micros(at: datetime | None) -> int:
+    return -1 if at is None else round(at.timestamp() * 1_000_000)
+
+
+def _from_micros(micros: int) -> datetime | None:
+    if micros < 0:
+        return None
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)
 
 
 def check_keys(body: dict[str, Any], allowed: dict[str, int]) -> None:
@@ -315,6 +462,17 @@ def check_keys(body: dict[str, Any], allowed: dict[str, int]) -> None:
         value = body.get(key)
         if value is not None and (not isinstance(value, str) or not 0 < len(value) <= longest):
             raise InvalidInput(f"{key} must be a string of 1 to {longest} characters", key)
+        if isinstance(value, str) and not _is_unicode(value):
+            raise InvalidInput(f"{key} has text that is not valid Unicode (a lone surrogate)", key)
+
+
+def _is_unicode(text: str) -> bool:
+    """False for a lone surrogate (JSON's "\\ud800"): no record could store it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _selector(body: dict[str, Any], now: datetime) -> Selector:

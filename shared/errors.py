@@ -136,6 +136,10 @@ class SelectionGrew(ReclaimError):
     """A bulk confirm found more jobs matching than its count showed (an HTTP 409)."""
 
 
+class SelectionChanged(SelectionGrew):
+    """A bulk confirm found other jobs matching than its count showed (an HTTP 409)."""
+
+
 class BadEvent(ReclaimError, ValueError):
     """The request is not a delivery we can read; ``reason`` says why."""
 

@@ -55,6 +55,7 @@ _VIEW_FIELDS = (
     "error",
     "result",
     "rescues",
+    "handbacks",
     "history",
 )
 _MEMBER_FIELDS = ("id", "pipeline", "status", "stage", "attempts", "updated_at")
@@ -156,6 +157,7 @@ def render_job(record: JobRecord, max_attempts: int) -> dict[str, Any]:
     """The public view of a record; tolerant of hand-edited field types."""
     body: dict[str, Any] = {"id": record.get("id")}
     body.update({k: record.get(k) for k in _VIEW_FIELDS})
+    body["handbacks"] = record.get("handbacks", 0)  # written on the first hand-back only
     body["max_attempts"] = max_attempts
     body["outputs"] = _outputs(record)
     body["status_url"] = f"/jobs/{record.get('id')}"

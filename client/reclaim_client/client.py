@@ -6,25 +6,47 @@ minted by google-auth from the environment's credentials
 (https://cloud.google.com/run/docs/authenticating/service-to-service); a local URL gets
 none. A request whose connection dropped is sent again, a few times with backoff, when
 sending it twice is harmless: reads, and submits, whose every job carries an id (the
-client chooses one when the caller did not), so a repeat finds the same job.
+client chooses one when the caller did not), so a repeat finds the same job. A 429 (Cloud
+Run found no free instance in time, so the request never ran:
+https://cloud.google.com/run/docs/about-instance-autoscaling) is sent again for every
+call, after the answer's Retry-After when it has one, else with backoff and jitter; so
+is a 503 for the calls safe to repeat.
+
+Ids are checked here before anything is sent (the API's rule: letters, digits, `.`, `_`,
+`-`, starting with a letter or digit, at most 128, never `..`): a path segment `.` or
+`..` would otherwise be folded away by the URL's dot-segment rules and ask another route.
 """
 
 from __future__ import annotations
 
+import random
+import re
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 import requests
 
-from reclaim_client.errors import NoAdminUrl, Unavailable, WaitTimeout, from_answer
+from reclaim_client.errors import (
+    InvalidRequest,
+    NoAdminUrl,
+    Unavailable,
+    WaitTimeout,
+    from_answer,
+)
 from reclaim_client.models import BatchProgress, BulkCount, BulkDone, Job, Submitted
 
 WAIT_PER_REQUEST_S = 50.0
 """Each waiting read asks the server for at most this long (its maximum is 60 s)."""
+RETRY_AFTER_MAX_S = 60.0
+"""The longest pause a Retry-After may ask of one retry."""
 _LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+_ID = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_ACTIONS = ("cancel", "retry")
 
 
 class Client:
@@ -67,7 +89,7 @@ class Client:
         body = {
             "pipeline": pipeline,
             "payload": dict(payload or {}),
-            "id": id or _new_id(),
+            "id": _checked(id, "job id") if id is not None else _new_id(),
             **fields,
         }
         answer = self._call("POST", "/jobs", body=body, safe=True)
@@ -77,7 +99,9 @@ class Client:
         self, jobs: list[Mapping[str, Any]], *, batch_id: str | None = None
     ) -> Submitted:
         """Submit jobs as one batch, all or none (each without an id gets one)."""
-        listed = [{**job, "id": job.get("id") or _new_id()} for job in jobs]
+        listed = [{**job, "id": _checked(job.get("id") or _new_id(), "job id")} for job in jobs]
+        if batch_id is not None:
+            _checked(batch_id, "batch id")
         body: dict[str, Any] = {"jobs": listed, **({"batch_id": batch_id} if batch_id else {})}
         answer = self._call("POST", "/jobs", body=body, safe=True)
         return Submitted(
@@ -91,12 +115,13 @@ class Client:
 
     def get(self, job_id: str) -> Job:
         """The job now (the read is also the queue's watchdog)."""
-        return Job.from_json(self._call("GET", f"/jobs/{_segment(job_id)}", safe=True))
+        return Job.from_json(self._call("GET", f"/jobs/{_segment(job_id, 'job id')}", safe=True))
 
     def changes(self, job_id: str, *, timeout: float | None = None) -> Iterator[Job]:
         """The job, then again at each change of its record (status, stage, progress),
         until it ends or `timeout` seconds pass; no polling loop of yours."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        path = f"/jobs/{_segment(job_id, 'job id')}"
         job = self.get(job_id)
         yield job
         while not job.ended:
@@ -104,10 +129,12 @@ class Client:
             if left <= 0:
                 return
             params = {"wait": f"{min(left, WAIT_PER_REQUEST_S):.2f}", "after": str(job.generation)}
-            path = f"/jobs/{_segment(job_id)}"
-            changed = Job.from_json(self._call("GET", path, params=params, safe=True))
+            answer = self._send("GET", path, params=params, safe=True)
+            changed = Job.from_json(_body(answer))
             if changed.generation != job.generation:
                 yield changed
+            elif not changed.ended:
+                _pause_as_asked(answer, deadline)  # the server could not hold the wait
             job = changed
 
     def wait(self, job_id: str, *, timeout: float | None = None) -> Job:
@@ -116,7 +143,7 @@ class Client:
         Asks for the end only (`until=ended`): the server polls the status from the
         record's metadata, so a running job's heartbeats cost neither an answer nor a read."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        path = f"/jobs/{_segment(job_id)}"
+        path = f"/jobs/{_segment(job_id, 'job id')}"
         job: Job | None = None
         while job is None or not job.ended:
             left = WAIT_PER_REQUEST_S if deadline is None else deadline - time.monotonic()
@@ -125,7 +152,10 @@ class Client:
                     0, "wait timeout", f"job {job_id} still {job.status} after {timeout}s"
                 )
             params = {"wait": f"{max(0.0, min(left, WAIT_PER_REQUEST_S)):.2f}", "until": "ended"}
-            job = Job.from_json(self._call("GET", path, params=params, safe=True))
+            answer = self._send("GET", path, params=params, safe=True)
+            job = Job.from_json(_body(answer))
+            if not job.ended:
+                _pause_as_asked(answer, deadline)  # the server could not hold the wait
         return job
 
     def list(
@@ -138,6 +168,8 @@ class Client:
         page_size: int = 50,
     ) -> Iterator[Job]:
         """Every matching job, page after page (the server reads its indexes)."""
+        if batch is not None:
+            _checked(batch, "batch id")
         params = {
             "batch": batch,
             "status": status,
@@ -157,7 +189,7 @@ class Client:
 
     def batch(self, batch_id: str) -> BatchProgress:
         """A batch's progress, counted by the server from its markers."""
-        path = f"/batches/{_segment(batch_id)}/progress"
+        path = f"/batches/{_segment(batch_id, 'batch id')}/progress"
         return BatchProgress.from_json(self._call("GET", path, safe=True))
 
     # --- a person's actions (operator routes: the admin function's)
@@ -165,27 +197,29 @@ class Client:
     def cancel(self, job_id: str, reason: str | None = None) -> Job:
         """queued, running or waiting → cancelled; NotAllowed once it ended."""
         body = {"reason": reason} if reason else {}
-        path = f"/jobs/{_segment(job_id)}/cancel"
+        path = f"/jobs/{_segment(job_id, 'job id')}/cancel"
         return Job.from_json(self._call("POST", path, body=body, admin=True))
 
     def retry(self, job_id: str) -> Job:
         """failed or cancelled → queued with a fresh attempt budget; NotAllowed otherwise."""
-        path = f"/jobs/{_segment(job_id)}/retry"
+        path = f"/jobs/{_segment(job_id, 'job id')}/retry"
         return Job.from_json(self._call("POST", path, body={}, admin=True))
 
     def count(self, action: str, **selection: str) -> BulkCount:
         """How many jobs `action` ("cancel" or "retry") would move: batch, status,
         pipeline, since; nothing changes."""
-        path = f"/bulk/{_segment(action)}"
+        path = f"/bulk/{_action(action)}"
         body = self._call("POST", path, body=selection, safe=True, admin=True)
-        return BulkCount(body["action"], body["matching"], body["jobs"], body["confirm"])
+        counted = (body["action"], body["matching"], body["jobs"], body["confirm"])
+        return BulkCount(*counted, selection=dict(selection))
 
     def confirm(self, count: BulkCount, **selection: str) -> BulkDone:
-        """Act on the selection a count was made of (at most 100 jobs per call)."""
+        """Act on the jobs a count showed (at most 100 per call; the rest: count again).
+        The selection is the count's own unless given (it must be the same)."""
         body = self._call(
             "POST",
-            f"/bulk/{_segment(count.action)}",
-            body={**selection, "confirm": count.confirm},
+            f"/bulk/{_action(count.action)}",
+            body={**(selection or count.selection), "confirm": count.confirm},
             admin=True,
         )
         return BulkDone(
@@ -209,19 +243,25 @@ class Client:
         safe: bool = False,
         admin: bool = False,
     ) -> dict[str, Any]:
-        """One request (to the admin function when `admin`); a dropped connection or a 503
-        is sent again when `safe`."""
-        base, session = self.url, self._session
-        if admin:
-            if self.admin_url is None or self._admin_session is None:
-                raise NoAdminUrl(
-                    0,
-                    "no admin url",
-                    f"{method} {path} is an operator route, served by the admin function: "
-                    "make the Client with admin_url= (terraform output admin_url)",
-                )
-            base, session = self.admin_url, self._admin_session
-        tries = self.attempts if safe else 1
+        """One call's JSON answer (see _send)."""
+        return _body(self._send(method, path, body=body, params=params, safe=safe, admin=admin))
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: Mapping[str, str] | None = None,
+        safe: bool = False,
+        admin: bool = False,
+    ) -> requests.Response:
+        """One request (to the admin function when `admin`), answered 2xx; a refusal
+        raises. Sent again, up to `attempts` times: after a 429 (never served), and when
+        `safe` after a dropped connection or a 503; each pause the answer's Retry-After,
+        else a backoff with jitter."""
+        base, session = self._base(method, path, admin)
+        tries = self.attempts
         for attempt in range(1, tries + 1):
             try:
                 response = session.request(
@@ -232,17 +272,30 @@ class Client:
                     timeout=self.timeout + float((params or {}).get("wait", 0)),
                 )
             except (requests.ConnectionError, requests.Timeout) as exc:
-                if attempt == tries:
+                if not safe or attempt == tries:
                     raise Unavailable(0, "unavailable", f"{method} {path}: {exc}") from exc
+                time.sleep(_backoff(attempt))
+                continue
+            again = response.status_code == 429 or (safe and response.status_code == 503)
+            if again and attempt < tries:
+                time.sleep(_retry_after(response) or _backoff(attempt))
+            elif response.status_code >= 400:
+                raise from_answer(response.status_code, _json(response))
             else:
-                if response.status_code == 503 and attempt < tries:
-                    pass  # an outage the server says is worth retrying
-                elif response.status_code >= 400:
-                    raise from_answer(response.status_code, _json(response))
-                else:
-                    return dict(_json(response))
-            time.sleep(min(0.25 * 2 ** (attempt - 1), 4.0))
+                return response
         raise Unavailable(503, "unavailable", f"{method} {path}: still unavailable")
+
+    def _base(self, method: str, path: str, admin: bool) -> tuple[str, requests.Session]:
+        if not admin:
+            return self.url, self._session
+        if self.admin_url is None or self._admin_session is None:
+            raise NoAdminUrl(
+                0,
+                "no admin url",
+                f"{method} {path} is an operator route, served by the admin function: "
+                "make the Client with admin_url= (terraform output admin_url)",
+            )
+        return self.admin_url, self._admin_session
 
 
 def _session_for(url: str, audience: str | None) -> requests.Session:
@@ -264,8 +317,71 @@ def _json(response: requests.Response) -> Any:
         return {"error": "not json", "reason": response.text[:200]}
 
 
-def _segment(text: str) -> str:
-    return quote(text, safe="")
+def _body(response: requests.Response) -> dict[str, Any]:
+    found = _json(response)
+    return dict(found) if isinstance(found, dict) else {}
+
+
+def _checked(text: object, what: str) -> str:
+    """An id the API can take, else InvalidRequest before anything is sent."""
+    if not isinstance(text, str) or not _ID.fullmatch(text):
+        raise InvalidRequest(
+            0,
+            f"invalid {what}",
+            f"{what} {str(text)[:40]!r} is invalid: letters, digits, '.', '_' and '-', "
+            "starting with a letter or digit, at most 128, never '..' (nothing was sent)",
+        )
+    return text
+
+
+def _segment(text: str, what: str) -> str:
+    return quote(_checked(text, what), safe="")
+
+
+def _action(action: str) -> str:
+    if action not in _ACTIONS:
+        raise InvalidRequest(
+            0, "invalid action", f"action must be cancel or retry, not {str(action)[:40]!r}"
+        )
+    return action
+
+
+def _backoff(attempt: int) -> float:
+    """0.25 s doubling to at most 4 s, with full jitter over its upper half."""
+    step = min(0.25 * 2 ** (attempt - 1), 4.0)
+    return step * random.uniform(0.5, 1.0)
+
+
+def _retry_after(response: requests.Response) -> float | None:
+    """The answer's Retry-After in seconds (delay-seconds or an HTTP date), at most
+    RETRY_AFTER_MAX_S, with up to a quarter more of jitter so that the callers told
+    the same do not come back at once; None without one."""
+    raw = (response.headers.get("Retry-After") or "").strip()
+    if not raw:
+        return None
+    if raw.isascii() and raw.isdigit():
+        seconds = float(raw[:6])
+    else:
+        try:
+            at = parsedate_to_datetime(raw)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=UTC)
+        seconds = (at - datetime.now(UTC)).total_seconds()
+    seconds = min(max(seconds, 0.0), RETRY_AFTER_MAX_S)
+    return seconds * random.uniform(1.0, 1.25)
+
+
+def _pause_as_asked(response: requests.Response, deadline: float | None) -> None:
+    """A waiting read answered early (no room on its instance): pause as its Retry-After
+    asks (never past the caller's deadline) before asking again."""
+    pause = _retry_after(response)
+    if pause is None:
+        return
+    if deadline is not None:
+        pause = min(pause, max(0.0, deadline - time.monotonic()))
+    time.sleep(pause)
 
 
 def _new_id() -> str:

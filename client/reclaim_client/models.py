@@ -96,12 +96,14 @@ class BatchProgress:
 
 @dataclass(frozen=True)
 class BulkCount:
-    """How many jobs a bulk action would move, and the token that confirms it."""
+    """How many jobs a bulk action would move, the token that confirms it (once, within
+    15 minutes, for exactly these jobs) and the selection it was counted for."""
 
     action: str
     matching: int
     jobs: list[str]
     confirm: str
+    selection: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ framework_errors()
 # ---------------------------------------------------------------- submit
 
 
-@entry_point("submit")
+@entry_point("submit", is_wait=api_routes.is_wait)
 def submit(request: flask.Request) -> flask.Response:
     """The HTTP API (docs/api.md): submit, read, list and wait for jobs, batches and their
     progress, the cron schedules, GET /health and GET /openapi.json (the document of the

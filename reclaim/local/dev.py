@@ -510,7 +510,7 @@ def describe(cloud: LocalCloud) -> str:
         f"  curl -s -X POST {e['jobs']} -H 'Content-Type: application/json' \\",
         '       -d \'{"pipeline": "demo", "payload": {"stages": 3, "sleep_s": 1}}\'',
         "Pause a pipeline (the operator routes are the admin function's):",
-        f"  curl -s -X POST {e['admin']}/pipelines/demo/pause",
+        f"  curl -s -X POST -H 'Content-Type: application/json' {e['admin']}/pipelines/demo/pause",
         "Upload a file (becomes a job through the GCS notification):",
         f"  curl -s -X POST --data-binary @README.md '{e['storage_emulator_host']}"
         f"/upload/storage/v1/b/{e['uploads_bucket']}/o?uploadType=media&name=README.md'",

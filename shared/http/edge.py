@@ -33,14 +33,16 @@ from shared.errors import (
     DoorbellError,
     IgnoredEvent,
     InvalidInput,
+    InvalidRecord,
     JobNotFound,
     PipelineModuleError,
     ReclaimError,
+    SelectionChanged,
     SelectionGrew,
     StorageError,
     SubmitError,
 )
-from shared.http import identity
+from shared.http import capacity, identity
 
 log = logs.get_logger(__name__)
 
@@ -82,15 +84,26 @@ def json_refusal(request: flask.Request, refusal: Refusal) -> flask.Response:
 
 
 def entry_point(
-    function: str, *, retry_after_s: int = 5, render: Render = json_refusal
+    function: str,
+    *,
+    retry_after_s: int = 5,
+    render: Render = json_refusal,
+    is_wait: Callable[[flask.Request], bool] | None = None,
 ) -> Callable[[Handler], Handler]:
     """Wrap a function's handler: its errors become refusals (see refusal_for), an
     unexpected one a 500 with the traceback logged, each answered by `render`.
-    `retry_after_s` is the Retry-After of a 503 (an outage worth retrying)."""
+    `retry_after_s` is the Retry-After of a 503 (an outage worth retrying). Each request
+    counts in the instance's slots (shared.http.capacity); `is_wait` tells a waiting
+    read, which cuts no parked wait short."""
 
     def wrap(handler: Handler) -> Handler:
         @functools.wraps(handler)
         def run(request: flask.Request) -> flask.Response:
+            waits = bool(is_wait is not None and is_wait(request))
+            with capacity.INSTANCE.request(wait=waits):
+                return _answer(request, handler)
+
+        def _answer(request: flask.Request, handler: Handler) -> flask.Response:
             try:
                 return handler(request)
             except IgnoredEvent as exc:  # valid, and nothing to do: acknowledge it
@@ -124,6 +137,16 @@ def entry_point(
     return wrap
 
 
+_PLAIN: tuple[tuple[type[ReclaimError], int, str], ...] = (
+    (BadEvent, 400, "bad event"),
+    (SelectionChanged, 409, "selection changed"),  # before SelectionGrew: a kind of it
+    (SelectionGrew, 409, "selection grew"),
+    (JobNotFound, 404, "not found"),
+    (BatchNotFound, 404, "not found"),
+)
+"""Errors answered with their own message as the reason."""
+
+
 def refusal_for(exc: ReclaimError, retry_after_s: int = 5) -> Refusal:
     """The HTTP answer to a library error: its status code, short error and reason."""
     if isinstance(exc, Refusal):
@@ -133,14 +156,13 @@ def refusal_for(exc: ReclaimError, retry_after_s: int = 5) -> Refusal:
         if isinstance(exc, Conflict):
             return Refusal(409, "conflict", exc.reason, extra=extra)
         return Refusal(400, "invalid request", exc.reason, extra=extra)
-    if isinstance(exc, BadEvent):
-        return Refusal(400, "bad event", exc.reason)
-    if isinstance(exc, SelectionGrew):
-        return Refusal(409, "selection grew", str(exc))
+    for kind, status, error in _PLAIN:
+        if isinstance(exc, kind):
+            return Refusal(status, error, str(exc))
     if isinstance(exc, InvalidInput):
         return Refusal(400, f"invalid {exc.what}", exc.reason)
-    if isinstance(exc, JobNotFound | BatchNotFound):
-        return Refusal(404, "not found", str(exc))
+    if isinstance(exc, InvalidRecord):  # what was sent would make a record no store keeps
+        return Refusal(400, "invalid request", f"the change cannot be stored: {exc}")
     if isinstance(exc, CorruptRecord):
         reason = (
             f"the record of job {exc.job_id!r} cannot be read ({exc.reason}); it is left "

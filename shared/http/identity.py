@@ -79,6 +79,9 @@ def verified_email(
     verify: Verify = _google_verify,
 ) -> str | None:
     """The caller's email as the platform verified it, or None (anonymous)."""
+    if any(len(_all(headers, name)) > 1 for name in (IAP_HEADER, *_TOKEN_HEADERS)):
+        log.warning("an identity header was sent twice; author left anonymous")
+        return None  # which one the platform checked would be a guess
     if iap_audience:
         return _iap_email(headers.get(IAP_HEADER) or "", iap_audience, verify)
     checked = headers.get(SERVERLESS_HEADER) or headers.get(AUTHORIZATION_HEADER) or ""
@@ -93,6 +96,18 @@ def verified_email(
     except (ValueError, GoogleAuthError) as exc:  # a bad token, or Google's keys unreachable
         log.warning("an identity token did not verify; author left anonymous", reason=str(exc))
         return None
+
+
+_TOKEN_HEADERS = (SERVERLESS_HEADER, AUTHORIZATION_HEADER)
+
+
+def _all(headers: Headers, name: str) -> list[str]:
+    """Every value sent for `name` (Werkzeug's Headers match names in any case)."""
+    getlist = getattr(headers, "getlist", None)
+    if callable(getlist):
+        return [str(v) for v in getlist(name)]
+    value = headers.get(name)
+    return [] if value is None else [value]
 
 
 def author(

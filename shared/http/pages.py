@@ -8,19 +8,17 @@ cancelled jobs). Done jobs have no index of their own (it would grow with histor
 they are listed by batch. An index is only a hint: each listed id's record is read and the
 filters are checked on it, so a page may hold fewer jobs than asked; `next_page_token`
 says where the next page starts (an opaque, URL-safe string naming the source and the
-last name listed), and its absence says the listing is over.
+last name listed, bound to the query's filters: shared.params), and its absence
+says the listing is over.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from shared import job_queue, listing, records, status
+from shared import job_queue, listing, params, records, status
 from shared.errors import InvalidInput
 from shared.features import tags
 from shared.features.flow_policy import ENDED_PREFIX
@@ -34,7 +32,7 @@ PAGE_SIZE = 50
 PAGE_SIZE_MAX = 200
 _PENDING = "pending"
 _BATCH = "batch"
-_KEY = re.compile(r"[A-Za-z0-9._:=@+/~-]{1,400}")
+_KEY = re.compile(r"[A-Za-z0-9._:=@+/~-]{1,300}")
 
 
 @dataclass(frozen=True)
@@ -92,20 +90,18 @@ def parse_query(args: dict[str, str]) -> Query:
             "done jobs are listed by batch or tag (no index holds every done job); add batch=",
             "status",
         )
-    for key, longest in (("pipeline", 128), ("page_token", 600)):
-        if len(args.get(key) or "") > longest:
-            raise InvalidInput(f"{key} is longer than {longest} characters", key)
-    size_text = args.get("page_size") or str(PAGE_SIZE)
-    if not size_text.isdigit() or not 1 <= int(size_text[:6]) <= PAGE_SIZE_MAX:
-        raise InvalidInput(
-            f"page_size must be 1..{PAGE_SIZE_MAX}, got {size_text[:20]!r}", "page_size"
-        )
+    if len(args.get("pipeline") or "") > 128:
+        raise InvalidInput("pipeline is longer than 128 characters", "pipeline")
+    size_text = args.get("page_size")
+    size = PAGE_SIZE
+    if size_text is not None:
+        size = params.integer(size_text, "page_size", low=1, high=PAGE_SIZE_MAX)
     return Query(
         batch,
         job_status,
         args.get("pipeline") or None,
         tag,
-        int(size_text),
+        size,
         args.get("page_token") or None,
     )
 
@@ -130,7 +126,7 @@ def page(store: Store, query: Query, fields: tuple[str, ...] = ()) -> Page:
     """One page of jobs matching the query (see the module's docstring for the cost); each
     summary has the record's `fields` too (status.summary), as the dashboard shows them."""
     order = sources(query)
-    start_source, start_key = _decode(query.page_token, order)
+    start_source, start_key = _decode(query, order)
     ids: list[str] = []
     last: tuple[str, str] | None = None
     for source in order[order.index(start_source) :] if start_source else order:
@@ -146,7 +142,7 @@ def page(store: Store, query: Query, fields: tuple[str, ...] = ()) -> Page:
         if _matches(record, query):
             result.jobs.append(status.summary(record, fields))
     if last is not None and len(ids) >= query.page_size:
-        result.next_page_token = _encode(*last)
+        result.next_page_token = _encode(query, *last)
     return result
 
 
@@ -184,20 +180,22 @@ def _matches(record: JobRecord, query: Query) -> bool:
     return query.batch is None or record.get("batch_id") == query.batch
 
 
-def _encode(source: str, key: str) -> str:
-    raw = json.dumps([source, key], separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+def _binding(query: Query) -> str:
+    """What a page token is bound to: the query's filters (never its page size)."""
+    return params.binding([query.batch, query.status, query.pipeline, query.tag])
 
 
-def _decode(token: str | None, order: list[str]) -> tuple[str | None, str | None]:
+def _encode(query: Query, source: str, key: str) -> str:
+    return params.encode_token([source, key], _binding(query))
+
+
+def _decode(query: Query, order: list[str]) -> tuple[str | None, str | None]:
     """(source, last key) of a page token from the same query; InvalidInput otherwise."""
-    if token is None:
+    if query.page_token is None:
         return None, None
-    try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        source, key = json.loads(raw)
-    except (ValueError, TypeError, binascii.Error):
-        source, key = None, None
-    if source not in order or not isinstance(key, str) or not _KEY.fullmatch(key):
+    source, key = params.decode_token(
+        query.page_token, "page_token", bound_to=_binding(query), size=2
+    )
+    if source not in order or not _KEY.fullmatch(key):
         raise InvalidInput("page_token is not one this query gave; start without it", "page_token")
     return source, key

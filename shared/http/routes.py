@@ -6,6 +6,8 @@ refusals are shared.http.edge's.
 The operator routes (a job's cancel and retry, bulk cancel and retry, a pipeline's pause
 and resume) are served by the admin function alone (functions/admin), whose invokers are
 the operators; submit refuses them with a 404 naming it (docs/api.md, "Operator routes").
+Each takes a JSON body only, and never a browser's cross-site request
+(shared.http.crosssite).
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from typing import Any
 
 import flask
 
-from shared import bulk
+from shared import bulk, params
 from shared.errors import IllegalTransition, InvalidInput
-from shared.http import pages, waiting
+from shared.http import capacity, crosssite, pages, waiting
 from shared.http import progress as batch_progress
 from shared.http.edge import Refusal, answer, author, read_body, require_method
 from shared.queue import Queue
@@ -46,8 +48,14 @@ def operator_route(path: str) -> tuple[str, str] | None:
 
 
 def operator_action(queue: Queue, request: flask.Request, head: str, rest: str) -> flask.Response:
-    """Serve one operator route (operator_route's split of its path); each is a POST."""
+    """Serve one operator route (operator_route's split of its path); each is a POST with
+    a JSON body, never a browser's cross-site request."""
     require_method(request, ("POST",))
+    refused = crosssite.problem(request.headers, request.host, request.mimetype or "")
+    if refused is not None:
+        status, reason = refused
+        error = "forbidden" if status == 403 else "unsupported media type"
+        raise Refusal(status, error, reason)
     if head == "jobs":
         return job_action(queue, request, *rest.rsplit("/", 1))
     if head == "bulk":
@@ -91,7 +99,9 @@ def pipeline_action(
     queue: Queue, request: flask.Request, pipeline: str, action: str
 ) -> flask.Response:
     """POST /pipelines/<name>/pause|resume (docs/flow-control.md): 200 with what changed,
-    400 for an unknown pipeline, 404 for another action."""
+    400 for an unknown pipeline or a body other than {}, 404 for another action."""
+    if action in ("pause", "resume"):
+        bulk.check_keys(_json_object(request, queue, required=False), {})
     if action == "pause":
         changed = queue.pause(pipeline, by=author(request, "http", queue.settings))
         return answer(200, {"pipeline": pipeline, "paused": True, "changed": changed})
@@ -113,12 +123,20 @@ def get_job(queue: Queue, request: flask.Request, job_id: str) -> flask.Response
     soon as the job ends, or when the wait ends."""
     unknown = sorted(set(request.args) - {"wait", "after", "until"})
     if unknown:
-        raise InvalidInput(f"unknown parameters {', '.join(u[:40] for u in unknown[:5])}", "query")
+        shown = ", ".join(params.shown(u, 40) for u in unknown[:5])
+        raise InvalidInput(f"unknown parameters {shown}", "query")
     seconds = waiting.parse_wait(request.args.get("wait"))
     after = waiting.parse_after(request.args.get("after"))
     until = waiting.parse_until(request.args.get("until"))
-    view = waiting.read_after_change(queue, job_id, seconds, after, until)
-    return answer(200, view.to_json())
+    got = waiting.answer_after_change(queue, job_id, seconds, after, until, room=capacity.INSTANCE)
+    later = {} if got.retry_after_s is None else {"Retry-After": str(got.retry_after_s)}
+    return answer(200, got.view.to_json(), later)
+
+
+def is_wait(request: flask.Request) -> bool:
+    """A waiting read (GET with a `wait` other than 0): it may park in its slot
+    (shared.http.capacity), and cuts no other wait short."""
+    return request.method == "GET" and request.args.get("wait", "").strip("0.") != ""
 
 
 def batch_progress_of(queue: Queue, batch_id: str) -> flask.Response:
@@ -138,9 +156,6 @@ def _json_object(request: flask.Request, queue: Queue, *, required: bool) -> dic
         if required:
             raise Refusal(400, "invalid request", "the body is empty; send the selection as JSON")
         return {}
-    kind = (request.mimetype or "").lower()
-    if kind != "application/json":
-        raise Refusal(415, "unsupported media type", "the body must be application/json")
     body = decode_body(raw)
     if not isinstance(body, dict):
         raise Refusal(400, "invalid request", "the body must be a JSON object")

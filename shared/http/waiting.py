@@ -8,6 +8,12 @@ The polls start fast and back off, so a job that changes soon is seen at once an
 long one costs a call every few seconds; a bounded wait stays below the function's
 timeout.
 
+A wait holds one of its instance's request slots while it waits, so waits may hold only
+their share of them (shared.http.capacity): one that finds no room, or that the instance
+cuts short because another request took its last free slot, answers at once with the
+job as it is and `Retry-After` (BUSY_RETRY_AFTER_S), and the caller asks again then.
+Submits, status reads and cron ticks always find a slot, however many callers wait.
+
 `until=ended` waits for the end only: the record's writer keeps its status in the
 object's custom metadata (shared.storage.STATUS_METADATA), so the heartbeats and
 checkpoints of a running job cost one metadata poll each, no answer and no body read,
@@ -17,13 +23,15 @@ a job that has run for a while is likely to run a while longer).
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from shared import job_queue, records
+from shared import job_queue, params, records
 from shared.errors import InvalidInput, JobNotFound, NotFound
+from shared.http.capacity import Capacity, Parked
 
 if TYPE_CHECKING:
     from shared.queue import Queue
@@ -42,6 +50,16 @@ POLL_MAX_ENDED_S = 8.0
 late; one that ends at once, 1 s late). A caller waiting for the end has work that takes
 a while: the fast early polls of until=changed would be most of what a 20 s job costs."""
 UNTIL_VALUES = ("changed", "ended")
+BUSY_RETRY_AFTER_S = 2
+"""Retry-After of a wait answered early (no room to park, or cut short): soon enough that
+a job's end is seen about as late as a parked until=ended wait sees it, rare enough that
+the waits left out cost a read each every few seconds."""
+GENERATION_MAX = 2**63 - 1
+"""Cloud Storage generations are int64
+(https://cloud.google.com/storage/docs/json_api/v1/objects#resource)."""
+
+Sleep = Callable[[float], "bool | None"]
+"""Sleep up to the seconds given; False when the wait was cut short (answer now)."""
 
 
 @dataclass(frozen=True)
@@ -52,30 +70,28 @@ class Waited:
     changed: bool
     polls: int
     ended: bool = False
+    cut: bool = False  # the instance cut the wait short (shared.http.capacity)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A waiting read's answer: the job, and when the wait was answered early without a
+    change (no room to park, or cut short), the seconds after which to ask again."""
+
+    view: JobView
+    retry_after_s: int | None = None
 
 
 def parse_wait(text: str | None) -> float:
-    """`?wait=` as seconds in 0..WAIT_MAX_S; InvalidInput otherwise."""
-    if text is None:
-        return 0.0
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds <= WAIT_MAX_S:  # also NaN
-        raise InvalidInput(
-            f"wait must be seconds from 0 to {WAIT_MAX_S:g}, got {text[:20]!r}", "wait"
-        )
-    return seconds
+    """`?wait=` as seconds in 0..WAIT_MAX_S (shared.params); InvalidInput otherwise."""
+    return 0.0 if text is None else params.seconds(text, "wait", high=WAIT_MAX_S)
 
 
 def parse_after(text: str | None) -> int | None:
     """`?after=` (a generation the caller already saw) as a positive integer, or None."""
     if text is None:
         return None
-    if not text.isdigit() or len(text) > 20 or int(text) < 1:
-        raise InvalidInput(f"after must be a record generation, got {text[:24]!r}", "after")
-    return int(text)
+    return params.integer(text, "after", low=1, high=GENERATION_MAX)
 
 
 def parse_until(text: str | None) -> str:
@@ -84,7 +100,7 @@ def parse_until(text: str | None) -> str:
         return "changed"
     if text not in UNTIL_VALUES:
         raise InvalidInput(
-            f"until must be one of {', '.join(UNTIL_VALUES)}, got {text[:20]!r}", "until"
+            f"until must be one of {', '.join(UNTIL_VALUES)}, got {params.shown(text)}", "until"
         )
     return text
 
@@ -97,11 +113,12 @@ def _poll(
     *,
     first_s: float,
     max_s: float,
-    sleep: Callable[[float], None],
+    sleep: Sleep,
     monotonic: Callable[[], float],
 ) -> Waited:
     """Poll the record's metadata, backing off from first_s to max_s, until `settled`
-    says so or `seconds` pass. JobNotFound when there is no record."""
+    says so, `seconds` pass or `sleep` says the wait was cut short. JobNotFound when
+    there is no record."""
     records.validate_job_id(job_id)
     deadline = monotonic() + seconds
     polls, interval = 0, first_s
@@ -116,7 +133,8 @@ def _poll(
         left = deadline - monotonic()
         if left <= 0:
             return Waited(stat.generation, False, polls)
-        sleep(min(interval, left))
+        if sleep(min(interval, left)) is False:
+            return Waited(stat.generation, False, polls, cut=True)
         interval = min(interval * POLL_GROWTH, max_s)
 
 
@@ -125,7 +143,7 @@ def wait_for_end(
     job_id: str,
     seconds: float,
     *,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Sleep = time.sleep,
     monotonic: Callable[[], float] = time.monotonic,
 ) -> Waited:
     """Poll the record's metadata until its status is terminal or `seconds` pass. A record
@@ -150,7 +168,9 @@ def wait_for_end(
         sleep=sleep,
         monotonic=monotonic,
     )
-    return Waited(waited.generation, waited.changed, waited.polls, ended=waited.changed)
+    return Waited(
+        waited.generation, waited.changed, waited.polls, ended=waited.changed, cut=waited.cut
+    )
 
 
 def _status_from_body(store: Store, job_id: str) -> str | None:
@@ -167,7 +187,7 @@ def wait_for_change(
     seconds: float,
     *,
     after: int | None = None,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Sleep = time.sleep,
     monotonic: Callable[[], float] = time.monotonic,
 ) -> Waited:
     """Poll the record's generation until it differs from `after` (else from the first
@@ -194,16 +214,55 @@ def wait_for_change(
 def read_after_change(
     queue: Queue, job_id: str, seconds: float, after: int | None, until: str = "changed"
 ) -> JobView:
+    """answer_after_change without an instance's limits (an in-process caller holds no
+    request slot): the job once it changed or ended, or when `seconds` pass."""
+    return answer_after_change(queue, job_id, seconds, after, until, room=None).view
+
+
+def answer_after_change(
+    queue: Queue,
+    job_id: str,
+    seconds: float,
+    after: int | None,
+    until: str = "changed",
+    *,
+    room: Capacity | None,
+) -> Answer:
     """GET /jobs/<id>?wait=&after=&until=: at once, or (until=changed) as soon as the
     record changes past `after` (without `after`: at once if it ended, else once it
-    changes), or (until=ended) as soon as the job ends; else when `seconds` pass."""
-    if seconds > 0 and until == "ended":
-        wait_for_end(queue.store, job_id, seconds)
-    elif seconds > 0:
-        if after is None:
-            view = queue.get(job_id)
-            if view.record.get("status") in job_queue.TERMINAL_STATUSES:
-                return view
-            after = view.generation
-        wait_for_change(queue.store, job_id, seconds, after=after)
-    return queue.get(job_id)
+    changes), or (until=ended) as soon as the job ends; else when `seconds` pass. With
+    `room` (the instance's slots), a wait that finds no room to park, or is cut short,
+    answers at once with retry_after_s."""
+    if seconds <= 0:
+        return Answer(queue.get(job_id))
+    if until != "ended" and after is None:
+        view = queue.get(job_id)
+        if view.record.get("status") in job_queue.TERMINAL_STATUSES:
+            return Answer(view)
+        after = view.generation
+    with _parking(room) as parked:
+        if parked is None:
+            return _early(queue.get(job_id), after, until)
+        if until == "ended":
+            waited = wait_for_end(queue.store, job_id, seconds, sleep=parked.sleep)
+        else:
+            waited = wait_for_change(queue.store, job_id, seconds, after=after, sleep=parked.sleep)
+    view = queue.get(job_id)
+    return _early(view, after, until) if waited.cut else Answer(view)
+
+
+def _early(view: JobView, after: int | None, until: str) -> Answer:
+    """The answer of a wait that could not wait: Retry-After unless the job already is
+    what the caller waits for (ended, or with until=changed past `after`)."""
+    ended = view.record.get("status") in job_queue.TERMINAL_STATUSES
+    moved = until != "ended" and after is not None and view.generation != after
+    return Answer(view, None if ended or moved else BUSY_RETRY_AFTER_S)
+
+
+@contextlib.contextmanager
+def _parking(room: Capacity | None) -> Iterator[Parked | None]:
+    if room is None:
+        yield Parked()  # no limits: never cut short
+        return
+    with room.parking() as parked:
+        yield parked

@@ -3,15 +3,23 @@
 Two stages with the digest carried across the checkpoint in ``state`` (a few
 numbers, never the bytes), so a retry after the report stage failed does not
 read the upload again.
+
+Never of the records buckets (RECLAIM_RECORDS_BUCKET and every RECLAIM_SHARD_BUCKETS
+shard): their objects are every job's record, payload included, and a digest of one
+would tell any submit caller its size and sha256. The upload notification path ignores
+those buckets already; a POST /jobs naming one is refused here (400 at submit, and a
+permanent failure for a job that names one anyway).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Mapping
 from typing import Any
 
-from shared.errors import NotFound
+from shared.config import ENV_VARS, read_env
+from shared.errors import ConfigError, NotFound
 from shared.pipelines.base import PermanentError, Pipeline, StageContext
 
 REPORT_NAME = "report.json"
@@ -31,6 +39,23 @@ def validate(payload: Mapping[str, Any]) -> None:
         isinstance(generation, bool) or not isinstance(generation, int) or generation < 1
     ):
         raise ValueError("payload.generation must be a positive integer when given")
+    if payload["bucket"] in records_buckets():
+        raise ValueError(
+            "payload.bucket is a records bucket of this deployment: its objects are the "
+            "jobs' records, never an upload to digest"
+        )
+
+
+def records_buckets(env: Mapping[str, str] | None = None) -> frozenset[str]:
+    """This deployment's records buckets (the home bucket and every shard), read as the
+    settings read them (shared.config); none when they do not parse (the settings then
+    refuse the whole function as misconfigured)."""
+    table = [v for v in ENV_VARS if v.field in ("records_bucket", "shard_buckets")]
+    try:
+        values = read_env(table, os.environ if env is None else env)
+    except ConfigError:
+        return frozenset()
+    return frozenset((values["records_bucket"], *values["shard_buckets"]))
 
 
 def digest_bytes(data: bytes) -> dict[str, Any]:

@@ -115,10 +115,12 @@ def test_bulk_retry_with_a_count_first(client: Client) -> None:
     failing = {"pipeline": "demo", "payload": {"stages": 1, "fail_at": 0, "permanent": True}}
     client.submit_batch([failing, failing], batch_id=batch_id)
     wait_for("both failed", lambda: client.batch(batch_id).failed == 2)
-    count = client.count("retry", batch=batch_id)
+    count = client.count("retry", batch=batch_id, since="24h")  # a relative since (issue 41, 2)
     assert count.matching == 2
-    done = client.confirm(count, batch=batch_id)
+    done = client.confirm(count)  # the count's own selection
     assert len(done.acted) == 2 and done.remaining == 0
+    with pytest.raises(InvalidRequest, match="used already"):  # a token acts once
+        client.confirm(count)
 
 
 class _LoseFirstAnswer(BaseHTTPRequestHandler):
@@ -192,3 +194,132 @@ def test_operator_calls_go_to_the_admin_function_and_need_its_url(cloud: LocalCl
         on_submit.cancel(job.id)
     assert refused.value.error == "operator route" and "admin function" in refused.value.reason
     assert plain.get(job.id).status != "cancelled"
+
+
+class _Counting(BaseHTTPRequestHandler):
+    """Forwards every request to `upstream` and counts them; the first `refuse` answers
+    are Cloud Run's 429 (no instance free in time) with a Retry-After, never forwarded."""
+
+    upstream = ""
+    seen: list[str] = []
+    refuse = 0
+    retry_after = "1"
+    lock = threading.Lock()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self._forward()
+
+    def do_POST(self) -> None:
+        self._forward()
+
+    def _forward(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        with self.lock:
+            self.seen.append(f"{self.command} {self.path}")
+            refused = len(self.seen) <= self.refuse
+        if refused:
+            text = b"The request was aborted because there was no available instance."
+            self.send_response(429)
+            self.send_header("Retry-After", self.retry_after)
+            self.send_header("Content-Length", str(len(text)))
+            self.end_headers()
+            self.wfile.write(text)
+            return
+        headers = {
+            k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")
+        }
+        got = requests.request(
+            self.command, self.upstream + self.path, data=body, headers=headers, timeout=90
+        )
+        self.send_response(got.status_code)
+        for key in ("Content-Type", "Retry-After"):
+            if key in got.headers:
+                self.send_header(key, got.headers[key])
+        self.send_header("Content-Length", str(len(got.content)))
+        self.end_headers()
+        self.wfile.write(got.content)
+
+
+@pytest.fixture
+def counting(cloud: LocalCloud) -> Iterator[tuple[type[_Counting], str]]:
+    """The proxy in front of submit, and its URL."""
+    _Counting.seen, _Counting.refuse, _Counting.retry_after = [], 0, "1"
+    _Counting.upstream = cloud.endpoints["submit"]
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Counting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield _Counting, f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+@pytest.mark.parametrize("bad", [".", "..", "a..b", "", "-lead", "a/b", "x" * 129])
+def test_an_invalid_id_is_refused_before_any_request(
+    counting: tuple[type[_Counting], str], bad: str
+) -> None:
+    """Issue 41, 7: `.` and `..` are dot segments a URL folds away (GET /jobs/. became GET
+    /jobs/, a listing made into Job(id='None')); the client now refuses every id the API
+    would, and sends nothing."""
+    proxy, url = counting
+    client = Client(url, admin_url=url)
+    calls = [
+        lambda: client.get(bad),
+        lambda: client.wait(bad, timeout=1),
+        lambda: next(client.changes(bad, timeout=1)),
+        lambda: client.batch(bad),
+        lambda: client.cancel(bad),
+        lambda: client.retry(bad),
+        lambda: client.submit("demo", id=bad),
+        lambda: client.submit_batch([{"pipeline": "demo"}], batch_id=bad),
+        lambda: list(client.list(batch=bad)),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidRequest) as refused:
+            call()
+        assert refused.value.status == 0 and "nothing was sent" in refused.value.reason
+    assert proxy.seen == []
+
+
+class _Sleeps:
+    """The client's clock, recording each pause it takes (and taking it)."""
+
+    def __init__(self) -> None:
+        import time
+
+        self.time = time
+        self.paused: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.paused.append(seconds)
+        self.time.sleep(seconds)
+
+    def monotonic(self) -> float:
+        return self.time.monotonic()
+
+
+def test_a_429_is_sent_again_after_its_retry_after(
+    counting: tuple[type[_Counting], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 41, 7: Cloud Run's 429 (the request never ran) is sent again, for a submit
+    and for an operator call alike, after the pause the answer's Retry-After asks."""
+    import reclaim_client.client as wire
+
+    clock = _Sleeps()
+    monkeypatch.setattr(wire, "time", clock)
+    proxy, url = counting
+    proxy.refuse, proxy.retry_after = 2, "1"
+    job = Client(url, attempts=4).submit("demo", {"stages": 1}, id=new_id("busy"))
+    assert job.status in ("queued", "running", "done") and job.raw["created"] is True
+    assert [s.split(" ")[0] for s in proxy.seen] == ["POST"] * 3
+    assert len(clock.paused) == 2 and all(1.0 <= p <= 1.25 for p in clock.paused)
+    proxy.seen, proxy.refuse, proxy.retry_after = [], 1, "2"
+    with pytest.raises(NotFound):  # not safe to repeat, yet a 429 never ran: sent again
+        Client(url, admin_url=url).retry("no-such-job-anywhere")
+    assert len(proxy.seen) == 2 and 2.0 <= clock.paused[-1] <= 2.5
+    proxy.seen, proxy.refuse = [], 5
+    with pytest.raises(Exception) as gave_up:  # attempts spent: the last answer's refusal
+        Client(url, attempts=2).get(job.id)
+    assert getattr(gave_up.value, "status", None) == 429 and len(proxy.seen) == 2

@@ -50,6 +50,8 @@ def operator_shell(cloud: LocalCloud, monkeypatch: pytest.MonkeyPatch) -> Iterat
 def post(cloud: LocalCloud, path: str, body: Any = None) -> requests.Response:
     """To submit, or to the admin function for an operator route (pause, resume, bulk)."""
     served_by = "admin" if path.startswith(("/pipelines/", "/bulk/")) else "submit"
+    if served_by == "admin" and body is None:
+        body = {}  # the operator routes take JSON only (docs/api.md, "Operator routes")
     return requests.post(cloud.endpoints[served_by] + path, json=body, timeout=60)
 
 

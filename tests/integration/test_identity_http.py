@@ -47,7 +47,7 @@ def paused_by(cloud: LocalCloud, pipeline: str) -> str | None:
 
 def pipeline_action(cloud: LocalCloud, action: str, headers: dict[str, str]) -> requests.Response:
     url = f"{cloud.endpoints['admin']}/pipelines/demo/{action}"  # an operator route
-    return requests.post(url, headers=headers, timeout=60)
+    return requests.post(url, json={}, headers=headers, timeout=60)  # operator routes: JSON
 
 
 def test_a_pause_records_the_verified_caller_and_never_a_header_the_caller_chose(

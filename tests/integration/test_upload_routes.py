@@ -174,7 +174,7 @@ def test_an_object_deleted_before_its_job_runs_fails_it_with_the_reason(
     cloud: LocalCloud,
 ) -> None:
     admin = cloud.endpoints["admin"]  # pause and resume are operator routes
-    assert requests.post(f"{admin}/pipelines/csv-summary/pause", timeout=30).ok
+    assert requests.post(f"{admin}/pipelines/csv-summary/pause", json={}, timeout=30).ok
     try:
         wait_for("claim holding csv-summary jobs back", lambda: _probe_parked(cloud), timeout=60)
         job_id, generation = upload(cloud, "plain/gone.csv", b"a\n1\n")
@@ -185,7 +185,7 @@ def test_an_object_deleted_before_its_job_runs_fails_it_with_the_reason(
         assert job(cloud, job_id)["status"] == "queued"
         bucket(cloud).blob("plain/gone.csv").delete()
     finally:
-        assert requests.post(f"{admin}/pipelines/csv-summary/resume", timeout=30).ok
+        assert requests.post(f"{admin}/pipelines/csv-summary/resume", json={}, timeout=30).ok
     body = ended(cloud, job_id)
     assert body["status"] == "failed" and body["attempts"] == 1
     assert f"plain/gone.csv at generation {generation} does not exist" in json.dumps(body)

@@ -66,7 +66,11 @@ class Issuer:
 
     def admit(self, headers: dict[str, str], audiences: tuple[str, ...]) -> bool:
         """Check the token Cloud Run would check; strip its signature in place. False:
-        answer 401. No token: admitted, anonymous."""
+        answer 401. No token: admitted, anonymous. A token header sent twice (its name
+        in two cases: HTTP header names are case-insensitive) is refused: which one was
+        checked would be a guess, and the other would reach the function unstripped."""
+        if _sent_twice(headers):
+            return False
         name = _checked_header(headers)
         if name is None:
             return True
@@ -81,6 +85,11 @@ class Issuer:
             return False
         headers[name] = "Bearer " + token.rsplit(".", 1)[0] + "." + SIGNATURE_REMOVED
         return True
+
+
+def _sent_twice(headers: dict[str, str]) -> bool:
+    names = [key.lower() for key in headers]
+    return any(names.count(h.lower()) > 1 for h in (SERVERLESS_HEADER, AUTHORIZATION_HEADER))
 
 
 def _checked_header(headers: dict[str, str]) -> str | None:
