@@ -32,7 +32,12 @@ setup(
         "reclaim": ["VERSION", "py.typed"],
         **{f"reclaim.functions.{n}": ["requirements.txt"] for n in FUNCTIONS},
         "reclaim.terraform": ["*.tf", "README.md"],
-        "shared": ["openapi.json", "dashboard/static/*", "dashboard/templates/*"],
+        "shared": [
+            "openapi.json",
+            "job_sizing.json",
+            "dashboard/static/*",
+            "dashboard/templates/*",
+        ],
         "reclaim.local.pubsub_emulator": ["README.md"],
         "reclaim.local.scaffold": ["template/*.tmpl", "template/*/*.tmpl"],
     },
