@@ -53,6 +53,9 @@ Fallback = Callable[[Exception], Outcome]
 RUN_REFUSED = "Cloud Run did not start the execution"
 """How a hand-back for a refused :run starts its reason (the history says which)."""
 AT_BOUND = "the pool runs its max_executions"
+AT_BOUND_DELAY_MAX_S = 30.0
+"""A job waiting for a place is tried again within this (a place frees when a task ends,
+at any time; a refused :run backs off up to RECLAIM_BACKOFF_MAX_SECONDS instead)."""
 
 
 def wanted(settings: Settings | None = None) -> bool:
@@ -186,7 +189,10 @@ def hand_back(ctx: Context, owned: OwnedRecord, jlog: JobLogger, why: str) -> Ou
     job_id = str(job["id"])
     streak = len(held_back_streak(job)) + 1
     jitter = job_queue.backoff_seconds(streak, s.backoff_base_seconds, s.backoff_max_seconds)
-    delay = min(max(s.backoff_base_seconds, jitter), max(s.backoff_max_seconds, 0.0))
+    cap = s.backoff_max_seconds
+    if why.startswith(AT_BOUND):
+        cap = min(cap, AT_BOUND_DELAY_MAX_S)
+    delay = min(max(s.backoff_base_seconds, jitter), max(cap, 0.0))
 
     def build(record: JobRecord) -> JobRecord:
         return held_back_fields(record, now, max_attempts=s.max_attempts, delay_s=delay, why=why)
