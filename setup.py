@@ -37,7 +37,12 @@ if __name__ == "__main__":  # setuptools' build backend runs this file as __main
             "reclaim": ["VERSION", "py.typed"],
             **{f"reclaim.functions.{n}": ["requirements.txt"] for n in FUNCTIONS},
             "reclaim.terraform": ["*.tf", "README.md"],
-            "shared": ["openapi.json", "dashboard/static/*", "dashboard/templates/*"],
+            "shared": [
+                "openapi.json",
+                "job_sizing.json",
+                "dashboard/static/*",
+                "dashboard/templates/*",
+            ],
             "reclaim.local.pubsub_emulator": ["README.md"],
             "reclaim.local.scaffold": ["template/*.tmpl", "template/*/*.tmpl"],
         },

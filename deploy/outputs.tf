@@ -64,3 +64,8 @@ output "admin_url" {
   description = "The operator routes (cancel, retry, bulk, pause, resume), for operators, with an identity token."
   value       = module.reclaim.admin_url
 }
+
+output "run_jobs" {
+  description = "The Cloud Run job of each job pool, and the image they run."
+  value       = module.reclaim.run_jobs
+}

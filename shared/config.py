@@ -498,8 +498,9 @@ class Settings:
 
     def stale_seconds_of(self, job: Mapping[str, Any]) -> float:
         """The stale time a job is judged by: its pipeline's pool's (status reads, the
-        sweep, a claim rescuing another pool's job), else RECLAIM_STALE_SECONDS."""
-        return self.pools.stale_seconds_of(job.get("pipeline"), self.stale_seconds)
+        sweep, a claim rescuing another pool's job), else RECLAIM_STALE_SECONDS; at least
+        its job pool's start grace while its Cloud Run execution has not started."""
+        return self.pools.stale_seconds_for(job, self.stale_seconds)
 
     @property
     def records_buckets(self) -> tuple[str, ...]:

@@ -54,10 +54,22 @@ MEMORY = re.compile(r"[1-9][0-9]*(?:Mi|Gi)")
 CPU = re.compile(r"(?:[1-9][0-9]*|0\.[0-9]+)")
 
 MAX_TIMEOUT_S = 3600  # a gen2 function's request timeout (Cloud Run: at most 60 min)
-MAX_TASK_S = 168 * 3600
+
+JOB_RULES_FILE = Path(__file__).resolve().with_name("job_sizing.json")
+JOB_RULES: Mapping[str, Any] = json.loads(JOB_RULES_FILE.read_text(encoding="utf-8"))
+"""The one set of Cloud Run job sizing rules (defaults, bounds, GPU minimums and regions):
+this parser checks a job pool against it at start, terraform reads the same file at plan
+(terraform/pools.tf, run_jobs.tf), so the plan takes exactly what the code takes."""
+_JOB_DEFAULTS: Mapping[str, Any] = JOB_RULES["defaults"]
+MAX_TASK_S = int(JOB_RULES["max_task_timeout_seconds"])
 """A Cloud Run job task runs at most 168 h, one with a GPU at most 1 h
 (https://cloud.google.com/run/docs/configuring/task-timeout)."""
-MAX_GPU_TASK_S = 3600
+MAX_GPU_TASK_S = int(JOB_RULES["max_gpu_task_timeout_seconds"])
+MAX_EXECUTIONS = int(JOB_RULES["max_executions_per_region"])
+"""Running job executions per project and region (https://cloud.google.com/run/quotas):
+the job pools' `max_executions` together stay within it."""
+GPU_REGIONS: tuple[str, ...] = tuple(JOB_RULES["gpu_regions"])
+"""Where Cloud Run jobs offer GPUs (https://cloud.google.com/run/docs/configuring/jobs/gpu)."""
 
 
 @dataclass(frozen=True)
@@ -70,12 +82,18 @@ class Gpu:
 
 @dataclass(frozen=True)
 class JobSizing:
-    """The Cloud Run job of a pool whose runner is "job"."""
+    """The Cloud Run job of a pool whose runner is "job" (defaults: shared/job_sizing.json;
+    with a GPU, its type's own: at least 4 CPU and 16 GiB for an L4, an hour at most).
+    `max_executions` bounds the pool's running executions (the excess waits queued);
+    `start_grace_seconds` is how long a dispatched execution may take to start before its
+    job counts as stale (the pool's stale time judges it once its task adopted it)."""
 
-    task_timeout_seconds: int = 86400
-    memory: str = "2Gi"
-    cpu: str = "1"
+    task_timeout_seconds: int = int(_JOB_DEFAULTS["task_timeout_seconds"])
+    memory: str = str(_JOB_DEFAULTS["memory"])
+    cpu: str = str(_JOB_DEFAULTS["cpu"])
     gpu: Gpu | None = None
+    max_executions: int = int(_JOB_DEFAULTS["max_executions"])
+    start_grace_seconds: int = int(_JOB_DEFAULTS["start_grace_seconds"])
 
 
 @dataclass(frozen=True)
@@ -148,8 +166,47 @@ class Pools:
         stale = self.pool_of(pipeline).stale_seconds
         return fallback if stale is None else stale
 
+    def stale_seconds_for(self, job: Mapping[str, Any], fallback: float) -> float:
+        """The stale time a job is judged by now: its pool's (stale_seconds_of), or, while
+        the Cloud Run execution its claim started has not been adopted by its task yet,
+        at least its job pool's start grace: nothing heartbeats before the task starts,
+        and provisioning, image pull and queueing for capacity have no documented bound
+        (https://cloud.google.com/run/docs/configuring/jobs/gpu: "start in approximately
+        5 seconds" once provisioned), so a slow start is not a silent owner."""
+        pipeline = job.get("pipeline")
+        stale = self.stale_seconds_of(pipeline, fallback)
+        sizing = self.pool_of(pipeline).job
+        if sizing is not None and awaiting_start(job):
+            return max(stale, float(sizing.start_grace_seconds))
+        return stale
+
 
 NO_POOLS = Pools()
+
+
+def awaiting_start(job: Mapping[str, Any]) -> bool:
+    """True while the record's running attempt was dispatched to a Cloud Run execution
+    (shared.claim.dispatch) whose task has not adopted it yet (shared.claim.task)."""
+    execution = job.get("execution")
+    if job.get("status") != "running" or not isinstance(execution, Mapping):
+        return False
+    attempts = job.get("attempts")
+    return (
+        execution.get("attempt") == attempts
+        and bool(execution.get("dispatched_at"))
+        and not execution.get("adopted_at")
+    )
+
+
+def gpu_region_problem(pool: Pool, region: str) -> str | None:
+    """Why this pool's Cloud Run job cannot run in `region`, or None (a GPU job only runs
+    where Cloud Run offers GPUs: GPU_REGIONS)."""
+    if pool.job is None or pool.job.gpu is None or region in GPU_REGIONS:
+        return None
+    return (
+        f"pool {pool.name!r}: a GPU job runs only in {', '.join(GPU_REGIONS)}, not {region!r} "
+        "(https://cloud.google.com/run/docs/configuring/jobs/gpu)"
+    )
 
 
 def topic_of(jobs_topic: str, pool: str) -> str:
@@ -191,6 +248,12 @@ def parse(doc: object) -> Pools:
     if not isinstance(raw, dict):
         raise ConfigError('"pools" must be an object: pool name -> pool')
     pools = [_pool(name, spec) for name, spec in raw.items()]
+    executions = sum(p.job.max_executions for p in pools if p.job is not None)
+    if executions > MAX_EXECUTIONS:
+        raise ConfigError(
+            f"the job pools' max_executions add up to {executions}: a project runs at most "
+            f"{MAX_EXECUTIONS} job executions per region (https://cloud.google.com/run/quotas)"
+        )
     owner: dict[str, str] = {}
     for pool in pools:
         for pipeline in pool.pipelines:
@@ -272,32 +335,94 @@ def _check_together(pool: Pool) -> None:
 
 
 def _job(spec: object) -> JobSizing:
+    """A job pool's `job` object, defaulted from JOB_RULES (a GPU's type has its own
+    defaults) and checked as Cloud Run checks a job (terraform/pools.tf says the same)."""
     if not isinstance(spec, dict):
         raise ConfigError("job must be an object")
     unknown = sorted(set(spec) - _JOB_FIELDS)
     if unknown:
         raise ConfigError(f"job: unknown field(s) {unknown}; known: {sorted(_JOB_FIELDS)}")
     gpu = _gpu(spec["gpu"]) if spec.get("gpu") is not None else None
+    base: Mapping[str, Any] = JOB_RULES["gpu"][gpu.type] if gpu is not None else _JOB_DEFAULTS
     longest = MAX_GPU_TASK_S if gpu is not None else MAX_TASK_S
-    values: dict[str, Any] = {"gpu": gpu}
-    timeout = spec.get("task_timeout_seconds", min(86400, longest))
-    values["task_timeout_seconds"] = _int("job.task_timeout_seconds", timeout, 1, longest)
-    for key, pattern in (("memory", MEMORY), ("cpu", CPU)):
-        if key in spec:
-            values[key] = _text(f"job.{key}", spec[key], pattern)
-    return JobSizing(**values)
+    timeout = spec.get("task_timeout_seconds", base["task_timeout_seconds"])
+    cpu = _text("job.cpu", spec.get("cpu", base["cpu"]), CPU)
+    memory = _text("job.memory", spec.get("memory", base["memory"]), MEMORY)
+    sizing = JobSizing(
+        task_timeout_seconds=_int("job.task_timeout_seconds", timeout, 1, longest),
+        memory=memory,
+        cpu=cpu,
+        gpu=gpu,
+        max_executions=_int(
+            "job.max_executions",
+            spec.get("max_executions", _JOB_DEFAULTS["max_executions"]),
+            1,
+            MAX_EXECUTIONS,
+        ),
+        start_grace_seconds=_int(
+            "job.start_grace_seconds",
+            spec.get("start_grace_seconds", _JOB_DEFAULTS["start_grace_seconds"]),
+            0,
+            int(JOB_RULES["max_start_grace_seconds"]),
+        ),
+    )
+    problem = job_resources_problem(sizing)
+    if problem is not None:
+        raise ConfigError(problem)
+    return sizing
+
+
+def memory_mib(text: str) -> int:
+    """A MEMORY value in MiB ("16Gi" -> 16384)."""
+    return int(text[:-2]) * (1024 if text.endswith("Gi") else 1)
+
+
+def job_resources_problem(sizing: JobSizing) -> str | None:
+    """Why Cloud Run would refuse this job's CPU and memory, or None: whole CPUs from
+    the documented table with their memory range, a fraction of a vCPU from 0.08 with at
+    most 512 MiB below 0.5 and 1 GiB below 1, and a GPU type's minimums (JOB_RULES)."""
+    cpu, mib = float(sizing.cpu), memory_mib(sizing.memory)
+    rows: Mapping[str, list[int]] = JOB_RULES["cpu_memory_mib"]
+    if cpu < 1:
+        limits = JOB_RULES["fraction_cpu_max_memory_mib"]
+        top = limits["below_half"] if cpu < 0.5 else limits["from_half"]
+        if cpu < JOB_RULES["fraction_cpu_min"] or len(sizing.cpu) > 5:  # 0.001 steps
+            return f"job.cpu {sizing.cpu!r}: a fraction of a vCPU is 0.08..1 in steps of 0.001"
+        low = JOB_RULES["min_memory_mib"]
+    elif sizing.cpu in rows:
+        low, top = rows[sizing.cpu]
+    else:
+        return f"job.cpu {sizing.cpu!r}: a job has {', '.join(rows)} vCPU, or a fraction below 1"
+    if not low <= mib <= top:
+        return f"job.memory {sizing.memory!r}: with {sizing.cpu} vCPU a job has {low}..{top} MiB"
+    if sizing.gpu is not None:
+        rule = JOB_RULES["gpu"][sizing.gpu.type]
+        if cpu < rule["min_cpu"] or mib < rule["min_memory_mib"]:
+            return (
+                f"job: a {sizing.gpu.type} GPU needs at least {rule['min_cpu']} CPU and "
+                f"{rule['min_memory_mib'] // 1024} GiB (https://cloud.google.com/run/docs/"
+                "configuring/jobs/gpu)"
+            )
+    return None
 
 
 def _gpu(spec: object) -> Gpu:
     if not isinstance(spec, dict) or set(spec) - {"type", "count"}:
         raise ConfigError('job.gpu must be an object with "type" and "count"')
     kind = spec.get("type", Gpu.type)
-    if not isinstance(kind, str) or not re.fullmatch(r"[a-z0-9-]+", kind):
-        raise ConfigError(f"job.gpu.type must be a GPU type like 'nvidia-l4', not {kind!r}")
+    if not isinstance(kind, str) or kind not in JOB_RULES["gpu"]:
+        known = ", ".join(JOB_RULES["gpu"])
+        raise ConfigError(
+            f"job.gpu.type must be a GPU Cloud Run jobs offer ({known}), not {kind!r}"
+        )
     return Gpu(kind, _int("job.gpu.count", spec.get("count", 1), 1, 1))
 
 
 def _int(key: str, value: object, low: int, high: int) -> int:
+    """A whole number within low..high. JSON's 5.0 is 5 (terraform's jsondecode, which
+    checks the same file at plan, has one number type and cannot tell them apart)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise ConfigError(f"{key} must be a whole number within {low}..{high}, not {value!r}")
     return value

@@ -30,7 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from shared.config import EnvVar, read_env
+from shared import pools
+from shared.config import EnvVar, Settings, read_env
 from shared.errors import ConfigError, ReclaimError
 
 RUNNERS = ("push", "job")
@@ -44,6 +45,9 @@ JOB_ID_ENV = "RECLAIM_TASK_JOB_ID"
 CLAIM_GENERATION_ENV = "RECLAIM_TASK_CLAIM_GENERATION"
 """The override carrying the generation the claim's CAS gave the record: the task adopts
 only that claim (shared.claim.task)."""
+PLACE_ENV = "RECLAIM_TASK_PLACE"
+"""The override naming the execution place the claim took for this execution (its pool's
+max_executions bound, shared.features.executions): the task frees it when it ends."""
 
 _JOB_NAME = re.compile(r"projects/[^/\s]+/locations/[^/\s]+/jobs/[a-z]([-a-z0-9]*[a-z0-9])?")
 _EXECUTION_NAME = re.compile(_JOB_NAME.pattern + r"/executions/[^/\s]+")
@@ -101,6 +105,76 @@ RUN_ENV_VARS: tuple[EnvVar, ...] = (
 )
 
 
+def _revision(value: str) -> str:
+    if value and ("/" in value or any(c.isspace() for c in value)):
+        raise ValueError("must be a revision name (no '/' or spaces), or empty")
+    return value
+
+
+def _seconds(value: str) -> float:
+    seconds = float(value)
+    if not seconds >= 0:  # NaN too
+        raise ValueError("must be a number of seconds >= 0")
+    return seconds
+
+
+TASK_ENV_VARS: tuple[EnvVar, ...] = (
+    EnvVar(
+        name="RECLAIM_TASK_REVISION",
+        field="revision",
+        default="",
+        parse=_revision,
+        doc="A Cloud Run job's task: the revision of the image it runs (terraform: the "
+        "task-image service's latest ready revision); it names what the task runs in its "
+        "log lines and in the reason it hands a job of newer code back for.",
+    ),
+    EnvVar(
+        name="RECLAIM_TASK_TIMEOUT_SECONDS",
+        field="task_timeout_seconds",
+        default="0",
+        parse=_seconds,
+        doc="A Cloud Run job's task: the job's task timeout (0: none known). The task ends "
+        "its attempt as a timed-out stage shortly before it, so a stage longer than the "
+        "task timeout is a failed attempt, not a platform's hand-back repeated forever.",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    """What a Cloud Run job's definition tells its task (TASK_ENV_VARS)."""
+
+    revision: str = ""
+    task_timeout_seconds: float = 0.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> TaskSettings:
+        return cls(**read_env(TASK_ENV_VARS, env))
+
+
+Refusal = Literal["transient", "grant", "permanent"]
+
+
+def refusal_kind(exc: RunJobsError) -> Refusal:
+    """What a failed :run says about trying again (docs/long-stages.md):
+
+    - "transient": no answer, a timeout, 429 (the run-request quota, or the 1,000 running
+      executions a project has per region: https://cloud.google.com/run/quotas) or 5xx;
+      it costs the job nothing and it is tried again after a backoff;
+    - "grant": 403 or 404, which a fresh grant or a job the same apply just made answers
+      while it propagates ("typically 2 minutes, potentially 7 minutes or longer":
+      https://cloud.google.com/iam/docs/access-change-propagation); free for a bounded
+      while, then a failed attempt (a misnamed job or a missing grant ends the job);
+    - "permanent": anything else (400: a request Cloud Run will never take), an attempt.
+    """
+    status = getattr(exc, "status", None)
+    if status is None or status == 429 or (isinstance(status, int) and status >= 500):
+        return "transient"
+    if status in (403, 404):
+        return "grant"
+    return "permanent"
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """The runner settings of one process (a pool's claim function, the sweep, a task)."""
@@ -121,6 +195,21 @@ class RunSettings:
     @property
     def on_jobs(self) -> bool:
         return self.runner == "job"
+
+
+def region_of(job: str) -> str:
+    """The region of a job's full name (projects/<p>/locations/<region>/jobs/<j>)."""
+    parts = job.split("/")
+    return parts[3] if len(parts) > 3 else ""
+
+
+def gpu_region_problem(settings: Settings, run: RunSettings) -> str | None:
+    """Why this process's pool cannot run its GPU job where RECLAIM_RUN_JOB says, or None
+    (Google's API only: the local runner's location is not a region). terraform refuses
+    the same at plan (pool_problems); this is the check at start."""
+    if not run.on_jobs or run.api != GOOGLE_API or settings.pool not in settings.pools.names:
+        return None
+    return pools.gpu_region_problem(settings.pools.get(settings.pool), region_of(run.job))
 
 
 @functools.cache

@@ -204,6 +204,9 @@ resource "google_cloudfunctions2_function" "fn" {
     }
   }
 
-  # The build uses the builder's fresh grants (iam.tf): wait for them to propagate.
-  depends_on = [time_sleep.grants_propagate]
+  # The build uses the builder's fresh grants (iam.tf): wait for them to propagate. With
+  # job pools, the functions come after the Cloud Run jobs and their grants (run_jobs.tf):
+  # a pool's claim never dispatches to a job that does not exist yet, may not be run yet,
+  # or still runs the image of the previous deploy (the job is updated first).
+  depends_on = [time_sleep.grants_propagate, time_sleep.run_jobs_grants_propagate]
 }

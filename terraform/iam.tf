@@ -252,10 +252,12 @@ resource "time_sleep" "grants_propagate" {
     google_service_account_iam_member.pubsub_agent_mints_invoker_tokens,
     google_pubsub_topic_iam_member.pubsub_agent_dead_letters,
     google_pubsub_topic_iam_member.gcs_agent_publishes_uploads,
+    google_pubsub_topic_iam_member.routed_gcs_agents_publish, # uploads.tf
     google_project_iam_member.dashboard_reads_metrics,
     google_secret_manager_secret_iam_member.claim_reads_webhook_secrets,
     google_storage_bucket_iam_member.admin_records,   # admin.tf
     google_storage_bucket_iam_member.admin_record_shards, # admin.tf
     google_pubsub_topic_iam_member.admin_rings_jobs, # admin.tf
+    google_project_iam_member.runtime_writes_traces,
   ]
 }

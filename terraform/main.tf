@@ -15,6 +15,9 @@ locals {
     "run.googleapis.com",
     "secretmanager.googleapis.com",
     "storage.googleapis.com",
+    "telemetry.googleapis.com", # a job's spans over OTLP (shared/traces/export.py;
+    # cloud.google.com/trace/docs/migrate-to-otlp-endpoints)
+    "cloudtrace.googleapis.com", # where they are read
   ])
 
   # The one version (reclaim/VERSION): the wheel's, the library's, this module's.

@@ -14,8 +14,19 @@ output "monitoring_dashboard" {
 }
 
 output "function_urls" {
-  description = "Cloud Run URL of every function."
-  value       = { for k, f in google_cloudfunctions2_function.fn : k => f.service_config[0].uri }
+  description = "Cloud Run URL of every function (each pool's claim and the admin function included)."
+  value = merge(
+    { for k, f in google_cloudfunctions2_function.fn : k => f.service_config[0].uri },
+    { admin = google_cloudfunctions2_function.admin.service_config[0].uri },
+  )
+}
+
+output "run_jobs" {
+  description = "The Cloud Run job of each job pool (docs/long-stages.md), by pool, and the image they run (built by the task-image function from claim's archive); empty without job pools."
+  value = {
+    jobs  = { for pool, job in google_cloud_run_v2_job.pool : pool => job.id }
+    image = try(data.google_cloud_run_v2_service.task_image[0].template[0].containers[0].image, null)
+  }
 }
 
 output "records_bucket" {
@@ -44,10 +55,14 @@ output "dead_letter_subscription" {
 }
 
 output "service_accounts" {
-  description = "Runtime SA of each function, and the invoker and build SAs."
+  description = "Runtime SA of each function (the admin function's included; pool claims and the Cloud Run jobs run as claim's), and the invoker and build SAs."
   value = merge(
     { for k, sa in google_service_account.fn : k => sa.email },
-    { invoker = google_service_account.invoker.email, builder = google_service_account.builder.email },
+    {
+      admin   = google_service_account.admin.email
+      invoker = google_service_account.invoker.email
+      builder = google_service_account.builder.email
+    },
   )
 }
 

@@ -18,22 +18,24 @@ locals {
   pools_doc     = local.pools_found ? jsondecode(file(local.pools_path)) : {}
 
   pools_declared = try(local.pools_doc.pools, {})
+  pool_names     = try(keys(local.pools_declared), []) # none unless "pools" is an object
   # Every field but pipelines defaults to claim's own (claim_function, claim_push,
-  # queue.stale_seconds): a pool that names only pipelines is today's claim, apart.
+  # queue.stale_seconds): a pool that names only pipelines is today's claim, apart. A field
+  # of the wrong type is kept as written: pool_problems refuses it, naming it.
   pools = {
-    for name, p in local.pools_declared : name => {
-      pipelines             = try(p.pipelines, [])
-      memory                = try(p.memory, var.claim_function.memory)
-      cpu                   = try(p.cpu, var.claim_function.cpu)
-      concurrency           = try(p.concurrency, var.claim_function.concurrency)
-      timeout_seconds       = try(p.timeout_seconds, var.claim_function.timeout_seconds)
-      min_instances         = try(p.min_instances, var.claim_function.min_instances)
-      max_instances         = try(p.max_instances, var.claim_function.max_instances)
-      stale_seconds         = try(p.stale_seconds, var.queue.stale_seconds)
-      ack_deadline_seconds  = try(p.ack_deadline_seconds, var.claim_push.ack_deadline_seconds)
-      max_delivery_attempts = try(p.max_delivery_attempts, var.claim_push.max_delivery_attempts)
-      runner                = try(p.runner, "push")
-      job                   = try(p.job, null)
+    for name in local.pool_names : name => {
+      pipelines             = try([for s in local.pools_declared[name].pipelines : tostring(s)], [])
+      memory                = try(local.pools_declared[name].memory, var.claim_function.memory)
+      cpu                   = try(local.pools_declared[name].cpu, var.claim_function.cpu)
+      concurrency           = try(local.pools_declared[name].concurrency, var.claim_function.concurrency)
+      timeout_seconds       = try(local.pools_declared[name].timeout_seconds, var.claim_function.timeout_seconds)
+      min_instances         = try(local.pools_declared[name].min_instances, var.claim_function.min_instances)
+      max_instances         = try(local.pools_declared[name].max_instances, var.claim_function.max_instances)
+      stale_seconds         = try(local.pools_declared[name].stale_seconds, var.queue.stale_seconds)
+      ack_deadline_seconds  = try(local.pools_declared[name].ack_deadline_seconds, var.claim_push.ack_deadline_seconds)
+      max_delivery_attempts = try(local.pools_declared[name].max_delivery_attempts, var.claim_push.max_delivery_attempts)
+      runner                = try(local.pools_declared[name].runner, "push")
+      job                   = try(local.pools_declared[name].job, null)
     }
   }
   # The pools whose stages run on a Cloud Run job (terraform/run_jobs.tf makes the jobs).
@@ -90,31 +92,51 @@ locals {
     },
   )
 
-  # Plan-time checks of the file, the functions' own at start being exact.
+  # Plan-time checks of the file: every check shared/pools.py makes at start, so the plan
+  # takes exactly what the functions take (tests/terraform/test_tf_pools.py runs the same
+  # GOOD and BAD files through both). A whole number is `v == tonumber(v)` (a number, not
+  # a string or a bool) with no fraction; a string is `v == tostring(v)`. The job object's
+  # checks are run_jobs.tf's pool_job_problems.
   pool_field_names = ["pipelines", "memory", "cpu", "concurrency", "timeout_seconds", "min_instances", "max_instances", "stale_seconds", "ack_deadline_seconds", "max_delivery_attempts", "runner", "job"]
   pool_pipelines   = flatten([for name, p in local.pools : p.pipelines])
+  pool_ints = {
+    concurrency           = [1, 1000]
+    timeout_seconds       = [10, 3600]
+    min_instances         = [0, 1000]
+    max_instances         = [1, 1000]
+    ack_deadline_seconds  = [10, 600]
+    max_delivery_attempts = [5, 100]
+  }
   pool_problems = flatten([
+    can(keys(local.pools_doc)) && try(alltrue([for k in keys(local.pools_doc) : k == "pools"]), false) ? [] : ["the pools file must be an object with one key, \"pools\""],
     can(keys(local.pools_declared)) ? [] : ["\"pools\" must be an object: pool name -> pool"],
     !local.pools_found || local.pools_inside ? [] : ["the pools file must be inside the pipelines package (${local.pipelines_dir}): the functions read it from their archive"],
     [
       for name, p in local.pools : concat(
         can(regex("^[a-z][a-z0-9]*(-[a-z0-9]+)*$", name)) && length(name) <= 20 ? [] : ["pool ${name}: a name is lowercase letters, digits and single hyphens, starting with a letter, at most 20 characters"],
         name == "default" ? ["pool default is implicit (every pipeline no pool names): give your pool another name"] : [],
-        [for k in keys(local.pools_declared[name]) : "pool ${name}: unknown field ${k}" if !contains(local.pool_field_names, k)],
-        length(p.pipelines) > 0 ? [] : ["pool ${name}: pipelines must be a non-empty list of pipeline names"],
+        can(keys(local.pools_declared[name])) ? [] : ["pool ${name}: a pool must be an object"],
+        [for k in try(keys(local.pools_declared[name]), []) : "pool ${name}: unknown field ${k}" if !contains(local.pool_field_names, k)],
+        try(length(local.pools_declared[name].pipelines) > 0 && can(local.pools_declared[name].pipelines[0]) && alltrue([
+          for s in local.pools_declared[name].pipelines : s == tostring(s) && length(s) > 0
+        ]), false) ? [] : ["pool ${name}: pipelines must be a non-empty list of pipeline names"],
+        length(distinct(p.pipelines)) == length(p.pipelines) ? [] : ["pool ${name}: pipelines lists a pipeline twice"],
         [for pl in distinct(p.pipelines) : "pipeline ${pl} is in two pools: a pipeline runs in one pool" if length([for q in local.pool_pipelines : q if q == pl]) > 1],
-        p.concurrency >= 1 && p.concurrency <= 1000 ? [] : ["pool ${name}: concurrency must be 1..1000"],
-        p.concurrency == 1 || tonumber(p.cpu) >= 1 ? [] : ["pool ${name}: concurrency > 1 needs cpu >= 1"],
-        p.timeout_seconds >= 10 && p.timeout_seconds <= 3600 ? [] : ["pool ${name}: timeout_seconds must be 10..3600"],
-        p.ack_deadline_seconds >= 10 && p.ack_deadline_seconds <= 600 ? [] : ["pool ${name}: ack_deadline_seconds must be 10..600"],
-        p.timeout_seconds >= p.ack_deadline_seconds ? [] : ["pool ${name}: timeout_seconds must be >= ack_deadline_seconds"],
-        p.max_delivery_attempts >= 5 && p.max_delivery_attempts <= 100 ? [] : ["pool ${name}: max_delivery_attempts must be 5..100"],
-        p.min_instances >= 0 && p.min_instances <= p.max_instances && p.max_instances >= 1 ? [] : ["pool ${name}: need 0 <= min_instances <= max_instances and max_instances >= 1"],
-        p.stale_seconds >= 3 ? [] : ["pool ${name}: stale_seconds must be >= 3"],
-        contains(["push", "job"], p.runner) ? [] : ["pool ${name}: runner must be push or job"],
-        p.job == null || p.runner == "job" ? [] : ["pool ${name}: job sizing is only for runner job"],
+        [
+          for f, bounds in local.pool_ints : "pool ${name}: ${f} must be a whole number within ${bounds[0]}..${bounds[1]}"
+          if !try(p[f] == tonumber(p[f]) && floor(p[f]) == p[f] && p[f] >= bounds[0] && p[f] <= bounds[1], false)
+        ],
+        try(p.memory == tostring(p.memory) && can(regex("^[1-9][0-9]*(Mi|Gi)$", p.memory)), false) ? [] : ["pool ${name}: memory must be like \"1Gi\" or \"512Mi\""],
+        try(p.cpu == tostring(p.cpu) && can(regex("^([1-9][0-9]*|0\\.[0-9]+)$", p.cpu)), false) ? [] : ["pool ${name}: cpu must be like \"1\" or \"0.5\""],
+        try(p.concurrency == 1 || tonumber(p.cpu) >= 1, true) ? [] : ["pool ${name}: concurrency > 1 needs cpu >= 1"],
+        try(p.timeout_seconds >= p.ack_deadline_seconds, true) ? [] : ["pool ${name}: timeout_seconds must be >= ack_deadline_seconds"],
+        try(p.min_instances <= p.max_instances, true) ? [] : ["pool ${name}: min_instances must not exceed max_instances"],
+        try(p.stale_seconds == tonumber(p.stale_seconds) && p.stale_seconds >= 3, false) ? [] : ["pool ${name}: stale_seconds must be a number >= 3"],
+        try(contains(["push", "job"], p.runner), false) ? [] : ["pool ${name}: runner must be push or job"],
+        !contains(try(keys(local.pools_declared[name]), []), "job") || p.runner == "job" ? [] : ["pool ${name}: job sizing is only for runner job"],
       )
     ],
+    local.pool_job_problems, # run_jobs.tf
   ])
 }
 

@@ -76,6 +76,12 @@ resource "google_cloud_scheduler_job" "cron" {
       condition     = try(length(each.value.pipeline) > 0, false) && contains(["allow", "skip"], try(each.value.overlap, "allow"))
       error_message = "schedules.json: schedule ${each.key}: pipeline must name a pipeline, and overlap be allow or skip."
     }
+    # A pipeline no function knows would make every tick a 400: known is built in, or
+    # named (quoted) in a module of pipeline_modules, as uploads.tf checks its routes'.
+    precondition {
+      condition     = contains(local.builtin_pipelines, try(each.value.pipeline, "")) || strcontains(local.upload_module_text, "\"${try(each.value.pipeline, "")}\"")
+      error_message = "schedules.json: schedule ${each.key}: pipeline ${jsonencode(try(each.value.pipeline, null))} is unknown (built in, or named in a module of pipeline_modules)."
+    }
   }
 
   depends_on = [time_sleep.apis_propagate, google_cloud_run_v2_service_iam_member.cron_invoker]

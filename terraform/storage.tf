@@ -86,6 +86,19 @@ resource "google_storage_bucket" "records" {
     }
   }
 
+  # Bulk confirm tokens (shared/bulk.py): a used token's marker matters only until the
+  # token expires (CONFIRM_TTL, 15 minutes), so a day later it goes.
+  lifecycle_rule {
+    condition {
+      matches_prefix = ["bulk/used/"]
+      age            = 1
+      with_state     = "LIVE"
+    }
+    action {
+      type = "Delete"
+    }
+  }
+
   # Versions left from before versioning was turned off (earlier deployments) expire.
   lifecycle_rule {
     condition {

@@ -16,10 +16,16 @@ locals {
   upload_buckets  = try(local.upload_doc.buckets, [])
   upload_unrouted = try(local.upload_doc.unrouted, "upload-digest")
 
-  # Where each route listens (bucket "" = the uploads bucket), and the unrouted default:
-  # the whole uploads bucket under var.uploads_prefix, unless unrouted is "ignore".
+  # Where each route listens (bucket "" = the uploads bucket, also when a route names it:
+  # the functions read "" as that bucket, so two names of one bucket would make two
+  # overlapping notifications), and the unrouted default: the whole uploads bucket under
+  # var.uploads_prefix, unless unrouted is "ignore".
+  upload_home = local.buckets.uploads
+  upload_route_buckets = [
+    for r in local.upload_routes : try(r.bucket, "") == local.upload_home ? "" : try(r.bucket, "")
+  ]
   upload_needs = distinct(concat(
-    [for r in local.upload_routes : { bucket = try(r.bucket, ""), prefix = try(r.prefix, "") }],
+    [for i, r in local.upload_routes : { bucket = local.upload_route_buckets[i], prefix = try(r.prefix, "") }],
     local.upload_unrouted == "ignore" ? [] : [{ bucket = "", prefix = var.uploads_prefix }],
   ))
   # One notification per needed prefix, no wider: a prefix that another needed prefix
@@ -37,14 +43,29 @@ locals {
     for m in var.pipeline_modules :
     try(file("${local.pipelines_dir}/${replace(trimprefix(m, "${local.pipelines_package}."), ".", "/")}.py"), "")
   ])
+  # The pipelines every function registers without a module (shared/pipelines).
+  builtin_pipelines = ["demo", "upload-digest", "webhook"]
   upload_pipelines = [
     for r in local.upload_routes : concat([try(r.pipeline, "")], try([r.batch.on_complete.pipeline], []))
   ]
+  # "up to 10 notification configurations set to trigger for a specific event" per bucket
+  # (cloud.google.com/storage/docs/pubsub-notifications): the 11th would fail the apply.
+  upload_notification_buckets = distinct([for n in values(local.upload_notifications) : n.bucket])
+  upload_bucket_problems = [
+    for b in local.upload_notification_buckets :
+    "bucket ${b == "" ? local.upload_home : b} needs ${length([for n in values(local.upload_notifications) : n if n.bucket == b])} OBJECT_FINALIZE notifications (routes ${join(", ", [for i, r in local.upload_routes : try(r.name, tostring(i)) if local.upload_route_buckets[i] == b])}); Cloud Storage allows 10 per bucket and event type: share a prefix (one notification covers the routes under it)"
+    if length([for n in values(local.upload_notifications) : n if n.bucket == b]) > 10
+  ]
   upload_route_problems = flatten([
-    for i, r in local.upload_routes : concat(
+    local.upload_bucket_problems,
+    [
+      for b, project in var.upload_bucket_projects : "upload_bucket_projects names bucket ${b}, which uploads.json does not list in buckets"
+      if !contains(local.upload_buckets, b)
+    ],
+    [for i, r in local.upload_routes : concat(
       [
         for p in local.upload_pipelines[i] : "route ${try(r.name, i)}: pipeline \"${p}\" is unknown (built in, or named in a module of pipeline_modules)"
-        if !(contains(["demo", "upload-digest", "webhook"], p) || strcontains(local.upload_module_text, "\"${p}\""))
+        if !(contains(local.builtin_pipelines, p) || strcontains(local.upload_module_text, "\"${p}\""))
       ],
       try(r.bucket, "") == "" || contains(local.upload_buckets, try(r.bucket, "")) ? [] : [
         "route ${try(r.name, i)}: bucket \"${try(r.bucket, "")}\" is unknown (list it in buckets)"
@@ -60,7 +81,7 @@ locals {
           )) == 0)
         )
       ],
-    )
+    )],
   ])
 }
 
@@ -103,4 +124,27 @@ resource "google_storage_bucket_iam_member" "claim_reads_routed" {
   bucket = each.value
   role   = "roles/storage.objectViewer"
   member = "serviceAccount:${google_service_account.fn["claim"].email}"
+}
+
+# A routed bucket in another project: Cloud Storage publishes its notifications as that
+# project's own service agent, which must hold pubsub.topics.publish on the topic ("your
+# project's Cloud Storage service agent must have the IAM permission
+# 'pubsub.topics.publish'", cloud.google.com/sdk/gcloud/reference/storage/buckets/notifications/create).
+# var.upload_bucket_projects names those projects; reading each agent creates it if need be
+# (as data.google_storage_project_service_account.this does for ours).
+data "google_storage_project_service_account" "routed" {
+  for_each = toset([for p in values(var.upload_bucket_projects) : p if p != var.project_id])
+
+  project = each.value
+
+  depends_on = [time_sleep.first_apis_propagate]
+}
+
+resource "google_pubsub_topic_iam_member" "routed_gcs_agents_publish" {
+  for_each = data.google_storage_project_service_account.routed
+
+  project = var.project_id
+  topic   = google_pubsub_topic.topics["uploads"].name
+  role    = "roles/pubsub.publisher"
+  member  = "serviceAccount:${each.value.email_address}"
 }

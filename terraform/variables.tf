@@ -461,6 +461,22 @@ variable "sweep_time_zone" {
   default     = "Etc/UTC"
 }
 
+variable "task_image_epoch" {
+  description = "Change it (a date, say) to rebuild the image the Cloud Run jobs run on today's patched base and Python, without a code change: the job image is patched only when it is deployed (docs/long-stages.md)."
+  type        = string
+  default     = ""
+}
+
+variable "upload_bucket_projects" {
+  description = "For each routed upload bucket (uploads.json \"buckets\") that lives in another project: that project's id. Its Cloud Storage service agent, which publishes the bucket's notifications, gets publisher on the uploads topic (uploads.tf)."
+  type        = map(string)
+  default     = {}
+  validation {
+    condition     = alltrue([for b, p in var.upload_bucket_projects : can(regex("^[a-z][a-z0-9-]{4,28}[a-z0-9]$", p))])
+    error_message = "upload_bucket_projects values must be project ids (6-30 lowercase letters, digits and hyphens)."
+  }
+}
+
 variable "uploads_file" {
   description = "Your upload routes (docs/pipelines.md, \"Uploads\"), relative to the root module or absolute; shipped in the archives as <package>/uploads.json. \"\" = uploads.json in pipelines_dir (none: every upload becomes an upload-digest job)."
   type        = string

@@ -685,8 +685,9 @@ class LocalCloud:
         self.run_jobs.start()
         if c.claim_runner == "job":
             self.run_jobs.add(self._function_env(threads=1))
-        for pool in job_pools:
-            self.run_jobs.add(self._function_env(1, pool_service(pool)), pool)
+        for pool in job_pools:  # with its pool's job sizing (its task timeout, its GPU)
+            env = self._function_env(1, pool_service(pool))
+            self.run_jobs.add(env, pool, sizing=self.pools.get(pool).job)
 
     def _start_platform(self) -> None:
         c = self.config

@@ -237,7 +237,9 @@ class _Runner:
         if plan.resume is not None and plan.resume.kind == "end":
             return self._unrunnable(job_id, stored, now, PipelineChanged(plan.resume.reason))
         owner = new_owner(self.instance)
-        on_jobs = plan.error is None and plan.pipeline is not None and dispatch.wanted()
+        on_jobs = (
+            plan.error is None and plan.pipeline is not None and dispatch.wanted(self.settings)
+        )
         try:
             stamp = job_queue.claim_fields(
                 job,
@@ -284,6 +286,7 @@ class _Runner:
                     fallback=lambda exc: _Job(self, owned, jlog, plan)._retry_or_fail(
                         exc, stage=None
                     ),
+                    owned=owned,  # a refused :run or a pool at its bound hands it back
                 )
             return _Job(self, owned, jlog, plan).run()
         finally:
@@ -341,16 +344,35 @@ class _Runner:
 
 
 def run_adopted(
-    ctx: Context, owned: OwnedRecord, jlog: JobLogger, *, instance: str, shutdown: Shutdown
+    ctx: Context,
+    owned: OwnedRecord,
+    jlog: JobLogger,
+    *,
+    instance: str,
+    shutdown: Shutdown,
+    revision: str | None = None,
+    limit_s: float | None = None,
+    unrunnable: Callable[[str], Outcome | None] | None = None,
 ) -> Outcome:
     """Run the stages of a claim a Cloud Run job's task adopted (shared.claim.task), by the
     same code as a push: checkpoints, heartbeats, check(), the hand-back on SIGTERM and
-    the final write. A version this image cannot run fails the attempt, naming why."""
+    the final write. --- Cloud Run jobs (shared.claim.task; docs/long-stages.md):
+    `revision` is the task image's (a job has no K_REVISION); `limit_s` caps the attempt
+    below the job's task timeout (a timed-out stage, as the pipeline's own timeout);
+    `unrunnable(reason)` answers a pipeline or version this image lacks (handed back for
+    a newer image); when it answers None, or without it, the attempt fails naming why."""
     runner = _Runner(ctx, instance, shutdown)
+    if revision:
+        runner.revision = revision
     plan = _plan(owned.stored.record, runner.revision)
     if plan.resume is not None and not plan.resume.runs and plan.error is None:
+        deferred = unrunnable(plan.resume.reason) if unrunnable is not None else None
+        if deferred is not None:
+            return deferred
         plan.error = PipelineUnavailable(plan.resume.reason)
-    return _Job(runner, owned, jlog, plan).run()
+    job = _Job(runner, owned, jlog, plan)
+    job.cap_s = limit_s
+    return job.run()
 
 
 class _Plan:
@@ -452,6 +474,7 @@ class _Job:
         self._trace = trace if isinstance(trace, str) else None
         self._pipeline = str(self.job.get("pipeline"))  # its doorbell goes to its pool
         self.spans = StageSpans(trace, self.job_id, owned.attempt, runner.clock)  # ctx.span
+        self.cap_s: float | None = None  # a Cloud Run task's own limit (run_adopted)
 
     def run(self) -> Outcome:
         """Run the attempt, then export what it adds to the job's trace before the request
@@ -479,6 +502,8 @@ class _Job:
         result: JsonObject = {}
         heartbeat = Heartbeat(self.owned, self.r.settings.heartbeat_tick_seconds, self.log)
         limit = timing.timeout_of(self.job, pipeline.timeout_seconds)  # time
+        if self.cap_s is not None:  # below a Cloud Run job's task timeout (run_adopted)
+            limit = self.cap_s if limit is None else min(limit, self.cap_s)
         deadline = Deadline(limit, lambda: self._time_out(limit or 0.0))
         with heartbeat, deadline, self.r.shutdown.running(self._hand_back_from_outside):
             for index in range(next_stage, len(stages)):

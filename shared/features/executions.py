@@ -1,5 +1,7 @@
-"""The sweep's look at Cloud Run job executions: a job whose execution ended while its
-record still shows it running has lost its owner, and is rescued at once.
+"""Cloud Run job executions: the sweep's look at them, and a cancel that stops one.
+
+The sweep: a job whose execution ended while its record still shows it running has lost
+its owner, and is rescued at once.
 
 A task that ends the job always writes the record first (done, failed, requeued, handed
 back) and exits after, so an execution that completed (succeeded, failed, cancelled)
@@ -12,7 +14,15 @@ on the record as the sweep read it, so a task that wrote in between wins.
 
 One Admin API read (GET {RECLAIM_RUN_API}/v2/{execution}) per running job on a Cloud Run
 job per sweep run; an execution the API cannot answer for is left to the stale-time
-rescue, as before.
+rescue, as before. An execution still starting (dispatched, not adopted) is judged by its
+pool's start grace, not its stale time (shared.pools.Pools.stale_seconds_for): nothing
+heartbeats before the task starts.
+
+The bound on a job pool's running executions is shared.features.execution_places.
+
+A cancel (a terminal hook): the record of a job cancelled while an execution ran its
+attempt names that execution; the hook asks Cloud Run to cancel it, so a stage that never
+calls check() stops billing (https://cloud.google.com/run/docs/reference/rest/v2/projects.locations.jobs.executions/cancel).
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ from shared.recovery import rescue_now
 from shared.seams import Settled
 
 if TYPE_CHECKING:
+    from shared.jobs import JobRecord
     from shared.seams import Context
     from shared.storage import Stored
 
@@ -79,3 +90,38 @@ def sweep_check(ctx: Context, stored: Stored, now: datetime) -> Settled | None:
     record = done.stored.record
     pending = None if job_queue.is_terminal(record) else record
     return Settled("rescued" if done.action == "requeue" else "failed", pending)
+
+
+# --------------------------------------------------------------------------- a cancel
+
+
+def cancel_hook(ctx: Context, record: JobRecord) -> None:
+    """After a terminal write: a job cancelled while a Cloud Run execution ran its attempt
+    gets that execution cancelled too (its task would stop only at its next write or
+    check(): a stage that never checks bills until it ends). Never raises: a refused or
+    failed cancel is logged (the task still stops at its next write)."""
+    if record.get("status") != JobStatus.CANCELLED:
+        return
+    execution = record.get("execution")
+    if not isinstance(execution, dict):
+        return
+    name = execution.get("name")
+    if not isinstance(name, str) or not run_jobs.is_execution_name(name):
+        return
+    if execution.get("attempt") != job_queue.attempts_of(record):
+        return
+    try:
+        api = run_jobs.run_settings().api
+        run_jobs.client(api).cancel(name)
+    except (run_jobs.RunJobsError, ConfigError) as exc:
+        status = getattr(exc, "status", None)
+        if status in (400, 404, 409):  # FAILED_PRECONDITION: it has ended already
+            return
+        log.warning(
+            "could not cancel the job's execution",
+            job_id=record.get("id"),
+            execution=name,
+            error=str(exc),
+        )
+        return
+    log.info("cancelled the job's execution", job_id=record.get("id"), execution=name)

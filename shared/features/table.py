@@ -12,6 +12,7 @@ from shared.clock import Clock, utcnow
 from shared.config import Settings
 from shared.features import (
     delayed,
+    execution_places,
     executions,
     expiry,
     flow,
@@ -97,6 +98,8 @@ TAGS = Feature(
 RUN_JOBS = Feature(
     name="cloud run jobs",  # docs/long-stages.md
     record_fields=("execution",),  # the execution that runs the claimed attempt
+    index_prefixes=(execution_places.PLACES_PREFIX,),  # a job pool's execution places
+    terminal_hooks=(executions.cancel_hook,),  # a cancelled job's execution is cancelled
     sweep_checks=(executions.sweep_check,),  # its execution ended: rescued at once
 )
 

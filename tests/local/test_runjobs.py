@@ -24,9 +24,13 @@ JOB = "projects/p/locations/local/jobs/tiny"
 # prints its environment's RECLAIM_* and CLOUD_RUN_* as JSON, then does what MODE says
 TASK = """
 import json, os, signal, sys, time
+mode = os.environ.get("MODE", "exit0")
+if mode == "signals":
+    signal.signal(signal.SIGTSTP, lambda *a: print("got TSTP", flush=True))
+    signal.signal(signal.SIGCONT, lambda *a: print("got CONT", flush=True))
+    mode = "sleep"
 seen = {k: v for k, v in os.environ.items() if k.startswith(("RECLAIM_", "CLOUD_RUN_"))}
 print(json.dumps(seen), flush=True)
-mode = os.environ.get("MODE", "exit0")
 if mode == "ignore-term":
     signal.signal(signal.SIGTERM, lambda *a: print("term ignored", flush=True))
 if mode == "exit3":
@@ -54,6 +58,16 @@ def api(tmp_path: Path) -> Iterator[tuple[RunJobs, str]]:
             env={"MODE": "ignore-term"},
             task_timeout_s=1.0,
             grace_s=0.5,
+        )
+    )
+    runner.add_job(
+        JobSpec(
+            JOB + "-gpu",
+            (sys.executable, "-c", TASK),
+            env={"MODE": "signals"},
+            task_timeout_s=60,
+            grace_s=0.5,
+            gpu=True,
         )
     )
     server = RunJobsServer(runner, "127.0.0.1")
@@ -175,3 +189,104 @@ def _post(url: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, 
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
+
+
+def _log(execution: dict[str, Any]) -> str:
+    return Path(execution["local"]["log"]).read_text()
+
+
+def test_the_project_quota_of_running_executions_refuses_a_run_with_429(
+    api: tuple[RunJobs, str],
+) -> None:
+    """F10 (and F4's test double): Cloud Run runs at most 1,000 executions per project and
+    region; past the quota a :run answers 429 RESOURCE_EXHAUSTED and starts nothing."""
+    client, url = api
+    assert _post(f"{url}/admin/quotas", {"max_running": 1})[0] == 200
+    first = client.run(JOB, {"MODE": "sleep"})
+    status, answer = _post(f"{url}/v2/{JOB}:run", {})
+    assert status == 429 and answer["error"]["status"] == "RESOURCE_EXHAUSTED"
+    assert [e["name"] for e in client._call("GET", f"{JOB}/executions")["executions"]] == [first]
+    client.cancel(first)
+    ended(client, first)
+    assert execution_state(ended(client, client.run(JOB, {}))) == "succeeded"  # room again
+    stats = _get(f"{url}/admin/stats")
+    assert stats["refused"] == {"429": 1} and stats["quotas"]["max_running"] == 1
+
+
+def test_the_run_request_quota_refuses_the_excess_of_a_minute(api: tuple[RunJobs, str]) -> None:
+    client, url = api
+    assert _post(f"{url}/admin/quotas", {"runs_per_minute": 2})[0] == 200
+    client.run(JOB, {})
+    client.run(JOB, {})
+    with pytest.raises(RunJobsError, match="429") as err:
+        client.run(JOB, {})
+    assert getattr(err.value, "status", None) == 429
+    assert _post(f"{url}/admin/quotas", {"runs_per_minute": "x"})[0] == 400
+
+
+def test_a_run_without_the_grant_is_refused_with_403_until_it_is_granted(
+    api: tuple[RunJobs, str],
+) -> None:
+    client, url = api
+    status, job = _post(f"{url}/admin/jobs/tiny", {"granted": False})
+    assert status == 200 and job["granted"] is False
+    status, answer = _post(f"{url}/v2/{JOB}:run", {})
+    assert status == 403 and answer["error"]["status"] == "PERMISSION_DENIED"
+    assert client._call("GET", f"{JOB}/executions")["executions"] == []
+    _post(f"{url}/admin/jobs/tiny", {"granted": True})
+    assert execution_state(ended(client, client.run(JOB, {}))) == "succeeded"
+
+
+def test_a_start_delay_keeps_an_execution_pending_and_a_cancel_ends_it_before_its_task(
+    api: tuple[RunJobs, str],
+) -> None:
+    """F9's test double: a pending execution has no startTime and no task yet."""
+    client, url = api
+    _post(f"{url}/admin/jobs/tiny", {"start_delay_s": 30})
+    name = client.run(JOB, {"MODE": "sleep"})
+    pending = client.execution(name)
+    assert execution_state(pending) == "running" and "startTime" not in pending
+    assert pending["runningCount"] == 0 and pending["local"]["pid"] is None
+    client.cancel(name)
+    done = ended(client, name)
+    assert execution_state(done) == "cancelled" and done["local"]["pid"] is None
+
+
+def test_a_maintenance_pauses_a_cpu_task_and_ends_a_gpu_task(api: tuple[RunJobs, str]) -> None:
+    """F10: Cloud Run live-migrates a CPU task (SIGTSTP before, SIGCONT after) and ends a
+    GPU task (https://cloud.google.com/run/docs/configuring/task-timeout)."""
+    client, url = api
+    cpu = client.run(JOB, {"MODE": "signals"})
+    wait_for("the task's handlers", lambda: _log(client.execution(cpu)).startswith("{"))
+    status, _ = _post(
+        f"{url}/admin/executions/{cpu.rsplit('/', 1)[-1]}/maintenance", {"pause_s": 0.5}
+    )
+    assert status == 200
+    wait_for("SIGCONT", lambda: "got CONT" in _log(client.execution(cpu)))
+    assert "got TSTP" in _log(client.execution(cpu))
+    running = client.execution(cpu)
+    assert execution_state(running) == "running" and running["local"]["maintenances"] == 1
+    gpu = client.run(JOB + "-gpu", {})
+    wait_for("the GPU task running", lambda: client.execution(gpu)["runningCount"] == 1)
+    _post(f"{url}/admin/executions/{gpu.rsplit('/', 1)[-1]}/maintenance")
+    done = ended(client, gpu)
+    assert done["local"]["ending"] == "terminate" and done["local"]["exit_code"] == -15
+    client.cancel(cpu)
+
+
+def test_an_updated_job_runs_its_new_environment_and_revision(api: tuple[RunJobs, str]) -> None:
+    client, url = api
+    before = ended(client, client.run(JOB, {}))
+    status, job = _post(f"{url}/admin/jobs/tiny", {"env": {"RECLAIM_NEW": "1", "MODE": None}})
+    assert status == 200 and job["revision"] == 2
+    after = ended(client, client.run(JOB, {}))
+    assert "RECLAIM_NEW" not in printed_env(before) and printed_env(after)["RECLAIM_NEW"] == "1"
+    assert (before["local"]["revision"], after["local"]["revision"]) == (1, 2)
+    assert _post(f"{url}/admin/jobs/none", {})[0] == 404
+    assert _post(f"{url}/admin/jobs/tiny", {"env": {"A": 1}})[0] == 400
+    assert _post(f"{url}/admin/jobs/tiny", {"surprise": 1})[0] == 400
+
+
+def _get(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return dict(json.loads(resp.read()))

@@ -1,12 +1,14 @@
 """Evaluate the HCL expressions of variable validations, without a terraform binary.
 
-python-hcl2 parses an expression into a Lark tree; this walks that tree for the
-subset terraform/variables.tf and the locals of terraform/uploads.tf use (literals,
-string templates, objects, var.x.y and local.x, operators, conditionals, tuple and
-object `for`, and the functions in FUNCTIONS), with terraform's semantics where they
-matter here: `&&` and `||` evaluate both sides (an error on either side is an
-error), `can`/`try` catch errors, `regex` fails when nothing matches. Anything
-outside the subset raises Unsupported, so a new construct cannot pass unevaluated.
+python-hcl2 parses an expression into a Lark tree; this walks that tree for the subset
+terraform/variables.tf and the locals of terraform/uploads.tf, pools.tf and run_jobs.tf
+use (literals, string templates, objects, var.x.y and local.x, comparison, logic and
+arithmetic operators, conditionals, tuple and object `for`, and the functions in
+FUNCTIONS), with terraform's semantics where they matter here: `&&` and `||` evaluate
+both sides (an error on either side is an error), `can`/`try` catch errors, `regex`
+fails when nothing matches, a function given the wrong type of argument and a `for`
+over a string are errors. Anything outside the subset raises Unsupported, so a new
+construct cannot pass unevaluated.
 """
 
 from __future__ import annotations
@@ -100,6 +102,29 @@ def _bool(value: Any) -> bool:
     return value
 
 
+def _tostring(value: Any) -> Any:
+    """terraform's tostring: a string as is, a number or bool as its text, null stays
+    null; a list or object is an error."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return _string(value)
+
+
+def _keys(mapping: Any) -> list[str]:
+    if not isinstance(mapping, Mapping):
+        raise EvalError(f"keys() needs a map or object, got {mapping!r}")
+    return sorted(mapping)
+
+
+def _sum(items: Any) -> float:
+    values = [_number(v) for v in items]
+    if not values:
+        raise EvalError("cannot sum an empty list")
+    return float(sum(values))
+
+
 def _flatten(items: Any) -> list[Any]:
     """terraform's flatten: nested lists, at any depth, become one list."""
     out: list[Any] = []
@@ -118,7 +143,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "endswith": lambda text, suffix: _string(text).endswith(_string(suffix)),
     "flatten": lambda items: _flatten(items),
     "join": lambda sep, items: _string(sep).join(_string(i) for i in items),
-    "keys": lambda mapping: sorted(mapping),
+    "keys": _keys,
     "lower": lambda text: _string(text).lower(),
     "setintersection": lambda a, b: [v for v in a if v in b],
     "startswith": lambda text, prefix: _string(text).startswith(_string(prefix)),
@@ -128,7 +153,9 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "range": lambda *bounds: [float(i) for i in range(*(int(_number(b)) for b in bounds))],
     "regex": _regex,
     "split": lambda sep, text: _string(text).split(_string(sep)),
+    "sum": _sum,
     "tonumber": _tonumber,
+    "tostring": _tostring,
     "trimspace": lambda text: _string(text).strip(),
     "trimsuffix": lambda text, suffix: (
         _string(text)[: -len(suffix)] if suffix and _string(text).endswith(suffix) else text
@@ -141,6 +168,15 @@ _COMPARE: dict[str, Callable[[float, float], bool]] = {
     "<=": lambda a, b: a <= b,
     ">": lambda a, b: a > b,
     ">=": lambda a, b: a >= b,
+}
+
+
+_ARITHMETIC: dict[str, Callable[[float, float], float]] = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "/": lambda a, b: a / b,
+    "%": lambda a, b: math.fmod(a, b),
 }
 
 
@@ -246,7 +282,12 @@ class _Evaluator:
             raise EvalError("no argument of try() could be evaluated")
         if name not in FUNCTIONS:
             raise Unsupported(f"function {name}()")
-        return FUNCTIONS[name](*(self.eval(a) for a in args))
+        values = [self.eval(a) for a in args]
+        try:
+            return FUNCTIONS[name](*values)
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError) as exc:
+            # a wrong argument type (length(null), contains(1, x), ...): terraform's error
+            raise EvalError(f"{name}(): {exc}") from None
 
     def _unary_op(self, node: Tree) -> Any:
         op, operand = node.children
@@ -267,6 +308,11 @@ class _Evaluator:
             return (a == b) == (op == "==") if type(a) is type(b) else op == "!="
         if op in _COMPARE:
             return _COMPARE[op](_number(a), _number(b))
+        if op in _ARITHMETIC:
+            try:
+                return _ARITHMETIC[op](_number(a), _number(b))
+            except ZeroDivisionError:
+                raise EvalError("division by zero") from None
         raise Unsupported(f"operator {op}")
 
     def _conditional(self, node: Tree) -> Any:
@@ -292,6 +338,8 @@ class _Evaluator:
         names = [str(i.children[0]) for i in self._children(intro) if i.data == "identifier"]
         (source,) = [c for c in self._children(intro) if c.data != "identifier"]
         items = self.eval(source)
+        if not isinstance(items, Mapping | list):  # a string, number or null: an error
+            raise EvalError(f"a for expression cannot iterate over {items!r}")
         pairs = items.items() if isinstance(items, Mapping) else enumerate(items)
         out = []
         for key, value in pairs:

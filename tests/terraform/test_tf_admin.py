@@ -137,3 +137,15 @@ def test_the_operators_variable_is_typed_empty_by_default_and_never_public() -> 
 def test_the_operators_validation_evaluated(members: list[str], ok: bool) -> None:
     conditions = [unquote(v["condition"]) for v in config()["variable"]["operators"]["validation"]]
     assert all(evaluate(c, {"operators": members}) is ok for c in conditions)
+
+
+def test_the_outputs_name_the_admin_function_its_account_and_the_jobs() -> None:
+    """Issue 42, F14: service_accounts and function_urls left the admin function out, and
+    nothing named the Cloud Run jobs or their image."""
+    outputs = config()["output"]
+    accounts = unquote(outputs["service_accounts"]["value"])
+    assert "admin = google_service_account.admin.email" in accounts
+    urls = unquote(outputs["function_urls"]["value"])
+    assert "admin = google_cloudfunctions2_function.admin.service_config[0].uri" in urls
+    jobs = str(outputs["run_jobs"]["value"])
+    assert "google_cloud_run_v2_job.pool" in jobs and "task_image" in jobs

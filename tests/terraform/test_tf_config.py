@@ -297,6 +297,21 @@ def test_retention_never_deletes_a_pending_record() -> None:
             assert "age" not in cond and "days_since_custom_time" in cond
 
 
+def test_used_bulk_tokens_expire_and_the_confirm_key_stays() -> None:
+    """A used confirm token's marker (shared.bulk.USED_PREFIX) matters only until the token
+    expires; the deployment's confirm key (CONFIRM_KEY_OBJECT) is never a target."""
+    from shared import bulk
+
+    rules = [
+        block(r, "condition")
+        for r in resources("google_storage_bucket")["records"]["lifecycle_rule"]
+    ]
+    prefixes = [[unquote(p) for p in c.get("matches_prefix", [])] for c in rules]
+    used = [c for c, p in zip(rules, prefixes, strict=True) if bulk.USED_PREFIX in p]
+    assert len(used) == 1 and used[0]["age"] * 86400 > bulk.CONFIRM_TTL.total_seconds()
+    assert not any(bulk.CONFIRM_KEY_OBJECT.startswith(p) for ps in prefixes for p in ps)
+
+
 def test_archives_hold_the_function_folder_shared_and_your_pipelines() -> None:
     archives = unquote(_locals()["archives"])
     assert '"shared/${f}"' in archives and "functions/${src}" in archives

@@ -173,3 +173,40 @@ def test_the_dashboard_json_has_no_field_the_api_drops() -> None:
         if "per minute" in unquote(chart["title"]):
             assert unquote(chart["aligner"]) == "ALIGN_DELTA", chart["title"]  # per 60 s
     assert 'alignmentPeriod    = "60s"' in all_text()
+
+
+def test_what_a_cloud_run_job_task_logs_reaches_the_metrics_alerts_and_dashboard() -> None:
+    """F8: a job pool's attempts end in its tasks, whose log entries carry the cloud_run_job
+    monitored resource (label job_name), not cloud_run_revision: the metrics read both, and
+    no alert or chart narrows a metric back to revisions."""
+    source = unquote(_locals()["log_source"])
+    assert 'resource.type=\\"cloud_run_revision\\"' in source
+    assert (
+        'resource.type=\\"cloud_run_job\\" AND resource.labels.job_name=~\\"^${var.name_prefix}-\\"'
+        in source
+    )
+    assert " OR " in source and source.startswith("((") and source.endswith("))")
+    metric = unquote(_locals()["metric"])
+    assert "cloud_run_revision" not in metric and "resource.type" not in metric
+    # the job's name matches the prefix the source filters on (run_jobs.tf)
+    assert "jobs/${var.name_prefix}-${replace(pool" in unquote(_locals()["run_jobs"])
+    for name, policy in _alerts().items():
+        for condition in _conditions(policy):
+            for kind in ("condition_threshold", "condition_absent"):
+                for c in condition.get(kind, []):
+                    text = unquote(c["filter"])
+                    if "local.metric[" in text:
+                        assert "cloud_run_revision" not in text, name
+
+
+def test_the_platform_alert_leaves_out_claims_deliberate_503s() -> None:
+    """The second pass's gap: claim answers 503 on purpose (a redelivery during a deploy's
+    skew); the platform alert counts 503 only of the functions that never do."""
+    policy = _alerts()["platform_errors"]
+    filters = [unquote(c["condition_threshold"][0]["filter"]) for c in _conditions(policy)]
+    (five,) = [f for f in filters if 'response_code_class=\\"5xx\\"' in f]
+    assert 'response_code!=\\"503\\"' in five
+    (only_503,) = [f for f in filters if 'response_code=\\"503\\"' in f]
+    assert 'one_of(${join(", ", local.never_503)})' in only_503
+    never = unquote(_locals()["never_503"])
+    assert 'if key != "claim"' in never and 'concat(keys(local.functions), ["admin"])' in never

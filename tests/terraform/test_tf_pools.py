@@ -5,6 +5,7 @@ make, per pool, the claim function, topic and push subscription the local cloud 
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -17,16 +18,36 @@ from shared.config import ENV_VARS
 from shared.errors import ConfigError
 from shared.run_jobs import RUN_ENV_VARS
 from tests.terraform.hcl_eval import evaluate
-from tests.terraform.tfhcl import block, config, optional_defaults, resources, unquote
+from tests.terraform.tfhcl import ROOT, block, config, optional_defaults, resources, unquote
 
-ORDER = ("pools", "job_pools", "pool_pipelines", "pool_topics", "pool_functions", "pool_problems")
+ORDER = (
+    "pools_declared",
+    "pool_names",
+    "pools",
+    "job_pools",
+    "pool_pipelines",
+    "pool_ints",
+    "pool_topics",
+    "pool_functions",
+    "job_raw",
+    "job_gpu_type",
+    "job_specs",
+    "job_field_names",
+    "job_mib",
+    "job_formats_ok",
+    "pool_job_problems",
+    "pool_problems",
+)
 PREFIX = "reclaim"
+REGION = "us-central1"  # variables.tf's default: Cloud Run jobs offer GPUs there
 
 
-def plan(doc: Any) -> dict[str, Any]:
-    """pools.tf's locals for a decoded pools file, with the variables' defaults."""
+def plan(doc: Any, region: str = REGION) -> dict[str, Any]:
+    """pools.tf's and run_jobs.tf's locals for a decoded pools file, with the variables'
+    defaults (and the shared job rules, which run_jobs.tf reads from the same file)."""
     variables = {
         "name_prefix": PREFIX,
+        "region": region,
         "claim_function": optional_defaults("claim_function"),
         "claim_push": optional_defaults("claim_push"),
         "queue": optional_defaults("queue"),
@@ -34,12 +55,27 @@ def plan(doc: Any) -> dict[str, Any]:
     found: dict[str, Any] = {
         "pools_found": True,
         "pools_inside": True,
-        "pools_declared": doc.get("pools", {}),
+        "pools_doc": doc,
         "pool_field_names": [unquote(f) for f in config()["locals"]["pool_field_names"]],
+        "job_rules": json.loads(pools.JOB_RULES_FILE.read_text()),
     }
     for name in ORDER:
-        found[name] = evaluate(unquote(config()["locals"][name]), variables, found)
+        raw = config()["locals"][name]
+        found[name] = (
+            evaluate(unquote(raw), variables, found) if isinstance(raw, str) else _literal(raw)
+        )
     return found
+
+
+def _literal(value: Any) -> Any:
+    """A literal object or list as python-hcl2 gives it (quoted strings unquoted)."""
+    if isinstance(value, dict):
+        return {unquote(k): _literal(v) for k, v in value.items() if not k.startswith("__")}
+    if isinstance(value, list):
+        return [_literal(v) for v in value]
+    return (
+        float(value) if isinstance(value, int) and not isinstance(value, bool) else unquote(value)
+    )
 
 
 LIGHT = {"pipelines": ["webhook"], "concurrency": 8, "stale_seconds": 60, "memory": "512Mi"}
@@ -122,47 +158,188 @@ def test_the_default_pool_keeps_todays_addresses() -> None:
     )
 
 
-BAD: list[dict[str, Any]] = [
+def _pool(**fields: Any) -> dict[str, Any]:
+    return {"pools": {"a": {"pipelines": ["x"], **fields}}}
+
+
+def _job(**fields: Any) -> dict[str, Any]:
+    return _pool(runner="job", job=fields)
+
+
+L4 = {"type": "nvidia-l4"}
+
+# One table for both: every file the functions refuse at start (shared/pools.py), the plan
+# refuses (pool_problems), and every file they take, the plan takes.
+BAD: list[Any] = [
     {"pools": {"a": {"pipelines": ["x"]}, "b": {"pipelines": ["x"]}}},
     {"pools": {"default": {"pipelines": ["x"]}}},
     {"pools": {"Light": {"pipelines": ["x"]}}},
     {"pools": {"a" * 21: {"pipelines": ["x"]}}},
-    {"pools": {"a": {"pipelines": []}}},
-    {"pools": {"a": {"pipelines": ["x"], "memroy": "1Gi"}}},
-    {"pools": {"a": {"pipelines": ["x"], "concurrency": 0}}},
-    {"pools": {"a": {"pipelines": ["x"], "cpu": "0.5"}}},
-    {"pools": {"a": {"pipelines": ["x"], "timeout_seconds": 60}}},
-    {"pools": {"a": {"pipelines": ["x"], "timeout_seconds": 4000}}},
-    {"pools": {"a": {"pipelines": ["x"], "min_instances": 3, "max_instances": 2}}},
-    {"pools": {"a": {"pipelines": ["x"], "stale_seconds": 1}}},
-    {"pools": {"a": {"pipelines": ["x"], "ack_deadline_seconds": 900}}},
-    {"pools": {"a": {"pipelines": ["x"], "max_delivery_attempts": 3}}},
-    {"pools": {"a": {"pipelines": ["x"], "runner": "batch"}}},
-    {"pools": {"a": {"pipelines": ["x"], "job": {}}}},
+    {"pools": {}, "extra": 1},
+    {"pool": {}},
+    {"pools": []},
+    {"pools": {"a": "x"}},
+    _pool(pipelines=[]),
+    _pool(pipelines="x"),
+    _pool(pipelines=[1]),
+    _pool(pipelines=[""]),
+    _pool(pipelines=["x", "x"]),
+    _pool(memroy="1Gi"),
+    _pool(concurrency=0),
+    _pool(concurrency="4"),
+    _pool(concurrency=2.5),
+    _pool(concurrency=True),
+    _pool(max_instances=1001),
+    _pool(min_instances=-1),
+    _pool(memory="4GB"),
+    _pool(memory=4),
+    _pool(cpu=1),
+    _pool(cpu="1.5"),
+    _pool(cpu="0.5"),  # concurrency 4 needs a whole CPU
+    _pool(timeout_seconds=60),
+    _pool(timeout_seconds=4000),
+    _pool(min_instances=3, max_instances=2),
+    _pool(stale_seconds=1),
+    _pool(stale_seconds="60"),
+    _pool(ack_deadline_seconds=900),
+    _pool(max_delivery_attempts=3),
+    _pool(runner="batch"),
+    _pool(runner=5),
+    _pool(job={}),
+    _pool(runner="push", job=None),
+    _pool(runner="job", job=None),
+    _job(timeout_seconds=60),  # the task's is task_timeout_seconds
+    _job(task_timeout_seconds=0),
+    _job(task_timeout_seconds=604801),
+    _job(task_timeout_seconds="60"),
+    _job(memory="16GB"),
+    _job(cpu="3"),
+    _job(cpu="1", memory="16Gi"),
+    _job(cpu="4", memory="1Gi"),
+    _job(cpu="0.05", memory="512Mi"),
+    _job(cpu="0.25", memory="1Gi"),
+    _job(cpu="0.1234", memory="512Mi"),
+    _job(gpu={"type": "t4"}),
+    _job(gpu={"type": "nvidia-l4", "count": 2}),
+    _job(gpu={"type": "nvidia-l4", "zone": "a"}),
+    _job(gpu=L4, cpu="2"),
+    _job(gpu=L4, memory="8Gi"),
+    _job(gpu=L4, task_timeout_seconds=7200),
+    _job(max_executions=0),
+    _job(max_executions=1001),
+    _job(start_grace_seconds=-1),
+    _job(start_grace_seconds=86401),
+    {
+        "pools": {
+            "a": {"pipelines": ["x"], "runner": "job", "job": {"max_executions": 600}},
+            "b": {"pipelines": ["y"], "runner": "job", "job": {"max_executions": 600}},
+        }
+    },
+]
+
+GOOD: list[Any] = [
+    {},
+    {"pools": {}},
+    {"pools": {"light": LIGHT, "heavy": HEAVY}},
+    {"pools": {"gpu": {"pipelines": ["r"], "runner": "job", "job": {"gpu": L4}}}},
+    _job(gpu={"type": "nvidia-l4", "count": 1}, cpu="8", memory="32Gi", task_timeout_seconds=1800),
+    _job(gpu=None),
+    _job(cpu="0.5", memory="1Gi"),
+    _job(cpu="0.25", memory="512Mi"),
+    _job(cpu="6", memory="24Gi", task_timeout_seconds=604800),
+    _job(max_executions=5, start_grace_seconds=0),
+    _pool(concurrency=4.0, stale_seconds=3.5),
+    {
+        "pools": {
+            "a": {"pipelines": ["x"], "runner": "job", "job": {"max_executions": 500}},
+            "b": {"pipelines": ["y"], "runner": "job", "job": {"max_executions": 500}},
+        }
+    },
 ]
 
 
-@pytest.mark.parametrize("doc", BAD, ids=[str(sorted(d["pools"].items()))[:60] for d in BAD])
-def test_the_plan_refuses_what_the_code_refuses(doc: dict[str, Any]) -> None:
+def _id(doc: Any) -> str:
+    return json.dumps(doc, sort_keys=True)[:70]
+
+
+@pytest.mark.parametrize("doc", BAD, ids=[_id(d) for d in BAD])
+def test_the_plan_refuses_what_the_code_refuses(doc: Any) -> None:
     with pytest.raises(ConfigError) as err:
         pools.parse(doc)
     problems = plan(doc)["pool_problems"]
     assert problems, f"the code says {err.value}, the plan says nothing"
 
 
-GOOD = [
-    {},
-    {"pools": {}},
-    {"pools": {"light": LIGHT, "heavy": HEAVY}},
-    {
-        "pools": {
-            "gpu": {"pipelines": ["r"], "runner": "job", "job": {"gpu": {"type": "nvidia-l4"}}}
-        }
-    },
-]
+@pytest.mark.parametrize("doc", GOOD, ids=[_id(d) for d in GOOD])
+def test_the_plan_takes_what_the_code_takes_with_the_same_job_sizing(doc: Any) -> None:
+    parsed = pools.parse(doc if doc else {"pools": {}})
+    planned = plan(doc)
+    assert planned["pool_problems"] == []
+    # one set of defaults: the job terraform deploys is the sizing the code reads
+    for name, spec in planned["job_specs"].items():
+        code = parsed.get(name).job
+        assert code is not None
+        gpu = (
+            None
+            if spec["gpu"] is None
+            else pools.Gpu(spec["gpu"]["type"], int(spec["gpu"]["count"]))
+        )
+        assert (
+            int(spec["task_timeout_seconds"]),
+            spec["memory"],
+            spec["cpu"],
+            gpu,
+            int(spec["max_executions"]),
+            int(spec["start_grace_seconds"]),
+        ) == (
+            code.task_timeout_seconds,
+            code.memory,
+            code.cpu,
+            code.gpu,
+            code.max_executions,
+            code.start_grace_seconds,
+        )
+        # and run_jobs.tf's preconditions on the job take it too
+        for condition in _job_preconditions():
+            assert (
+                evaluate(
+                    condition, {"region": REGION}, {**planned, "each_value": spec, "each_key": name}
+                )
+                is True
+            )
+    assert set(planned["job_specs"]) == {n for n, p in parsed.declared.items() if p.runner == "job"}
 
 
-@pytest.mark.parametrize("doc", GOOD, ids=range(len(GOOD)))
-def test_the_plan_takes_what_the_code_takes(doc: dict[str, Any]) -> None:
-    pools.parse(doc if doc else {"pools": {}})
-    assert plan(doc)["pool_problems"] == []
+def _job_preconditions() -> list[str]:
+    job = resources("google_cloud_run_v2_job")["pool"]
+    return [
+        unquote(p["condition"])
+        .replace("each.value", "local.each_value")
+        .replace("each.key", "local.each_key")
+        for p in block(job, "lifecycle")["precondition"]
+    ]
+
+
+def test_a_gpu_pool_outside_the_gpu_regions_is_refused_by_the_plan_and_at_start() -> None:
+    doc = {"pools": {"gpu": {"pipelines": ["r"], "runner": "job", "job": {"gpu": L4}}}}
+    pool = pools.parse(doc).get("gpu")
+    assert pools.gpu_region_problem(pool, REGION) is None and plan(doc)["pool_problems"] == []
+    problem = pools.gpu_region_problem(pool, "us-east1")
+    assert problem is not None and "us-east1" in problem
+    assert any("us-east1" in p for p in plan(doc, region="us-east1")["pool_problems"])
+    assert plan(_job(), region="us-east1")["pool_problems"] == []  # no GPU: any region
+    planned = plan(doc, region="us-east1")
+    region_check = [c for c in _job_preconditions() if "gpu_regions" in c]
+    spec = planned["job_specs"]["gpu"]
+    assert region_check and not evaluate(
+        region_check[0], {"region": "us-east1"}, {**planned, "each_value": spec, "each_key": "gpu"}
+    )
+
+
+def test_the_plan_reads_the_job_rules_the_code_reads() -> None:
+    text = unquote(config()["locals"]["job_rules"])
+    assert text == 'jsondecode(file("${local.repo_root}/shared/job_sizing.json"))'
+    assert pools.JOB_RULES_FILE == ROOT / "shared" / "job_sizing.json"
+    assert set(_literal(config()["locals"]["job_field_names"])) == set(
+        pools.JobSizing.__dataclass_fields__
+    )

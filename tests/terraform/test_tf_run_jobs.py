@@ -4,14 +4,15 @@ archive, and the grant to start executions with overrides given to claim's accou
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 import pytest
 
-from shared.run_jobs import RUN_ENV_VARS, RunSettings
+from shared.run_jobs import RUN_ENV_VARS, TASK_ENV_VARS, RunSettings
 from tests.terraform.hcl_eval import evaluate
-from tests.terraform.tfhcl import ROOT, block, config, resources, unquote
+from tests.terraform.tfhcl import ROOT, block, config, dependencies, resources, unquote
 
 
 def _job() -> dict[str, Any]:
@@ -54,18 +55,47 @@ def test_the_job_names_are_what_the_claim_functions_are_told() -> None:
     assert RunSettings.from_env(env).job == sample
 
 
-def test_the_task_runs_claims_image_with_its_settings_and_the_contracts() -> None:
+def test_the_task_runs_claims_image_as_a_direct_python3_process() -> None:
+    """F3: the launcher with `--` execs the command without bash (buildpacks' "user-provided
+    direct process"), so Python is the container's process and gets Cloud Run's signals;
+    `python3` is the name Google's Python runtime has (its buildpacks call python3)."""
     container = _container()
     assert unquote(container["image"]) == (
         "data.google_cloud_run_v2_service.task_image[0].template[0].containers[0].image"
     )
     assert [unquote(c) for c in container["command"]] == ["/cnb/lifecycle/launcher"]
-    assert [unquote(a) for a in container["args"]] == ["python", "task.py"]
+    assert [unquote(a) for a in container["args"]] == ["--", "python3", "task.py"]
     assert (ROOT / "functions" / "claim" / "task.py").exists()  # in claim's archive
-    env = unquote(_dynamic(container, "env")["for_each"])
-    assert env.startswith("merge(local.reclaim_env, {")
-    assert set(re.findall(r"(RECLAIM_\w+) =", env)) == {v.name for v in RUN_ENV_VARS}
-    assert 'RECLAIM_RUNNER = "job"' in env and "RECLAIM_RUN_JOB = local.run_jobs[each.key]" in env
+
+
+def _env_blocks() -> list[dict[str, Any]]:
+    return [
+        dict(value)
+        for entry in _container()["dynamic"]
+        for key, value in entry.items()
+        if unquote(key) == "env"
+    ]
+
+
+def test_the_task_gets_its_pool_claims_environment_and_secrets() -> None:
+    """F7: the job's environment is its pool claim's (RECLAIM_POOL, the pool's stale time,
+    the runner variables), plus the task's revision and task timeout, and the webhook
+    signing secrets claim gets (value_source.secret_key_ref)."""
+    plain, secrets = _env_blocks()
+    env = unquote(plain["for_each"])
+    assert env.startswith('merge(local.reclaim_env, local.pool_env["claim_${each.key}"], {')
+    own = set(re.findall(r"(RECLAIM_\w+)\s*=", env))
+    assert own == {v.name for v in TASK_ENV_VARS}
+    pool_env = unquote(config()["locals"]["pool_env"])
+    for name in ("RECLAIM_POOL", "RECLAIM_STALE_SECONDS", *(v.name for v in RUN_ENV_VARS)):
+        assert f"{name} " in pool_env or f"{name}=" in pool_env, name
+    assert unquote(secrets["for_each"]) == "var.webhook_secrets"
+    content = block(secrets, "content")
+    assert unquote(content["name"]) == "RECLAIM_WEBHOOK_SECRET_${env.key}"
+    ref = block(block(content, "value_source"), "secret_key_ref")
+    assert unquote(ref["secret"]) == "env.value" and unquote(ref["version"]) == "latest"
+    fn_secrets = unquote(str(resources("google_cloudfunctions2_function")["fn"]))
+    assert "RECLAIM_WEBHOOK_SECRET_${secret_environment_variables.key}" in fn_secrets
 
 
 def test_the_image_is_built_by_the_same_apply_from_claims_archive_whole() -> None:
@@ -91,7 +121,12 @@ def test_the_image_is_built_by_the_same_apply_from_claims_archive_whole() -> Non
 
 def test_only_claims_account_may_run_the_job_with_overrides() -> None:
     grants = resources("google_cloud_run_v2_job_iam_member")
-    runners = {name: g for name, g in grants.items() if unquote(g["role"]) != "roles/run.viewer"}
+    overrides = {
+        name: g
+        for name, g in grants.items()
+        if unquote(g["role"]) not in ("roles/run.viewer", "roles/run.jobsExecutor")
+    }
+    runners = overrides
     assert list(runners) == ["claim_runs"]
     grant = runners["claim_runs"]
     assert unquote(grant["role"]) == "roles/run.jobsExecutorWithOverrides"
@@ -116,32 +151,43 @@ def test_a_gpu_pool_gets_an_accelerator_and_its_count_in_the_limits() -> None:
 
 def _preconditions() -> list[str]:
     conditions = [unquote(p["condition"]) for p in block(_job(), "lifecycle")["precondition"]]
-    return [c.replace("each.value", "var.pool") for c in conditions]
+    return [c.replace("each.value", "var.pool").replace("each.key", '"p"') for c in conditions]
 
 
 def _pool(**fields: Any) -> dict[str, Any]:
-    defaults = {"task_timeout_seconds": 86400, "memory": "4Gi", "cpu": "2", "gpu": None}
+    defaults = {"task_timeout_seconds": 86400, "memory": "2Gi", "cpu": "1", "gpu": None}
     return {**defaults, **fields}
 
 
 GPU = {"type": "nvidia-l4", "count": 1}
+RULES = json.loads((ROOT / "shared" / "job_sizing.json").read_text())
+
+
+def _mib(memory: str) -> float:
+    return float(memory[:-2]) * (1024 if memory.endswith("Gi") else 1)
 
 
 @pytest.mark.parametrize(
-    ("pool", "ok"),
+    ("pool", "region", "ok"),
     [
-        (_pool(), True),
-        (_pool(task_timeout_seconds=604800), True),  # 168 h
-        (_pool(task_timeout_seconds=604801), False),
-        (_pool(task_timeout_seconds=0), False),
-        (_pool(gpu=GPU, cpu="4", task_timeout_seconds=3600), True),  # GPU: 1 h
-        (_pool(gpu=GPU, cpu="4", task_timeout_seconds=3601), False),
-        (_pool(gpu=GPU, cpu="2", task_timeout_seconds=600), False),  # a GPU needs 4 CPU
-        (_pool(gpu={"type": "nvidia-h100", "count": 1}, cpu="8", task_timeout_seconds=600), False),
+        (_pool(), "us-central1", True),
+        (_pool(task_timeout_seconds=604800), "us-central1", True),  # 168 h
+        (_pool(task_timeout_seconds=604801), "us-central1", False),
+        (_pool(task_timeout_seconds=0), "us-central1", False),
+        (_pool(gpu=GPU, cpu="4", memory="16Gi", task_timeout_seconds=3600), "us-central1", True),
+        (_pool(gpu=GPU, cpu="4", memory="16Gi", task_timeout_seconds=3601), "us-central1", False),
+        (_pool(gpu=GPU, cpu="2", memory="16Gi", task_timeout_seconds=600), "us-central1", False),
+        (_pool(gpu=GPU, cpu="4", memory="4Gi", task_timeout_seconds=600), "us-central1", False),
+        (_pool(gpu=GPU, cpu="4", memory="16Gi", task_timeout_seconds=600), "us-east1", False),
+        (_pool(gpu={"type": "nvidia-h100", "count": 1}, cpu="8"), "us-central1", False),
     ],
 )
-def test_the_job_preconditions_bound_timeout_and_gpu(pool: dict[str, Any], ok: bool) -> None:
-    results = [evaluate(c, {"pool": pool}) for c in _preconditions()]
+def test_the_job_preconditions_bound_timeout_gpu_sizing_and_region(
+    pool: dict[str, Any], region: str, ok: bool
+) -> None:
+    """F1: with a GPU at least 4 CPU and 16 GiB, an hour at most, in a GPU region."""
+    local = {"job_rules": RULES, "job_mib": {"p": _mib(pool["memory"])}}
+    results = [evaluate(c, {"pool": pool, "region": region}, local) for c in _preconditions()]
     assert all(isinstance(r, bool) for r in results)
     assert all(results) is ok
 
@@ -149,9 +195,44 @@ def test_the_job_preconditions_bound_timeout_and_gpu(pool: dict[str, Any], ok: b
 def test_the_jobs_come_from_the_pools_files_job_pools_with_their_job_sizing() -> None:
     assert "run_job_pools" not in config().get("variable", {})
     specs = unquote(config()["locals"]["job_specs"])
-    assert "for name, p in local.job_pools" in specs
-    for field in ("task_timeout_seconds", "memory", "cpu", "gpu"):
-        assert f"p.job.{field}" in specs, field
+    assert "for name, j in local.job_raw" in specs
+    for field in ("task_timeout_seconds", "memory", "cpu", "max_executions", "start_grace_seconds"):
+        assert f"j.{field}" in specs, field
     assert 'p.runner == "job"' in unquote(config()["locals"]["job_pools"])
     pool_env = unquote(config()["locals"]["pool_env"])
     assert "RECLAIM_RUN_JOB = local.run_jobs[name]" in pool_env  # a job pool's claim
+
+
+def test_the_functions_deploy_after_the_jobs_and_their_grants_have_propagated() -> None:
+    """F4/F6: a pool's claim never dispatches to a job that does not exist yet, that it may
+    not run yet (the grant propagates: a wait), or that still runs the previous image (the
+    job, whose image the same apply rebuilds, is updated before the functions)."""
+    sleep = resources("time_sleep")["run_jobs_grants_propagate"]
+    waited = {unquote(d) for d in sleep["depends_on"]}
+    assert {
+        "google_cloud_run_v2_job_iam_member.claim_runs",
+        "google_cloud_run_v2_job_iam_member.sweep_reads",
+        "google_cloud_run_v2_job_iam_member.cancellers",
+    } <= waited
+    assert unquote(sleep["create_duration"]) == "${var.iam_propagation_seconds}s"
+    fn = resources("google_cloudfunctions2_function")["fn"]
+    assert "time_sleep.run_jobs_grants_propagate" in {unquote(d) for d in fn["depends_on"]}
+    assert "google_cloud_run_v2_job.pool" in dependencies("google_cloudfunctions2_function.fn")
+
+
+def test_the_admin_and_dashboard_may_cancel_executions() -> None:
+    """F11: a cancel stops the execution; who cancels (the operator routes, the dashboard)
+    holds Cloud Run Jobs Executor on each job, nothing project-wide."""
+    grant = resources("google_cloud_run_v2_job_iam_member")["cancellers"]
+    assert unquote(grant["role"]) == "roles/run.jobsExecutor"
+    assert 'setproduct(keys(local.job_specs), ["admin", "dashboard"])' in unquote(grant["for_each"])
+    member = unquote(grant["member"])
+    assert "google_service_account.admin.email" in member
+    assert 'google_service_account.fn["dashboard"].email' in member
+
+
+def test_a_new_image_epoch_rebuilds_the_task_image() -> None:
+    """F12: the job's image is patched only when deployed; the epoch redeploys it."""
+    build = block(resources("google_cloudfunctions2_function")["task_image"], "build_config")
+    assert "var.task_image_epoch" in unquote(str(build["environment_variables"]))
+    assert "task_image_epoch" in config()["variable"]

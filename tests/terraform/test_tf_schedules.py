@@ -9,6 +9,7 @@ import re
 import pytest
 
 from shared.cron import dialect as cron_dialect
+from tests.terraform.hcl_eval import evaluate
 from tests.terraform.tfhcl import block, config, resources, unquote
 
 
@@ -80,3 +81,34 @@ def test_the_functions_read_the_file_terraform_made_the_jobs_from() -> None:
     assert '"${local.pipelines_package}/${f}" => path' in unquote(locals_["archives"])
     env = locals_["reclaim_env"]
     assert unquote(env["RECLAIM_SCHEDULES_FILE"]) == "${local.pipelines_package}/schedules.json"
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "ok"),
+    [("demo", True), ("csv-summary", True), ("csv-sumary", False), ("", False), (None, False)],
+)
+def test_the_plan_refuses_a_schedule_of_a_pipeline_no_function_knows(
+    pipeline: str | None, ok: bool
+) -> None:
+    """The second pass's gap: a misspelt pipeline got a Scheduler job whose every tick is
+    a 400. Known is built in (the code's own list) or named in a module the archives carry."""
+    from shared.pipelines import pipeline_names
+
+    assert sorted(_literal_list("builtin_pipelines")) == sorted(pipeline_names())
+    job = resources("google_cloud_scheduler_job")["cron"]
+    (check,) = [
+        unquote(p["condition"])
+        for p in block(job, "lifecycle")["precondition"]
+        if "builtin_pipelines" in unquote(p["condition"])
+    ]
+    entry = {"name": "x", "cron": "* * * * *", **({"pipeline": pipeline} if pipeline else {})}
+    local = {
+        "builtin_pipelines": _literal_list("builtin_pipelines"),
+        "upload_module_text": 'NAME = "csv-summary"\n',
+        "each_value": entry,
+    }
+    assert evaluate(check.replace("each.value", "local.each_value"), {}, local) is ok
+
+
+def _literal_list(name: str) -> list[str]:
+    return [unquote(v) for v in config()["locals"][name]]

@@ -17,22 +17,32 @@ ORDER = (
     "upload_routes",
     "upload_buckets",
     "upload_unrouted",
+    "upload_route_buckets",
     "upload_needs",
     "upload_notifications",
     "upload_pipelines",
+    "upload_notification_buckets",
+    "upload_bucket_problems",
     "upload_route_problems",
 )
 MODULE_TEXT = 'NAME = "csv-summary"\n'  # what the example module's file holds
 UPLOADS = "reclaim-uploads"
 
 
-def plan(doc: dict[str, Any], uploads_prefix: str = "") -> dict[str, Any]:
-    """uploads.tf's locals for a routes file (the file's text and the modules' text given)."""
-    found: dict[str, Any] = {"upload_doc": doc, "upload_module_text": MODULE_TEXT}
+def plan(
+    doc: dict[str, Any], uploads_prefix: str = "", projects: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """uploads.tf's locals for a routes file (the file's text and the modules' text given;
+    the uploads bucket named UPLOADS)."""
+    found: dict[str, Any] = {
+        "upload_doc": doc,
+        "upload_module_text": MODULE_TEXT,
+        "upload_home": UPLOADS,
+        "builtin_pipelines": [unquote(p) for p in config()["locals"]["builtin_pipelines"]],
+    }
+    variables = {"uploads_prefix": uploads_prefix, "upload_bucket_projects": projects or {}}
     for name in ORDER:
-        found[name] = evaluate(
-            unquote(config()["locals"][name]), {"uploads_prefix": uploads_prefix}, found
-        )
+        found[name] = evaluate(unquote(config()["locals"][name]), variables, found)
     return found
 
 
@@ -162,3 +172,59 @@ def test_the_notification_resource_follows_the_routes() -> None:
     env = config()["locals"]["reclaim_env"]
     assert unquote(env["RECLAIM_UPLOADS_FILE"]) == "local.uploads_setting"
     assert unquote(env["RECLAIM_UPLOADS_BUCKET"]) == "local.buckets.uploads"
+
+
+def _many(count: int, bucket: str | None = None) -> dict[str, Any]:
+    extra = {"bucket": bucket} if bucket else {}
+    return {
+        "unrouted": "ignore",
+        "buckets": [bucket] if bucket else [],
+        "routes": [route(name=f"r{i}", prefix=f"p{i}/", **extra) for i in range(count)],
+    }
+
+
+def test_a_bucket_needing_more_than_ten_notifications_fails_the_plan_naming_the_routes() -> None:
+    """F2: Cloud Storage allows 10 notifications per bucket and event type
+    (cloud.google.com/storage/docs/pubsub-notifications): the 11th would fail the apply."""
+    assert plan(_many(10))["upload_route_problems"] == []
+    problems = plan(_many(11))["upload_route_problems"]
+    assert len(problems) == 1 and f"bucket {UPLOADS} needs 11" in problems[0]
+    assert "r0" in problems[0] and "r10" in problems[0]
+    elsewhere = plan(_many(11, "acme-inbox"))["upload_route_problems"]
+    assert len(elsewhere) == 1 and "bucket acme-inbox needs 11" in elsewhere[0]
+    # routes under one prefix share its notification: 11 routes, one notification
+    nested = {
+        "unrouted": "ignore",
+        "routes": [route(name=f"r{i}", prefix="in/", suffixes=[f".x{i}"]) for i in range(11)],
+    }
+    assert plan(nested)["upload_route_problems"] == [] and parse(nested, None)
+    assert len(plan(nested)["upload_notifications"]) == 1
+
+
+def test_a_route_naming_the_uploads_bucket_shares_its_notifications() -> None:
+    """F14: the uploads bucket named by name is the bucket "" names, as the code reads it:
+    one notification, not two overlapping ones (every upload delivered twice)."""
+    doc = {"buckets": [UPLOADS], "routes": [route(bucket=UPLOADS, prefix="")]}
+    planned = plan(doc)
+    assert pairs(planned["upload_notifications"]) == parse(doc, None).notifications(UPLOADS)
+    assert pairs(planned["upload_notifications"]) == [(UPLOADS, "")]
+
+
+def test_a_routed_bucket_of_another_project_has_its_agent_granted_publish() -> None:
+    """F2: the project owning a bucket publishes its notifications, as its own Cloud
+    Storage service agent: upload_bucket_projects names it, terraform grants it publisher
+    on the uploads topic before any notification is made."""
+    agents = config()["data"]["google_storage_project_service_account"]["routed"]
+    assert "var.upload_bucket_projects" in unquote(agents["for_each"])
+    assert unquote(agents["project"]) == "each.value"
+    grant = resources("google_pubsub_topic_iam_member")["routed_gcs_agents_publish"]
+    assert unquote(grant["for_each"]) == "data.google_storage_project_service_account.routed"
+    assert unquote(grant["role"]) == "roles/pubsub.publisher"
+    assert unquote(grant["member"]) == "serviceAccount:${each.value.email_address}"
+    assert unquote(grant["topic"]) == 'google_pubsub_topic.topics["uploads"].name'
+    waited = resources("time_sleep")["grants_propagate"]["depends_on"]
+    assert "google_pubsub_topic_iam_member.routed_gcs_agents_publish" in map(unquote, waited)
+    doc = {"buckets": ["acme-inbox"], "routes": [route(bucket="acme-inbox")]}
+    assert plan(doc, projects={"acme-inbox": "acme-other"})["upload_route_problems"] == []
+    typo = plan(doc, projects={"acme-inbx": "acme-other"})["upload_route_problems"]
+    assert typo and "acme-inbx" in typo[0]

@@ -77,8 +77,30 @@ def test_a_job_pool_takes_its_sizing_and_a_gpu_caps_its_task_at_an_hour() -> Non
     job = parse({"pools": {"gpu": spec}}).get("gpu").job
     assert job is not None and job.gpu == pools.Gpu("nvidia-l4", 1)
     assert job.task_timeout_seconds == pools.MAX_GPU_TASK_S
+    assert (job.cpu, job.memory) == ("4", "16Gi")  # an L4's minimums (job_sizing.json)
     plain = parse({"pools": {"long": {"pipelines": ["r"], "runner": "job"}}}).get("long").job
     assert plain is not None and plain.gpu is None and plain.task_timeout_seconds == 86400
+    assert (plain.cpu, plain.memory, plain.max_executions) == ("1", "2Gi", 100)
+
+
+def test_a_dispatched_execution_not_yet_started_is_judged_by_its_start_grace() -> None:
+    """F9: nothing heartbeats before the task adopts the claim, so a slow start is not a
+    silent owner until the pool's start grace has passed."""
+    spec = {
+        "pipelines": ["r"],
+        "runner": "job",
+        "stale_seconds": 4,
+        "job": {"start_grace_seconds": 60},
+    }
+    found = parse({"pools": {"slow": spec}})
+    running = {"pipeline": "r", "status": "running", "attempts": 2}
+    dispatched = {**running, "execution": {"attempt": 2, "dispatched_at": "2026-01-01T00:00:00Z"}}
+    adopted = {**dispatched, "execution": {**dispatched["execution"], "adopted_at": "x"}}
+    older = {**dispatched, "execution": {**dispatched["execution"], "attempt": 1}}
+    assert found.stale_seconds_for(dispatched, 120.0) == 60.0
+    for job in (running, adopted, older, {**dispatched, "status": "queued"}):
+        assert found.stale_seconds_for(job, 120.0) == 4.0
+    assert found.stale_seconds_for({**dispatched, "pipeline": "other"}, 120.0) == 120.0
 
 
 BAD = [
@@ -106,11 +128,39 @@ BAD = [
                 "a": {
                     "pipelines": ["x"],
                     "runner": "job",
-                    "job": {"gpu": {"type": "t4"}, "task_timeout_seconds": 7200},
+                    "job": {"gpu": {"type": "nvidia-l4"}, "task_timeout_seconds": 7200},
                 }
             }
         },
         "task_timeout_seconds must be a whole number within 1..3600",
+    ),
+    (
+        {"pools": {"a": {"pipelines": ["x"], "runner": "job", "job": {"gpu": {"type": "t4"}}}}},
+        "job.gpu.type must be a GPU Cloud Run jobs offer (nvidia-l4)",
+    ),
+    (
+        {
+            "pools": {
+                "a": {
+                    "pipelines": ["x"],
+                    "runner": "job",
+                    "job": {"gpu": {"type": "nvidia-l4"}, "cpu": "4", "memory": "4Gi"},
+                }
+            }
+        },
+        "needs at least 4 CPU and 16 GiB",
+    ),
+    (
+        {
+            "pools": {
+                "a": {"pipelines": ["x"], "runner": "job", "job": {"cpu": "1", "memory": "8Gi"}}
+            }
+        },
+        "with 1 vCPU a job has 512..4096 MiB",
+    ),
+    (
+        {"pools": {"a": {"pipelines": ["x"], "runner": "job", "job": {"max_executions": 0}}}},
+        "job.max_executions must be a whole number within 1..1000",
     ),
     ({"pools": {"a": {"pipelines": ["x"], "runner": "job", "job": {"disk": 1}}}}, "job: unknown"),
     ({"pools": []}, '"pools" must be an object'),

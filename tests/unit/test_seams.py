@@ -76,6 +76,7 @@ def test_the_table_runs_each_seam_in_the_order_the_features_are_listed() -> None
         flow.release_hook,
         workflows.batch_hook,
         workflows.release_hook,
+        executions.cancel_hook,
     ]
     assert list(ctx.requeue_hooks()) == [flow.release_hook]
     assert list(ctx.sweep_checks()) == [

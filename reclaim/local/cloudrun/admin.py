@@ -4,7 +4,8 @@
     GET  /services/<name>                            one service's figures
     GET  /services/<name>/revisions                  its revisions, which one serves
     POST /services/<name>/revisions                  deploy one: {"env": {"K": "v" | null},
-                                                     "drain_timeout_s": 5} (both optional)
+                                                     "drain_timeout_s": 5, "transition_s": 30}
+                                                     (each optional)
     POST /services/<name>/instances/<id>/reclaim     {"mode": "graceful" | "hard"}
     POST /services/<name>/instances/<id>/pause       {"unroute": false}
     POST /services/<name>/instances/<id>/resume
@@ -23,7 +24,7 @@ from reclaim.local.json_api import JsonApiServer, Refused, json_object
 
 MAX_BODY = 16 * 1024
 _ACTIONS = ("reclaim", "pause", "resume")
-_DEPLOY_FIELDS = ("env", "drain_timeout_s")
+_DEPLOY_FIELDS = ("env", "drain_timeout_s", "transition_s")
 
 
 def _service(services: Mapping[str, Service], name: str) -> Service:
@@ -71,8 +72,11 @@ def deploy(service: Service, body: dict[str, Any]) -> dict[str, Any]:
     drain = body.get("drain_timeout_s")
     if drain is not None and (isinstance(drain, bool) or not isinstance(drain, int | float)):
         raise Refused(400, "bad revision", "drain_timeout_s must be a number of seconds")
+    transition = body.get("transition_s", 0.0)
+    if isinstance(transition, bool) or not isinstance(transition, int | float):
+        raise Refused(400, "bad revision", "transition_s must be a number of seconds")
     try:
-        revision = service.deploy(env, drain_timeout_s=drain)
+        revision = service.deploy(env, drain_timeout_s=drain, transition_s=transition)
     except ConfigError as exc:
         raise Refused(400, "bad revision", str(exc)) from None
     return {"service": service.name, "revision": revision.name, **service.revisions()}

@@ -25,6 +25,15 @@ request can last at most the service's request timeout, so a retired revision
 has drained by then at the latest; a deploy may set a shorter drain (a local
 knob for rollout tests, not a Cloud Run setting) after which busy instances are
 SIGTERMed too.
+
+The hard cut above is the best case. Cloud Run's traffic moves are "not instantaneous
+... In flight requests won't be dropped and may be directed to either a new revision or
+a previous revision during the transition period" (TRAFFIC_DOC): a new request can still
+land on the previous revision after the new one is ready. A deploy may ask for that
+transition (`transition_s`, a local knob): the previous revision hands over, its live
+instances still routed, and takes every new request it has a free slot for (the worst
+case of "either"), until the transition ends and it retires as above. That is how a
+rollout's skew is tested: a claim of the old code meeting a job of the new one.
 """
 
 from __future__ import annotations
@@ -58,6 +67,7 @@ _SUFFIX_RANDOM = random.Random()
 class RevisionState(StrEnum):
     DEPLOYING = "deploying"  # its first instance is starting; the previous one serves
     SERVING = "serving"  # gets every new request (100% of the traffic)
+    HANDING_OVER = "handing over"  # a newer one serves; this one still gets new requests
     RETIRED = "retired"  # a newer revision serves; its instances drain, then stop
     FAILED = "failed"  # its first instance never listened; traffic stayed where it was
 
@@ -103,9 +113,12 @@ class Revision:
         *,
         drain_timeout_s: float | None = None,
         name: str | None = None,
+        transition_s: float = 0.0,
     ) -> None:
         if drain_timeout_s is not None and drain_timeout_s < 0:
             raise ConfigError(f"drain_timeout_s={drain_timeout_s} must be >= 0")
+        if not 0 <= transition_s <= 3600:
+            raise ConfigError(f"transition_s={transition_s} must be within 0..3600")
         self.service = service
         self.number = number
         self.name = name or revision_name(service, number)
@@ -113,6 +126,10 @@ class Revision:
         self.launcher = launcher
         self.drain_timeout_s = drain_timeout_s
         """How long the revision it replaces may drain (None: the request timeout)."""
+        self.transition_s = transition_s
+        """How long the revision it replaces still gets new requests once this one is
+        ready (0: a hard cut)."""
+        self.handover_until: float | None = None
         self.created = created
         self.state = RevisionState.DEPLOYING
         self.ready_at: float | None = None
@@ -142,6 +159,11 @@ class Revision:
             "number": self.number,
             "state": str(self.state),
             "traffic_percent": 100 if self.state is RevisionState.SERVING else 0,
+            "handover_s_left": (
+                None
+                if self.handover_until is None or self.state is not RevisionState.HANDING_OVER
+                else round(max(self.handover_until - now, 0.0), 3)
+            ),
             "env": dict(self.env),
             "age_s": ago(self.created),
             "ready_s_ago": ago(self.ready_at),

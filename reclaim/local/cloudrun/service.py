@@ -242,6 +242,7 @@ class Service:
         *,
         launcher: Launcher | None = None,
         drain_timeout_s: float | None = None,
+        transition_s: float = 0.0,
     ) -> Revision:
         """Deploy a new revision and start its first instance; traffic moves to it
         once that instance listens (see revision.py). Returns at once.
@@ -249,7 +250,9 @@ class Service:
         env: changes to the latest revision's environment (None removes a variable);
         launcher: new code (default: the latest revision's);
         drain_timeout_s: how long the replaced revision's busy instances may go on
-        before their SIGTERM (default: the request timeout; 0: at once).
+        before their SIGTERM (default: the request timeout; 0: at once);
+        transition_s: how long the replaced revision still takes new requests once the
+        new one is ready (Cloud Run's transition period; default 0, a hard cut).
         ConfigError for a variable Cloud Run refuses; nothing is deployed then.
         """
         with self._lock:
@@ -263,6 +266,7 @@ class Service:
                 launcher or latest.launcher,
                 self._clock(),
                 drain_timeout_s=drain_timeout_s,
+                transition_s=transition_s,
             )
             self._revisions.append(revision)
             del self._revisions[:-HISTORY]
@@ -450,16 +454,21 @@ class Service:
         return inst
 
     def _pick(self) -> Instance | None:
-        """The routed serving instance with the fewest requests in flight and a free slot."""
+        """The routed serving instance with the fewest requests in flight and a free slot;
+        while a previous revision hands over (revision.py), one of its first."""
         free = [
             i
             for i in self._instances.values()
             if i.routed
             and i.state is State.SERVING
-            and i.revision is self._serving
+            and (i.revision is self._serving or i.revision.state is RevisionState.HANDING_OVER)
             and i.in_flight < self.config.concurrency
         ]
-        return min(free, key=lambda i: (i.in_flight, i.id), default=None)
+        return min(
+            free,
+            key=lambda i: (i.revision.state is not RevisionState.HANDING_OVER, i.in_flight, i.id),
+            default=None,
+        )
 
     def _grant(self, inst: Instance, waited_s: float) -> Lease:
         now = self._clock()
@@ -597,14 +606,33 @@ class Service:
             return
         old, self._serving = self._serving, rev
         rev.state = RevisionState.SERVING
+        if rev.transition_s > 0 and old.state is RevisionState.SERVING:
+            old.state, old.handover_until = RevisionState.HANDING_OVER, now + rev.transition_s
+            self._log(f"{rev.name}: serving; {old.name} hands over for {rev.transition_s:g} s")
+            self._retire_others(rev, now, keep=old)
+            return
+        self._log(f"{rev.name}: serving 100% of the traffic; {old.name} retired, draining")
+        self._retire_others(rev, now)
+
+    def _retire_others(self, rev: Revision, now: float, keep: Revision | None = None) -> None:
+        """Every revision but `rev` (and `keep`, handing over) retires: its instances are
+        unrouted and drained."""
         drain = self.config.timeout_s if rev.drain_timeout_s is None else rev.drain_timeout_s
         for prev in self._revisions:
-            if prev is not rev and prev.state in (RevisionState.SERVING, RevisionState.DEPLOYING):
+            if (
+                prev is not rev
+                and prev is not keep
+                and prev.state
+                in (
+                    RevisionState.SERVING,
+                    RevisionState.DEPLOYING,
+                    RevisionState.HANDING_OVER,
+                )
+            ):
                 prev.state, prev.retired_at = RevisionState.RETIRED, now
                 prev.drain_deadline = now + drain
-        self._log(f"{rev.name}: serving 100% of the traffic; {old.name} retired, draining")
         for other in list(self._instances.values()):
-            if other.revision is not rev and other.state is not State.GONE:
+            if other.revision not in (rev, keep) and other.state is not State.GONE:
                 other.routed = False
                 self._drain(other, now)
 
@@ -676,8 +704,13 @@ class Service:
                 self._tick()
 
     def _tick(self) -> None:
-        """Crashes, idle instances, then scale out (replacements, min_instances)."""
+        """A transition that is over, crashes, idle instances, then scale out
+        (replacements, min_instances)."""
         now = self._clock()
+        for rev in self._revisions:  # the hard cut, late (revision.py)
+            if rev.state is RevisionState.HANDING_OVER and now >= (rev.handover_until or 0.0):
+                self._log(f"{rev.name}: transition over; retired, draining")
+                self._retire_others(self._serving, now)
         for inst in list(self._instances.values()):
             if inst.state is State.SERVING and inst.exited():  # a failed start is _boot's
                 self._log(f"{inst.label}: exited by itself (code {inst.proc.returncode})")  # type: ignore[union-attr]

@@ -14,9 +14,15 @@ An Operation's metadata is the Execution, as jobs.run's is. Errors have Google's
 The admin API (never part of Cloud Run's; like the local platform's,
 reclaim/local/cloudrun/admin.py):
 
-    GET  /admin/stats                          every job and execution
+    GET  /admin/stats                          every job and execution, the quotas, refusals
     POST /admin/executions/<id>/terminate      a platform event: SIGTERM, the grace, SIGKILL
     POST /admin/executions/<id>/kill           SIGKILL at once
+    POST /admin/executions/<id>/maintenance    {"pause_s"?}: a CPU task paused then resumed
+                                               (SIGTSTP, frozen, SIGCONT); a GPU task ended
+    POST /admin/jobs/<job>                     {"env"?, "start_delay_s"?, "granted"?}: a new
+                                               revision of the job (its image's environment,
+                                               a start delay, its :run grant)
+    POST /admin/quotas                         {"max_running"?, "runs_per_minute"?}
 
 Bad input to the admin API gets a 4xx JSON {"error", "reason"} and changes nothing.
 """
@@ -32,7 +38,7 @@ from reclaim.local.runjobs.runner import ApiError, JobsRunner
 
 MAX_BODY = 64 * 1024
 EXECUTION_TYPE = "type.googleapis.com/google.cloud.run.v2.Execution"
-_ADMIN_ACTIONS = ("terminate", "kill")
+_ADMIN_ACTIONS = ("terminate", "kill", "maintenance")
 
 
 def operation(execution: Execution) -> dict[str, Any]:
@@ -70,33 +76,101 @@ def api_route(runner: JobsRunner, method: str, path: str, raw: bytes) -> dict[st
     return {"name": job.name, "taskTimeout": f"{job.task_timeout_s:g}s", "maxRetries": 0}
 
 
-def admin_route(runner: JobsRunner, method: str, path: str) -> dict[str, Any]:
+def admin_route(runner: JobsRunner, method: str, path: str, raw: bytes = b"") -> dict[str, Any]:
     """One admin call (path starts with /admin/)."""
     parts = [p for p in path.split("/") if p]
     if method == "GET" and parts == ["admin", "stats"]:
         return {
             "jobs": sorted(runner.jobs),
             "executions": [e.resource() for e in runner.executions()],
+            "quotas": {
+                "max_running": runner.max_running,
+                "runs_per_minute": runner.runs_per_minute,
+            },
+            "refused": {str(k): v for k, v in sorted(runner.refused.items())},
+            "denied": sorted(runner.denied),
         }
+    if method != "POST" and len(parts) >= 2 and parts[1] in ("executions", "jobs", "quotas"):
+        raise Refused(405, "method not allowed", "actions are POST")
+    body = json_object(raw, lambda reason: Refused(400, "bad body", reason))
     if len(parts) == 4 and parts[1] == "executions":
         if parts[3] not in _ADMIN_ACTIONS:
             raise Refused(404, "no such action", f"choose one of {', '.join(_ADMIN_ACTIONS)}")
-        if method != "POST":
-            raise Refused(405, "method not allowed", "actions are POST")
         try:
             execution = runner.by_short(parts[2])
         except ApiError as exc:
             raise Refused(404, "no such execution", exc.message) from None
+        if parts[3] == "maintenance":
+            pause = _number(body, "pause_s", 2.0, 0.0, 600.0)
+            return _answered(lambda: runner.maintain(execution.name, pause).resource())
         act = runner.terminate if parts[3] == "terminate" else runner.kill
         return act(execution.name).resource()
+    if len(parts) == 3 and parts[1] == "jobs":
+        return _update_job(runner, parts[2], body)
+    if parts == ["admin", "quotas"]:
+        _only(body, {"max_running", "runs_per_minute"})
+        if "max_running" in body:
+            runner.max_running = int(_number(body, "max_running", 0, 0, 100000))
+        if "runs_per_minute" in body:
+            per = body["runs_per_minute"]
+            runner.runs_per_minute = (
+                None if per is None else int(_number(body, "runs_per_minute", 0, 0, 100000))
+            )
+        return {"max_running": runner.max_running, "runs_per_minute": runner.runs_per_minute}
     raise Refused(404, "no such path", path)
+
+
+def _update_job(runner: JobsRunner, short: str, body: dict[str, Any]) -> dict[str, Any]:
+    _only(body, {"env", "start_delay_s", "granted"})
+    env = body.get("env")
+    if env is not None and not (
+        isinstance(env, dict)
+        and all(isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in env.items())
+    ):
+        raise Refused(400, "bad env", "env maps names to strings (null removes one)")
+    granted = body.get("granted")
+    if granted is not None and not isinstance(granted, bool):
+        raise Refused(400, "bad granted", "granted is true or false")
+    delay = _number(body, "start_delay_s", None, 0.0, 3600.0)
+    try:
+        job = runner.update_job(short, env=env, start_delay_s=delay, granted=granted)
+    except ApiError as exc:
+        raise Refused(404, "no such job", exc.message) from None
+    return {
+        "name": job.name,
+        "revision": job.revision,
+        "start_delay_s": job.start_delay_s,
+        "granted": job.name not in runner.denied,
+    }
+
+
+def _only(body: dict[str, Any], known: set[str]) -> None:
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise Refused(400, "unknown fields", f"{unknown}; known: {sorted(known)}")
+
+
+def _number(body: dict[str, Any], key: str, default: Any, low: float, high: float) -> Any:
+    if key not in body:
+        return default
+    value = body[key]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise Refused(400, f"bad {key}", f"{key} is a number within {low:g}..{high:g}")
+    return value
+
+
+def _answered(act: Any) -> dict[str, Any]:
+    try:
+        return dict(act())
+    except ApiError as exc:
+        raise Refused(409, "not running", exc.message) from None
 
 
 def _route(runner: JobsRunner, method: str, path: str, raw: bytes) -> tuple[int, Any]:
     try:
         if path.startswith("/v2/"):
             return 200, api_route(runner, method, path, raw)
-        return 200, admin_route(runner, method, path)
+        return 200, admin_route(runner, method, path, raw)
     except ApiError as exc:  # Google's error shape on the Admin API's side
         return exc.code, exc.body()
 

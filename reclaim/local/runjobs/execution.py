@@ -5,15 +5,26 @@ job's maxRetries is 0: reclaim counts attempts). Its process runs in its own pro
 group with the job's environment, the run's overrides and the variables Cloud Run sets
 for a job's task (https://cloud.google.com/run/docs/container-contract#jobs-env-vars).
 
+An execution may wait `start_delay_s` before its task starts (pending: no startTime, as
+while Cloud Run provisions an instance and pulls the image; a cancel then ends it
+without a task), so the sweep's view of a slow start can be tested.
+
 How a task ends, as on Cloud Run:
 - it exits: 0 is a succeeded execution, anything else a failed one;
 - its task timeout passes: SIGTERM, then SIGKILL after the grace; failed
-  (https://cloud.google.com/run/docs/configuring/task-timeout);
+  (https://cloud.google.com/run/docs/configuring/task-timeout; whether Cloud Run sends
+  SIGTERM first there is not documented: a live check, docs/long-stages.md);
 - a cancel (the Admin API's executions.cancel): SIGTERM, then SIGKILL after the grace;
   cancelled;
-- a platform event (the admin API's "terminate": a maintenance event or host failure
-  that stops the task): SIGTERM, then SIGKILL after the grace; the exit code decides;
+- a platform event (the admin API's "terminate": a host failure that stops the task):
+  SIGTERM, then SIGKILL after the grace; the exit code decides;
 - the admin API's "kill": SIGKILL at once (a host failure, out of memory): failed.
+
+A maintenance event (the admin API's "maintenance") ends nothing on a CPU task: "Tasks
+that don't use GPUs are live migrated during maintenance events. Tasks that use GPUs cannot
+be live migrated and are terminated instead" (the task-timeout page). Cloud Run sends
+SIGTSTP 10 seconds before the migration and SIGCONT right after it; here a CPU task gets
+SIGTSTP, is frozen (SIGSTOP) for the pause, then SIGCONT; a GPU task is terminated.
 """
 
 from __future__ import annotations
@@ -47,6 +58,19 @@ class JobSpec:
     grace_s: float = 10.0
     """SIGTERM to SIGKILL."""
     cwd: Path | None = None
+    gpu: bool = False
+    """A GPU task: a maintenance event terminates it (a CPU task is paused)."""
+    start_delay_s: float = 0.0
+    """How long an execution stays pending before its task starts."""
+    revision: int = 1
+    """Bumped by each update of the job (a new image or environment)."""
+    revision_env: str = ""
+    """A variable the task gets its job's revision name in (<job>-<revision:05d>), as
+    terraform tells a task the revision of the image it runs; "" for none."""
+
+    @property
+    def revision_name(self) -> str:
+        return f"{self.short}-{self.revision:05d}"
 
     @property
     def short(self) -> str:
@@ -69,13 +93,14 @@ class Execution:
         self.started: str | None = None
         self.completed: str | None = None
         self.exit_code: int | None = None
-        self.state = "pending"  # pending, running, succeeded, failed, cancelled
+        self.state = "pending"  # pending, starting, running, succeeded, failed, cancelled
         self.ending: str | None = None
         """What stopped it from outside: "timeout", "cancel", "terminate", "kill"."""
         self.proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self._ended = threading.Event()
         self._stop_asked = threading.Event()
+        self.maintenances = 0
 
     @property
     def short(self) -> str:
@@ -92,6 +117,7 @@ class Execution:
             "CLOUD_RUN_TASK_INDEX": "0",
             "CLOUD_RUN_TASK_ATTEMPT": "0",
             "CLOUD_RUN_TASK_COUNT": "1",
+            **({self.job.revision_env: self.job.revision_name} if self.job.revision_env else {}),
         }
 
     # --- lifecycle
@@ -99,6 +125,14 @@ class Execution:
     def run(self, spawn: Spawn, base_env: Mapping[str, str]) -> None:
         """Start the task and watch it to its end (call on a thread of its own: it is the
         thread the child's parent-death signal is tied to)."""
+        if self.job.start_delay_s > 0:
+            self._stop_asked.wait(self.job.start_delay_s)
+        with self._lock:  # a stop from now on finds the task started, or never will
+            stopped, ending = self._stop_asked.is_set(), self.ending
+            self.state = "starting" if not stopped else self.state
+        if stopped:  # cancelled (or killed) before its task started
+            self._finish("cancelled" if ending == "cancel" else "failed", None, ending)
+            return
         try:
             proc = spawn(list(self.job.command), self.env(base_env), self.log_path)
         except OSError as exc:
@@ -106,6 +140,9 @@ class Execution:
             return
         with self._lock:
             self.proc, self.started, self.state = proc, _now(), "running"
+            held = self.ending if self._stop_asked.is_set() else None
+        if held is not None:  # stopped while it was starting: now that there is a task
+            self._signal(proc, graceful=held != "kill")
         deadline = time.monotonic() + self.job.task_timeout_s
         while proc.poll() is None:
             if time.monotonic() >= deadline and not self._stop_asked.is_set():
@@ -128,20 +165,46 @@ class Execution:
         the task is not running."""
         with self._lock:
             proc = self.proc
+            if proc is None and self.completed is None and self.state in ("pending", "starting"):
+                self.ending = self.ending or why  # not started yet: run() acts on it
+                self._stop_asked.set()
+                return True
             if proc is None or self.completed is not None or proc.poll() is not None:
                 return False
             if self.ending is None or why == "kill":
                 self.ending = why
             self._stop_asked.set()
+        self._signal(proc, graceful=graceful)
+        return True
+
+    def _signal(self, proc: subprocess.Popen[bytes], *, graceful: bool) -> None:
         if not graceful:
             signal_group(proc, signal.SIGKILL)
-            return True
+            return
         signal_group(proc, signal.SIGTERM)
         threading.Thread(target=self._kill_after_grace, args=(proc,), daemon=True).start()
-        return True
 
     def wait(self, timeout: float | None = None) -> bool:
         return self._ended.wait(timeout)
+
+    def maintain(self, pause_s: float) -> bool:
+        """A maintenance event (see the module doc): a CPU task is paused `pause_s` and
+        resumed; a GPU task is terminated. False if the task is not running."""
+        if self.job.gpu:
+            return self.stop("terminate", graceful=True)
+        with self._lock:
+            proc = self.proc
+            if proc is None or self.completed is not None or not signal_group(proc, signal.SIGTSTP):
+                return False
+            self.maintenances += 1
+        threading.Thread(target=self._migrate, args=(proc, pause_s), daemon=True).start()
+        return True
+
+    def _migrate(self, proc: subprocess.Popen[bytes], pause_s: float) -> None:
+        time.sleep(0.2)  # SIGTSTP comes ahead of the pause (10 s on Cloud Run)
+        signal_group(proc, signal.SIGSTOP)  # the task is frozen however it took SIGTSTP
+        self._ended.wait(pause_s)
+        signal_group(proc, signal.SIGCONT)
 
     def _kill_after_grace(self, proc: subprocess.Popen[bytes]) -> None:
         try:
@@ -174,7 +237,7 @@ class Execution:
                 "failedCount": 1 if state == "failed" else 0,
                 "cancelledCount": 1 if state == "cancelled" else 0,
                 "retriedCount": 0,
-                "reconciling": state in ("pending", "running"),
+                "reconciling": state in ("pending", "starting", "running"),
             }
             if self.started:
                 out["startTime"] = self.started
@@ -189,5 +252,7 @@ class Execution:
                 "ending": self.ending,
                 "pid": self.proc.pid if self.proc else None,
                 "log": str(self.log_path),
+                "maintenances": self.maintenances,
+                "revision": self.job.revision,
             }
             return out
