@@ -246,6 +246,17 @@ ENV_VARS: tuple[EnvVar, ...] = (
         minimum=0,
     ),
     EnvVar(
+        name="RECLAIM_RETRY_WAIT_SECONDS",
+        field="retry_wait_seconds",
+        default="90",
+        parse=float,
+        doc="A doorbell for a queued job due within this long waits inside its push and "
+        "claims the job when it is due: a retry backing off this long or less is rung at "
+        "once, one backing off longer is rung this long ahead by the sweep (docs/settings.md, "
+        "Retries on time). Longer than the sweep's period; 0: no wait.",
+        minimum=0,
+    ),
+    EnvVar(
         name="RECLAIM_CLOCK_SKEW_SECONDS",
         field="clock_skew_seconds",
         default="300",
@@ -440,6 +451,7 @@ class Settings:
     max_attempts: int
     backoff_base_seconds: float
     backoff_max_seconds: float
+    retry_wait_seconds: float
     clock_skew_seconds: float
     min_write_interval_seconds: float
     sweep_max_jobs: int

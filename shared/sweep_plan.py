@@ -81,10 +81,17 @@ def marked_at(entry: PendingEntry) -> datetime | None:
     return max(times) if times else None
 
 
-def may_need_action(entry: PendingEntry, now: datetime, quiet_s: float) -> bool:
-    """Whether the job's record may need the sweep: marked quiet_s ago or more, or undated."""
+def may_need_action(
+    entry: PendingEntry, now: datetime, quiet_s: float, ahead_s: float = 0.0
+) -> bool:
+    """Whether the job's record may need the sweep: marked quiet_s ago or more, or undated,
+    or marked due within the next ahead_s (a retry the sweep rings ahead of its backoff:
+    shared.claim.due_wait)."""
     mark = marked_at(entry)
-    return mark is None or (_utc(now) - mark).total_seconds() >= quiet_s
+    if mark is None:
+        return True
+    age = (_utc(now) - mark).total_seconds()
+    return age >= quiet_s or (entry.due is not None and -ahead_s <= age < 0)
 
 
 def plan(entries: Sequence[PendingEntry], now: datetime, settings: Settings, limit: int) -> Plan:
@@ -96,7 +103,8 @@ def plan(entries: Sequence[PendingEntry], now: datetime, settings: Settings, lim
     act: list[PendingEntry] = []
     rest: list[PendingEntry] = []
     for entry in entries:
-        (act if may_need_action(entry, now, quiet) else rest).append(entry)
+        ahead = settings.retry_wait_seconds
+        (act if may_need_action(entry, now, quiet, ahead) else rest).append(entry)
     # the jobs re-rung fewest times in a row first (a backlog's re-rung jobs wait longer
     # each time: shared.job_queue.RERING_DOUBLINGS_MAX), each group longest-marked first
     act.sort(key=lambda e: (e.rerings, _stamp(marked_at(e)), e.key))

@@ -31,8 +31,8 @@ from datetime import datetime
 from typing import Any
 
 from shared import faults, finish, job_queue, metrics, records, resume, timing
-from shared.claim import dispatch
-from shared.claim.budget import PushBudget
+from shared.claim import dispatch, due_wait
+from shared.claim.budget import PushBudget, unlimited
 from shared.claim.drain import GATE, Arrival, DrainGate, backlog_sign, drain
 from shared.claim.owned import Heartbeat, OwnedRecord
 from shared.claim.shutdown import SHUTDOWN, Shutdown
@@ -112,7 +112,7 @@ def handle_delivery(
     pool = slots if slots is not None else get_slots(settings.max_concurrent)
     gate = gate if gate is not None else GATE
     shutdown = shutdown if shutdown is not None else SHUTDOWN
-    runner = _Runner(ctx, owner or instance_id(), shutdown)
+    runner = _Runner(ctx, owner or instance_id(), shutdown, budget)
     if shutdown.requested:
         return runner.decline(job_id)
     if arrival is not None and (sign := backlog_sign(arrival, ctx.now())) is not None:
@@ -123,7 +123,7 @@ def handle_delivery(
         retry = settings.busy_retry_after_seconds
         return Outcome(job_id, OutcomeKind.BUSY, "no free slot", retry_after_s=retry)
     with slot:
-        outcome = runner.attempt(job_id)
+        outcome = runner.attempt(job_id, wait=True)
         outcome.drained = drain(
             ctx.store,
             settings,
@@ -144,13 +144,16 @@ def handle_delivery(
 class _Runner:
     """One request's worth of work: a job, then maybe a few drained ones."""
 
-    def __init__(self, ctx: Context, instance: str, shutdown: Shutdown) -> None:
+    def __init__(
+        self, ctx: Context, instance: str, shutdown: Shutdown, budget: PushBudget | None = None
+    ) -> None:
         self.ctx = ctx
         self.store = ctx.store
         self.settings = ctx.settings
         self.clock = ctx.clock
         self.instance = instance
         self.shutdown = shutdown
+        self.budget = budget if budget is not None else unlimited()  # the push's time
         # this instance's revision, as Cloud Run sets it
         # (https://cloud.google.com/run/docs/container-contract#services-env-vars)
         self.revision = os.environ.get("K_REVISION")
@@ -166,8 +169,9 @@ class _Runner:
         detail = "shutting down: " + ("doorbell rung again" if rang else "redeliver")
         return Outcome(job_id, OutcomeKind.HANDED_BACK, detail, redeliver=not rang)
 
-    def attempt(self, job_id: str, stored: Stored | None = None) -> Outcome:
-        """Read (unless given), decide, claim and run one job."""
+    def attempt(self, job_id: str, stored: Stored | None = None, *, wait: bool = False) -> Outcome:
+        """Read (unless given), decide, claim and run one job. With `wait` (the push's own
+        job), a job backing off that is due soon is waited for (shared.claim.due_wait)."""
         if stored is None:
             try:
                 stored = self.store.read(job_id)
@@ -184,6 +188,9 @@ class _Runner:
         skew = s.clock_skew_seconds
         stale = s.stale_seconds_of(job)  # its pool's, when a claim meets another pool's job
         if not job_queue.claimable(job, now, stale, max_attempts, skew_s=skew):
+            wait_s = due_wait.wait_seconds(job, now, s, self.budget) if wait else None
+            if wait_s is not None:
+                return self._wait_for_due(job_id, stored, wait_s)
             return self._not_claimable(job_id, stored, now)
         for gate in self.ctx.gates():  # the features' gates, in table order: the first
             held = gate(self.ctx, stored, now)  # that decides answers the delivery
@@ -192,6 +199,31 @@ class _Runner:
         # the claim is stamped after the gates: a flow-control place is held by then, and
         # the rate gate checked its window against the clock as it left (shared.features.flow)
         return self._claim_and_run(job_id, stored, self.clock())
+
+    def _wait_for_due(self, job_id: str, stored: Stored, wait_s: float) -> Outcome:
+        """The job backs off and is due within the window: sleep until then inside this
+        push, then read and attempt it again (a few times at most: due_wait.WAITS_MAX); a
+        shutdown meanwhile passes the delivery on."""
+        job = stored.record
+        for _ in range(due_wait.WAITS_MAX):
+            log.info(
+                "waiting for the job's backoff inside the push",
+                job_id=job_id,
+                wait_s=round(wait_s, 3),
+                traceparent=job.get("traceparent"),
+            )
+            if self.shutdown.sleep(wait_s):
+                return self.decline(job_id, job.get("traceparent"), job.get("pipeline"))
+            try:
+                stored = self.store.read(job_id)
+            except (NotFound, CorruptRecord):
+                return self.attempt(job_id)  # the usual answers for these
+            job, now = stored.record, self.clock()
+            again = due_wait.wait_seconds(job, now, self.settings, self.budget)
+            if again is None:
+                return self.attempt(job_id, stored)
+            wait_s = again
+        return self._not_claimable(job_id, stored, self.clock())
 
     def _not_claimable(self, job_id: str, stored: Stored, now: datetime) -> Outcome:
         """A duplicate or early doorbell does nothing; a stale exhausted job is failed."""
@@ -609,7 +641,19 @@ class _Job:
             delay_s=round(delay, 3),
             **self._finished(metrics.Ending.REQUEUED),
         )
-        if delay <= 0:
+        self._ring_retry(delay, requeued.record)
+        return self._outcome(OutcomeKind.REQUEUED, error["message"])
+
+    def _ring_retry(self, delay: float, requeued: JobRecord) -> None:
+        """A retry on time (shared.claim.due_wait): a backoff the claim that gets the
+        doorbell can wait out inside its push is rung at once (a longer one is the sweep's
+        to ring ahead of time); a delayed one's marker is marked due at its not_before, so
+        a slot freed anywhere then takes it whatever became of the doorbell."""
+        s = self.r.settings
+        not_before = job_queue.parse_time(requeued.get("not_before"))
+        if delay > 0 and not_before is not None:
+            mark_due(self.r.ctx.store, self.job_id, not_before, pool=s.marker_pool(requeued))
+        if delay <= 0 or due_wait.rung_at_requeue(delay, s):
             ring_or_leave(
                 self.r.ctx.doorbell,
                 self.job_id,
@@ -617,7 +661,6 @@ class _Job:
                 pipeline=self._pipeline,
                 logger=self.log,
             )
-        return self._outcome(OutcomeKind.REQUEUED, error["message"])
 
     def _hand_back(self, why: str) -> Outcome:
         """The instance is shutting down: queue the job again at no cost (the pending
