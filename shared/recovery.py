@@ -220,6 +220,7 @@ def _fail(
         attempt=attempts if attempts != job_queue.ATTEMPTS_UNREADABLE else -1,
         now=now,
         retryable=False,
+        out_of_attempts=True,
     )
     new: JobRecord = {**job, **job_queue.fail_fields(job, now, error)}
     try:

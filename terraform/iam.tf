@@ -139,6 +139,20 @@ resource "google_project_iam_member" "dashboard_reads_metrics" {
   member  = "serviceAccount:${google_service_account.fn["dashboard"].email}"
 }
 
+# A job's output is downloaded from a V4 signed URL (GET /jobs/<id>/outputs/<name>; the
+# dashboard's links). A Cloud Run service account has no key file: the client library signs
+# through the IAM Service Account Credentials API's signBlob, which needs
+# iam.serviceAccounts.signBlob on the signing account itself
+# (https://cloud.google.com/storage/docs/authentication/creating-signatures). Granted on
+# each function's own SA only, to itself: it can sign as itself, nothing more.
+resource "google_service_account_iam_member" "signs_output_urls" {
+  for_each = toset(["submit", "dashboard"])
+
+  service_account_id = google_service_account.fn[each.key].name
+  role               = "roles/iam.serviceAccountTokenCreator"
+  member             = "serviceAccount:${google_service_account.fn[each.key].email}"
+}
+
 # --- Google service agents ---------------------------------------------------------
 
 # Pub/Sub mints the push OIDC tokens as the invoker SA: token creator on that SA only.
@@ -240,6 +254,7 @@ resource "time_sleep" "grants_propagate" {
     google_pubsub_topic_iam_member.pubsub_agent_dead_letters,
     google_pubsub_topic_iam_member.gcs_agent_publishes_uploads,
     google_project_iam_member.dashboard_reads_metrics,
+    google_service_account_iam_member.signs_output_urls,
     google_secret_manager_secret_iam_member.claim_reads_webhook_secrets,
     google_storage_bucket_iam_member.admin_records,   # admin.tf
     google_storage_bucket_iam_member.admin_record_shards, # admin.tf

@@ -9,6 +9,7 @@ locals {
     "cloudresourcemanager.googleapis.com",
     "cloudscheduler.googleapis.com",
     "iam.googleapis.com",
+    "iamcredentials.googleapis.com", # signBlob: submit and the dashboard sign output URLs
     "logging.googleapis.com",
     "monitoring.googleapis.com",
     "pubsub.googleapis.com",

@@ -21,22 +21,22 @@ from __future__ import annotations
 
 import copy
 import itertools
-import json
 import os
 import secrets
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from shared import faults, finish, job_queue, metrics, records, resume, timing
-from shared.claim import dispatch, due_wait
+from shared.claim import dispatch, due_wait, stage_errors
 from shared.claim.budget import PushBudget, unlimited
 from shared.claim.drain import GATE, Arrival, DrainGate, backlog_sign, drain
 from shared.claim.owned import Heartbeat, OwnedRecord
 from shared.claim.shutdown import SHUTDOWN, Shutdown
 from shared.claim.slots import Slots, get_slots
+from shared.claim.stage_outputs import StageOutputs
 from shared.claim.timeouts import Deadline, TimedOut
 from shared.errors import (
     CorruptRecord,
@@ -59,7 +59,7 @@ from shared.outcome import Outcome, OutcomeKind
 from shared.pipelines import Pipeline, Stage, StageContext, get_pipeline
 from shared.recovery import mark_due, recover
 from shared.seams import Context, ring_or_leave
-from shared.storage import Store, Stored
+from shared.storage import Stored
 
 log = get_logger(__name__)
 
@@ -276,6 +276,7 @@ class _Runner:
                 version=plan.resume.version if plan.resume is not None else None,
                 resumed=plan.resume.kind if plan.resume is not None else None,
                 revision=self.revision,
+                stage=plan.first_stage(),
             )
             new: JobRecord = {**job, **stamp}
         except IllegalTransition as exc:
@@ -398,6 +399,11 @@ class _Plan:
         self.resume = decision
         self.error = error  # planning failed: a permanent failure of the claimed job
 
+    def first_stage(self) -> str | None:
+        """The name of the stage the claim runs first (the record's running stage)."""
+        index = self.resume.next_stage if self.resume is not None else 0
+        return self.stages[index][0] if 0 <= index < len(self.stages) else None
+
 
 def _plan(job: JobRecord, revision: str | None) -> _Plan:
     """Resolve the job's pipeline and version on this revision (the decision is pure:
@@ -419,29 +425,6 @@ def _plan(job: JobRecord, revision: str | None) -> _Plan:
     return _Plan(pipeline, versions.get(decision.version or "", []), decision)
 
 
-class _Outputs:
-    """Stage output writer: keyed by attempt, refused once this owner lost the job."""
-
-    def __init__(self, store: Store, owned: OwnedRecord, job_id: str, confirm_s: float) -> None:
-        self._store = store
-        self._owned = owned
-        self._job_id = job_id
-        self._confirm_s = confirm_s
-        self.written: list[str] = []
-
-    def write(
-        self, name: str, data: bytes | str | Mapping[str, Any], content_type: str | None = None
-    ) -> str:
-        try:
-            self._owned.confirm(self._confirm_s)
-        except OwnerLost:
-            raise Stopped(f"output {name!r} refused: this owner lost the job") from None
-        body, kind = _encode_output(data, content_type)
-        written = self._store.write_output(self._job_id, self._owned.attempt, name, body, kind)
-        self.written.append(written)
-        return written
-
-
 def _require_plain(state: JsonObject, result: JsonObject) -> None:
     """A stage must leave state and result the record can hold (a stage error if not)."""
     depth = records.MAX_RECORD_DEPTH - 2  # state sits at level 3 of the record
@@ -449,19 +432,6 @@ def _require_plain(state: JsonObject, result: JsonObject) -> None:
         problem = records.json_problem(value, depth, where)
         if problem is not None:
             raise ValueError(f"the stage left a {where} the record cannot hold: {problem}")
-
-
-def _encode_output(
-    data: bytes | str | Mapping[str, Any], content_type: str | None
-) -> tuple[bytes, str]:
-    if isinstance(data, bytes | bytearray | memoryview):
-        return bytes(data), content_type or "application/octet-stream"
-    if isinstance(data, str):
-        return data.encode("utf-8"), content_type or "text/plain; charset=utf-8"
-    if isinstance(data, Mapping):
-        text = json.dumps(data, indent=2, sort_keys=True, allow_nan=False)
-        return text.encode("utf-8"), content_type or "application/json"
-    raise TypeError(f"an output must be bytes, str or a dict, not {type(data).__name__}")
 
 
 class _Job:
@@ -522,7 +492,7 @@ class _Job:
     ) -> Outcome | None:
         """Run one stage and its checkpoint; an Outcome ends the job, None goes on."""
         self.log.stage = name
-        outputs = _Outputs(self.r.store, self.owned, self.job_id, self.confirm_s)
+        outputs = StageOutputs(self.r.store, self.owned, self.job_id, self.confirm_s)
         self.log.info("stage started", index=index, pipeline=pipeline.name)
         try:  # the context too: whatever the payload holds ends in the stage error mapping
             ctx = StageContext(
@@ -545,10 +515,12 @@ class _Job:
         except Stopped:
             return self._lost("stage stopped")
         except PermanentError as exc:
-            return self._fail(exc, stage=name)
+            return self._fail(exc, stage=name, trace=self._stage_raised(exc))
         except Exception as exc:  # the stage is the pipeline's own code: whatever it
             # raises is a stage error, retried with backoff until attempts run out
-            return self._retry_or_fail(exc, stage=name)
+            return self._retry_or_fail(exc, stage=name, trace=self._stage_raised(exc))
+        finally:
+            self._discard_open_streams(outputs)
         self.log.info("stage finished", index=index, outputs=outputs.written or None)
         self.outputs.extend(outputs.written)
         if index + 1 >= total:
@@ -561,6 +533,7 @@ class _Job:
                 self.outputs,
                 version=self.plan.resume.version if self.plan.resume else None,
                 completed=[n for n, _ in self.plan.stages[: index + 1]],
+                running=self.plan.stages[index + 1][0],
             )
         except OwnerLost:
             return self._lost("checkpoint refused")
@@ -596,10 +569,44 @@ class _Job:
         self._after_terminal(final)
         return self._outcome(OutcomeKind.DONE)
 
-    def _fail(self, exc: BaseException, *, stage: str | None) -> Outcome:
+    def _discard_open_streams(self, outputs: StageOutputs) -> None:
+        """An output stream the stage did not close is discarded (nothing is created)."""
+        left = outputs.discard_open()
+        if left:
+            self.log.warning("output streams the stage left open were discarded", outputs=left)
+
+    def _stage_raised(self, exc: BaseException) -> stage_errors.StageTrace:
+        """The stage's traceback, logged once with its place in the pipeline's code as
+        the line's source location (Cloud Logging's sourceLocation; Error Reporting reads
+        stack_trace), and kept for the record's error."""
+        trace = stage_errors.describe(exc)
+        self.log.error(
+            "the stage raised",
+            error_type=type(exc).__name__,
+            error=str(exc)[: job_queue.ERROR_MESSAGE_LIMIT],
+            stack_trace=trace.text,
+            source_location=trace.where,
+        )
+        return trace
+
+    def _fail(
+        self,
+        exc: BaseException,
+        *,
+        stage: str | None,
+        trace: stage_errors.StageTrace | None = None,
+        out_of_attempts: bool = False,
+    ) -> Outcome:
         now = self.r.clock()
         error = job_queue.error_info(
-            exc, stage=stage, attempt=self.owned.attempt, now=now, retryable=False
+            exc,
+            stage=stage,
+            attempt=self.owned.attempt,
+            now=now,
+            retryable=False,
+            out_of_attempts=out_of_attempts,
+            traceback=trace.text if trace is not None else None,
+            where=trace.where if trace is not None else None,
         )
         try:
             final = self.owned.finish(lambda job: job_queue.fail_fields(job, now, error), "failed")
@@ -614,13 +621,25 @@ class _Job:
         self._after_terminal(final)
         return self._outcome(OutcomeKind.FAILED, error["message"])
 
-    def _retry_or_fail(self, exc: BaseException, *, stage: str | None) -> Outcome:
+    def _retry_or_fail(
+        self,
+        exc: BaseException,
+        *,
+        stage: str | None,
+        trace: stage_errors.StageTrace | None = None,
+    ) -> Outcome:
         s = self.r.settings
         if self.owned.attempt >= job_queue.max_attempts_of(self.job, s.max_attempts):
-            return self._fail(exc, stage=stage)
+            return self._fail(exc, stage=stage, trace=trace, out_of_attempts=True)
         now = self.r.clock()
         error = job_queue.error_info(
-            exc, stage=stage, attempt=self.owned.attempt, now=now, retryable=True
+            exc,
+            stage=stage,
+            attempt=self.owned.attempt,
+            now=now,
+            retryable=True,
+            traceback=trace.text if trace is not None else None,
+            where=trace.where if trace is not None else None,
         )
         delay = job_queue.backoff_seconds(
             self.owned.attempt, s.backoff_base_seconds, s.backoff_max_seconds
