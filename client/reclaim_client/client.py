@@ -14,17 +14,19 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 import requests
 
 from reclaim_client.errors import NoAdminUrl, Unavailable, WaitTimeout, from_answer
-from reclaim_client.models import BatchProgress, BulkCount, BulkDone, Job, Submitted
+from reclaim_client.models import BatchProgress, BulkCount, BulkDone, Job, Output, Submitted
 
 WAIT_PER_REQUEST_S = 50.0
 """Each waiting read asks the server for at most this long (its maximum is 60 s)."""
 _LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
+DOWNLOAD_PIECE_BYTES = 1024 * 1024
 
 
 class Client:
@@ -128,6 +130,40 @@ class Client:
             job = Job.from_json(self._call("GET", path, params=params, safe=True))
         return job
 
+    def outputs(self, job_id: str) -> list[Output]:
+        """The job's committed outputs: name, attempt, size, type (never what a lost
+        attempt wrote)."""
+        body = self._call("GET", f"/jobs/{_segment(job_id)}/outputs", safe=True)
+        return [Output.from_json(o) for o in body.get("outputs", [])]
+
+    def download(
+        self,
+        job_id: str,
+        name: str,
+        dest: str | Path | None = None,
+        *,
+        attempt: int | None = None,
+    ) -> bytes | Path:
+        """One committed output: its bytes, or with `dest` written there (a folder: under
+        its name) in pieces, whatever its size, and the path returned. On GCP the API
+        answers a redirect to a signed URL and the bytes come from Cloud Storage (the ID
+        token is not sent there: requests drops it on a redirect to another host)."""
+        path = f"/jobs/{_segment(job_id)}/outputs/{quote(name)}"
+        params = {"attempt": str(attempt)} if attempt is not None else None
+        response = self._get_stream(path, params)
+        with response:
+            if dest is None:
+                return response.content
+            target = Path(dest)
+            if target.is_dir():
+                target = target / name.rsplit("/", 1)[-1]
+            partial = target.with_name(target.name + ".part")
+            with partial.open("wb") as out:
+                for piece in response.iter_content(DOWNLOAD_PIECE_BYTES):
+                    out.write(piece)
+            partial.replace(target)
+            return target
+
     def list(
         self,
         *,
@@ -198,6 +234,27 @@ class Client:
         )
 
     # --- the wire
+
+    def _get_stream(self, path: str, params: Mapping[str, str] | None) -> requests.Response:
+        """A GET whose body is read as a stream (a download), sent again a few times on a
+        dropped connection or a 503 (it is a read)."""
+        for attempt in range(1, self.attempts + 1):
+            try:
+                response = self._session.get(
+                    self.url + path, params=params, timeout=self.timeout, stream=True
+                )
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                if attempt == self.attempts:
+                    raise Unavailable(0, "unavailable", f"GET {path}: {exc}") from exc
+            else:
+                if response.status_code < 400:
+                    return response
+                if response.status_code != 503 or attempt == self.attempts:
+                    with response:
+                        raise from_answer(response.status_code, _json(response))
+                response.close()
+            time.sleep(min(0.25 * 2 ** (attempt - 1), 4.0))
+        raise Unavailable(503, "unavailable", f"GET {path}: still unavailable")
 
     def _call(
         self,
