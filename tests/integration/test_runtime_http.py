@@ -6,6 +6,7 @@ outside reclaim, imported by every function through RECLAIM_PIPELINE_MODULES):
   time), asserted from the record's history;
 - a failing stage's traceback names the user's file and line, in GET /jobs/<id>, the
   client's Job, the dashboard's job page and the log line's sourceLocation;
+- a queued job of a paused pipeline says so (API, client, CLI's view, dashboard);
 - a job's outputs are listed and downloaded (a streamed one of several resumable-upload
   chunks among them), over the API, the client and the dashboard's links, and what a lost
   attempt wrote is never offered.
@@ -72,6 +73,7 @@ USER_STAGES = textwrap.dedent(
     register(Pipeline("user-flaky", stages=[("call", flaky)]))
     register(Pipeline("user-broken", stages=[("parse", parse)]))
     register(Pipeline("user-outputs", stages=[("first", first), ("second", second)]))
+    register(Pipeline("user-held", stages=[("call", flaky)]))
     '''
 )
 
@@ -209,3 +211,24 @@ def test_outputs_are_listed_and_downloaded_never_a_lost_attempts(
     assert f'href="{outputs["a.txt"]["url"]}"' in page.text
     linked = requests.get(cloud.endpoints["dashboard"] + outputs["a.txt"]["url"], timeout=30)
     assert linked.status_code == 200 and linked.content == b"from the first stage"
+
+
+def test_a_queued_job_of_a_paused_pipeline_says_paused(cloud: LocalCloud, client: Client) -> None:
+    admin = cloud.endpoints["admin"]
+    paused = requests.post(f"{admin}/pipelines/user-held/pause", timeout=30)
+    assert paused.status_code == 200, paused.text
+    try:
+        job_id = _submit(cloud, "user-held")
+        parked = wait_for(
+            "the job parked by the pause",
+            lambda: job(cloud, job_id) if job(cloud, job_id).get("paused") else None,
+        )
+        assert parked["status"] == "queued" and parked["paused"] is True
+        assert client.get(job_id).paused
+        page = requests.get(f"{cloud.endpoints['dashboard']}/jobs/{job_id}", timeout=30)
+        assert 'id="paused"' in page.text
+    finally:
+        resumed = requests.post(f"{admin}/pipelines/user-held/resume", timeout=30)
+        assert resumed.status_code == 200, resumed.text
+    view = _ended(cloud, job_id)
+    assert view["status"] == "done" and "paused" not in view
