@@ -73,7 +73,7 @@ def submit(request: flask.Request) -> flask.Response:
     if head == "jobs" and rest:
         require_method(request, ("GET",))
         job_id, _, part = rest.partition("/")
-        if part:  # a job's outputs (shared.http.outputs)
+        if part == "outputs" or part.startswith("outputs/"):  # shared.http.outputs
             return api_routes.job_part(_settings.queue(), request, job_id, part)
         return api_routes.get_job(_settings.queue(), request, rest)
     if head == "batches" and rest and rest.endswith("/progress"):
