@@ -27,7 +27,10 @@ the back), so every one is read within ceil(may-need-action / budget) runs. Mark
 queued job the sweep has re-rung in a row (a backlog that waits past the stale time:
 its doorbells are still in Pub/Sub, and each re-ring waits twice as long as the last)
 are read after those re-rung fewer times, so they never hold a new lost doorbell back. Skipping a
-read never loses a job: a skipped marker only grows older until it is read.
+read never loses a job: a skipped marker only grows older until it is read. A marker whose
+due mark lies within the next Settings.retry_wait_seconds (a retry backing off longer than
+that: its marker is marked due at its not_before) is read too, so that the sweep rings it
+ahead of time (shared.claim.due_wait).
 """
 
 from __future__ import annotations
