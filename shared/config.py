@@ -234,7 +234,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
         field="backoff_base_seconds",
         default="5",
         parse=float,
-        doc="First retry delay after a stage error; doubles each attempt, with jitter.",
+        doc="The ceiling of the first retry's delay after a stage error: the delay is drawn "
+        "between 0 and it (full jitter), and the ceiling doubles each attempt.",
         minimum=0,
     ),
     EnvVar(
@@ -242,7 +243,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
         field="backoff_max_seconds",
         default="300",
         parse=float,
-        doc="Upper bound of the retry delay.",
+        doc="Upper bound of the retry delay's ceiling.",
         minimum=0,
     ),
     EnvVar(
