@@ -42,6 +42,7 @@ ORDER = (  # the order of the table; one name per line
     "lost_doorbell",
     "big_backlog",
     "rescue",
+    "retry",
     "cost",
     "pools",
     "imports",

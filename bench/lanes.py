@@ -31,12 +31,15 @@ BESIDE = (
     ("calls", "cost"),
     ("lost_doorbell", "rescue"),
     ("flow", "workflows", "client", "run_jobs"),
+    ("retry",),
 )
 """The beside lanes, each a process, balanced by time (80 to 100 s each alone): entries
 judged on call counts (calls, sweep, delayed, lost_doorbell, client, the flow and
 workflows calls rows), on bounds several times their figure (rescue's hand-back 0.2 s
 against 2 s, its staleness 5 s against 10 s; the flow and workflows hand-offs, tens of
-ms against a second), or not judged (cost, run_jobs, capacity)."""
+ms against a second; retry's lateness after a not_before, tenths of a second against 2 s),
+or not judged (cost, run_jobs, capacity). retry waits out its backoffs (about 75 s, two
+local clouds mostly asleep): a lane of its own, so it lengthens no other."""
 LAST = ("throughput", "pools", "imports", "handback", "rollout", "trace", "waiters")
 """Timed entries run once the beside lanes are done: their ratios compare a fixed cost
 with a short batch (rollout: 1.32x beside a lane, 1.18x alone), figures of tens of

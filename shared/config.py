@@ -234,7 +234,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
         field="backoff_base_seconds",
         default="5",
         parse=float,
-        doc="First retry delay after a stage error; doubles each attempt, with jitter.",
+        doc="The ceiling of the first retry's delay after a stage error: the delay is drawn "
+        "between 0 and it (full jitter), and the ceiling doubles each attempt.",
         minimum=0,
     ),
     EnvVar(
@@ -242,7 +243,18 @@ ENV_VARS: tuple[EnvVar, ...] = (
         field="backoff_max_seconds",
         default="300",
         parse=float,
-        doc="Upper bound of the retry delay.",
+        doc="Upper bound of the retry delay's ceiling.",
+        minimum=0,
+    ),
+    EnvVar(
+        name="RECLAIM_RETRY_WAIT_SECONDS",
+        field="retry_wait_seconds",
+        default="90",
+        parse=float,
+        doc="A doorbell for a queued job due within this long waits inside its push and "
+        "claims the job when it is due: a retry backing off this long or less is rung at "
+        "once, one backing off longer is rung this long ahead by the sweep (docs/settings.md, "
+        "Retries on time). Longer than the sweep's period; 0: no wait.",
         minimum=0,
     ),
     EnvVar(
@@ -440,6 +452,7 @@ class Settings:
     max_attempts: int
     backoff_base_seconds: float
     backoff_max_seconds: float
+    retry_wait_seconds: float
     clock_skew_seconds: float
     min_write_interval_seconds: float
     sweep_max_jobs: int

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 
 class JobStatus(StrEnum):
@@ -79,7 +79,17 @@ class JobError(TypedDict):
     type: str
     message: str
     retryable: bool
+    """Whether the job will be retried after it (its kind is "retryable")."""
     at: str
+    kind: NotRequired[str]
+    """One of ERROR_KINDS: "retryable" (retried with backoff), "out of attempts" (it could
+    have been retried, but the job's budget is spent), "permanent" (no retry can help: a
+    PermanentError, a pipeline that cannot run), "expired" (never ran). Records from before
+    it say only `retryable` (shared.job_queue.error_kind reads both)."""
+    traceback: NotRequired[str]
+    """The stage's traceback, its own frames first, trimmed (shared.claim.stage_errors)."""
+    where: NotRequired[dict[str, object]]
+    """{"file", "line", "function"} in the pipeline's code where it was raised."""
 
 
 class Checkpoint(TypedDict, total=False):
@@ -115,7 +125,7 @@ HistoryEntry = TypedDict(
         "from_version": str | None,
         "execution": str,
         "last_seen": str,
-        "upcoming": str,
+        "running": str,
     },
     total=False,
 )

@@ -11,6 +11,9 @@ are special fields, everything else lands in ``jsonPayload`` for filtering
 Modules log through ``get_logger(__name__)``, passing the entry's fields as
 keywords: ``log.info("claimed", job_id=job_id, owner=owner)``; a JobLogger
 carries a job's id, owner, attempt, current stage and trace into every line.
+A ``source_location`` field ({"file", "line", "function"}) replaces the line's own
+sourceLocation: the runner's line about a stage's exception points at the pipeline's
+code that raised it (shared.claim.stage_errors), not at the runner.
 
 A ``traceparent`` field (the job's W3C trace context, kept in its record) is
 written as Cloud Logging's trace fields (shared.tracing), so every line about a
@@ -33,6 +36,7 @@ ROOT = "reclaim"  # every logger of the project: reclaim.runner, reclaim.claim, 
 _FIELDS = "reclaim_fields"  # the LogRecord attribute that carries an entry's fields
 _LOGGING_KWARGS = frozenset({"exc_info", "stack_info", "stacklevel", "extra"})
 _TRACEPARENT = tracing.TRACEPARENT_HEADER  # the field a job's trace context comes in
+SOURCE_LOCATION = "source_location"  # a field that names the line's sourceLocation itself
 _project: str | None = None  # names the trace resource: projects/<project>/traces/<id>
 
 
@@ -47,14 +51,15 @@ class JsonFormatter(logging.Formatter):
         }
         fields = dict(getattr(record, _FIELDS, {}))
         traceparent = fields.pop(_TRACEPARENT, None)
+        location = fields.pop(SOURCE_LOCATION, None)
         entry.update(fields)
         entry.update(tracing.log_fields(traceparent, _project))
         entry["logger"] = record.name
-        entry["logging.googleapis.com/sourceLocation"] = {
-            "file": record.pathname,
-            "line": record.lineno,
-            "function": record.funcName,
-        }
+        entry["logging.googleapis.com/sourceLocation"] = (
+            location
+            if isinstance(location, dict)
+            else {"file": record.pathname, "line": record.lineno, "function": record.funcName}
+        )
         if record.exc_info:
             entry["stack_trace"] = "".join(traceback.format_exception(*record.exc_info))
         return json.dumps(entry, default=str, separators=(",", ":"))

@@ -76,8 +76,13 @@ class Queue:
         *,
         clock: Clock = utcnow,
         table: tuple[Feature, ...] = features.FEATURES,
+        watchdog: bool = True,
     ) -> None:
         self.ctx = Context(store, doorbell, settings, clock, table)
+        self.watchdog = watchdog
+        """Whether its status reads run the watchdog: a deployed function's do (the
+        deployment's stale times); a process with settings of its own (the CLI) reads
+        without it, so no read judges a job by a stale time that is not the deployment's."""
 
     @property
     def store(self) -> Store:
@@ -129,14 +134,15 @@ class Queue:
     # --- reading
 
     def get(self, job_id: str) -> status.JobView:
-        """A job as its owner sees it, after the watchdog (a silent owner's job is
-        requeued or failed on the spot). Raises InvalidInput, JobNotFound, CorruptRecord."""
-        return status.read_job(self.ctx, job_id, self.clock())
+        """A job as its owner sees it, after the watchdog unless this queue reads without
+        it (a silent owner's job is requeued or failed on the spot). Raises InvalidInput,
+        JobNotFound, CorruptRecord."""
+        return status.read_job(self.ctx, job_id, self.clock(), watchdog=self.watchdog)
 
     def get_batch(self, batch_id: str) -> status.BatchView:
-        """Every member of a batch, each after the watchdog. Raises InvalidInput,
-        BatchNotFound."""
-        return status.read_batch(self.ctx, batch_id, self.clock())
+        """Every member of a batch, each after the watchdog (unless this queue reads
+        without it). Raises InvalidInput, BatchNotFound."""
+        return status.read_batch(self.ctx, batch_id, self.clock(), watchdog=self.watchdog)
 
     def read(self, job_id: str) -> JobRecord:
         """The record as stored, without the watchdog: for watchers that must not change

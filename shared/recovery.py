@@ -77,6 +77,32 @@ def recover(ctx: Context, stored: Stored, now: datetime, *, clean_marker: bool =
     return Recovery(None, stored)
 
 
+def ring_ahead(ctx: Context, stored: Stored, now: datetime) -> bool:
+    """The sweep's part in a retry on time (shared.claim.due_wait): a queued job whose
+    backoff is longer than RECLAIM_RETRY_WAIT_SECONDS is rung once it is due within that
+    window, without a write, so the claim that receives the doorbell waits out the rest
+    inside its push. True when a doorbell went out."""
+    job = stored.record
+    s = ctx.settings
+    max_attempts = job_queue.max_attempts_of(job, s.max_attempts)
+    window = s.retry_wait_seconds
+    if window <= 0 or not job_queue.rings_ahead(
+        job, now, window, max_attempts, skew_s=s.clock_skew_seconds
+    ):
+        return False
+    job_id = str(job["id"])
+    trace = job.get("traceparent")
+    if ring_or_leave(ctx.doorbell, job_id, trace, pipeline=job.get("pipeline")) is not None:
+        return False  # not rung: the marker's due mark and the staleness rule still cover it
+    log.info(
+        "rang a retry ahead of its backoff",
+        job_id=job_id,
+        not_before=job.get("not_before"),
+        traceparent=trace,
+    )
+    return True
+
+
 def _ended_after(job: JobRecord, when: datetime) -> bool:
     """The terminal write is dated after `when` (an undatable one is not)."""
     ended = job_queue.parse_time(job.get("updated_at"))
@@ -198,6 +224,7 @@ def _fail(
         attempt=attempts if attempts != job_queue.ATTEMPTS_UNREADABLE else -1,
         now=now,
         retryable=False,
+        out_of_attempts=True,
     )
     new: JobRecord = {**job, **job_queue.fail_fields(job, now, error)}
     try:

@@ -3,7 +3,16 @@
 A status read applies the same stale_action as the sweep (shared.recovery), so
 a client polling a job whose owner vanished gets it requeued or failed without
 waiting for the scheduler. The watchdog is best effort on a read: if it cannot
-write, the reader still gets the record as read.
+write, the reader still gets the record as read. Only a deployed function reads with
+it (GET /jobs/<id>, the dashboard: the deployment's stale times, its pools'); a reader
+with settings of its own (the CLI) reads with watchdog=False, so that no read judges a
+job stale by a stale time that is not the deployment's.
+
+What a view says of a job (render_job): `stage` is the stage running now (the owner
+writes it at the claim and at each boundary); `error` is the error of the attempt the
+job is at or ended with, with its kind ("retryable", "out of attempts", "permanent",
+"expired") and the stage's traceback, while an earlier attempt's error is shown as
+`previous_error` on a pending job and not at all on a done one (its history keeps it).
 
 A record that cannot be decoded raises CorruptRecord (the HTTP API answers 409:
 the stored state conflicts with its schema, a person must fix it) and is never
@@ -52,7 +61,6 @@ _VIEW_FIELDS = (
     "client_id",
     "source",
     "owner",
-    "error",
     "result",
     "rescues",
     "handbacks",
@@ -114,8 +122,9 @@ class BatchView:
         }
 
 
-def read_job(ctx: Context, job_id: str, now: datetime) -> JobView:
-    """The job after the read-path watchdog; InvalidInput, JobNotFound or CorruptRecord."""
+def read_job(ctx: Context, job_id: str, now: datetime, *, watchdog: bool = True) -> JobView:
+    """The job after the read-path watchdog (without it: as stored); InvalidInput,
+    JobNotFound or CorruptRecord."""
     records.validate_job_id(job_id)
     try:
         stored = ctx.store.read(job_id)
@@ -124,24 +133,31 @@ def read_job(ctx: Context, job_id: str, now: datetime) -> JobView:
     except CorruptRecord as exc:
         log.error("record unreadable; left for a person", job_id=job_id, reason=exc.reason)
         raise
-    action, stored = _watchdog(ctx, stored, now)
+    action, stored = _watchdog(ctx, stored, now) if watchdog else (None, stored)
     max_attempts = job_queue.max_attempts_of(stored.record, ctx.settings.max_attempts)
-    shown: dict[str, Any] = {}
-    for feature in ctx.features:
-        if feature.view is not None:
-            shown.update(feature.view(ctx, stored.record))
+    shown = feature_views(ctx, stored.record)
     return JobView(stored.record, max_attempts, action, shown, stored.generation)
 
 
-def read_batch(ctx: Context, batch_id: str, now: datetime) -> BatchView:
-    """Every member of a batch (O(batch): its markers, then its records in parallel);
-    InvalidInput or BatchNotFound."""
+def feature_views(ctx: Context, record: JobRecord) -> dict[str, Any]:
+    """What each feature's view adds to a job's (flow control: `paused` on a queued job
+    of a paused pipeline)."""
+    shown: dict[str, Any] = {}
+    for feature in ctx.features:
+        if feature.view is not None:
+            shown.update(feature.view(ctx, record))
+    return shown
+
+
+def read_batch(ctx: Context, batch_id: str, now: datetime, *, watchdog: bool = True) -> BatchView:
+    """Every member of a batch (O(batch): its markers, then its records in parallel),
+    each after the watchdog (without it: as stored); InvalidInput or BatchNotFound."""
     records.validate_batch_id(batch_id)
     ids = ctx.store.list_batch(batch_id, limit=BATCH_LIST_LIMIT)
     if not ids:
         raise BatchNotFound(batch_id)
     with ThreadPoolExecutor(max_workers=min(_WORKERS, len(ids))) as pool:
-        found = pool.map(lambda i: _member(ctx, batch_id, i, now), ids)
+        found = pool.map(lambda i: _member(ctx, batch_id, i, now, watchdog), ids)
         members = [m for m in found if m is not None]
     if not members:  # only stray markers: no record names this batch
         raise BatchNotFound(batch_id)
@@ -158,6 +174,7 @@ def render_job(record: JobRecord, max_attempts: int) -> dict[str, Any]:
     body: dict[str, Any] = {"id": record.get("id")}
     body.update({k: record.get(k) for k in _VIEW_FIELDS})
     body["handbacks"] = record.get("handbacks", 0)  # written on the first hand-back only
+    body.update(errors_shown(record))
     body["max_attempts"] = max_attempts
     body["outputs"] = _outputs(record)
     body["status_url"] = f"/jobs/{record.get('id')}"
@@ -166,7 +183,29 @@ def render_job(record: JobRecord, max_attempts: int) -> dict[str, Any]:
     return body
 
 
-def _member(ctx: Context, batch_id: str, job_id: str, now: datetime) -> dict[str, Any] | None:
+def errors_shown(record: JobRecord) -> dict[str, Any]:
+    """`error`: the error of the attempt the job is at or ended with (None: no error of
+    its own), with its kind; `previous_error` on a pending job: an earlier attempt's."""
+    own = job_queue.error_of_attempt(record)
+    shown: dict[str, Any] = {"error": _with_kind(own)}
+    stored = record.get("error")
+    if own is None and isinstance(stored, dict) and stored:
+        if record.get("status") in (*job_queue.PENDING_STATUSES, *job_queue.WAITING_STATUSES):
+            shown["previous_error"] = _with_kind(stored)
+    elif own is None and stored not in (None, {}) and not isinstance(stored, dict):
+        shown["error"] = stored  # hand-edited: shown as stored
+    return shown
+
+
+def _with_kind(error: Any) -> Any:
+    if isinstance(error, dict):
+        return {**error, "kind": job_queue.error_kind(error)}
+    return error
+
+
+def _member(
+    ctx: Context, batch_id: str, job_id: str, now: datetime, watchdog: bool = True
+) -> dict[str, Any] | None:
     """One member's summary; None for what only looks like one: a foreign object
     under batches/<id>/, or a stray marker whose record names another batch (a
     marker is only an index; the record decides the membership)."""
@@ -186,7 +225,8 @@ def _member(ctx: Context, batch_id: str, job_id: str, now: datetime) -> dict[str
         }
     if stored.record.get("batch_id") != batch_id:  # a stray marker: not a member
         return None
-    _action, stored = _watchdog(ctx, stored, now)
+    if watchdog:
+        _action, stored = _watchdog(ctx, stored, now)
     return summary(stored.record, tuple(ctx.summary_fields()))
 
 
@@ -195,8 +235,9 @@ def summary(record: JobRecord, feature_fields: tuple[str, ...] = ()) -> dict[str
     the features' summary fields it has (Feature.summary_fields)."""
     out: dict[str, Any] = {k: record.get(k) for k in _MEMBER_FIELDS}
     out["status_url"] = f"/jobs/{record.get('id')}"
-    if record.get("error") is not None:
-        out["error"] = record.get("error")
+    error = errors_shown(record)["error"]
+    if error is not None:
+        out["error"] = error
     if isinstance(record.get("progress"), dict):
         out["progress"] = record.get("progress")
     out.update({k: record.get(k) for k in feature_fields if record.get(k) is not None})

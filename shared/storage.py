@@ -36,7 +36,7 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol, TypeVar
+from typing import BinaryIO, Protocol, TypeVar
 
 from shared import records
 from shared.errors import (
@@ -151,6 +151,36 @@ class PendingEntry:
         return pending_object(self.job_id, self.pool, legacy=self.legacy)[len(PENDING_PREFIX) :]
 
 
+@dataclass(frozen=True)
+class OutputInfo:
+    """One stored output object (outputs/<id>/<attempt>/<name>), without its body."""
+
+    name: str
+    """The object's name."""
+    size: int
+    content_type: str | None
+    created: datetime | None
+
+
+class OutputSink(Protocol):
+    """A stage output written as a stream (Store.open_output): nothing is visible until
+    commit(), which creates the object (create-only); abort() leaves nothing."""
+
+    def write(self, data: bytes) -> int: ...
+    def commit(self) -> str:
+        """Create the object from what was written; its name. AlreadyExists if an object
+        of that name exists."""
+        ...
+
+    def abort(self) -> None: ...
+
+
+OUTPUT_CHUNK_BYTES = 8 * 1024 * 1024
+"""What an output stream holds before it sends a piece: one chunk of a resumable upload
+(a multiple of 256 KiB, https://cloud.google.com/storage/docs/performing-resumable-uploads),
+so a stage writes an output of any size in this much memory."""
+
+
 class Store(Protocol):
     """What the queue needs from storage (GcsStore and MemoryStore implement it)."""
 
@@ -188,6 +218,24 @@ class Store(Protocol):
     def read_object(
         self, bucket: str, name: str, generation: int | None = None
     ) -> tuple[bytes, str | None]: ...
+    def open_output(
+        self, job_id: str, attempt: int, name: str, content_type: str
+    ) -> OutputSink: ...
+    def list_outputs(self, job_id: str) -> list[OutputInfo]:
+        """Every output object of a job, committed by a stage or not, in name order."""
+        ...
+
+    def read_output(self, job_id: str, name: str) -> tuple[BinaryIO, OutputInfo]:
+        """A readable stream of one of the job's output objects (`name`: the object's
+        name), and its size and type; NotFound if absent."""
+        ...
+
+    def output_url(self, job_id: str, name: str, expires_s: float) -> str | None:
+        """A URL that downloads the output without credentials for `expires_s` (a V4
+        signed URL on Cloud Storage), or None where no such URL can be made (an
+        emulator, memory): the caller then streams the bytes itself."""
+        ...
+
     def put_blob(self, name: str, data: bytes, *, generation: int) -> int: ...
     def read_blob(self, name: str) -> Blob: ...
     def delete_blob(self, name: str, *, generation: int | None = None) -> None: ...
@@ -338,6 +386,19 @@ def output_object(job_id: str, attempt: int, name: str) -> str:
             f"output name {name!r} is not a safe relative object name", "output name"
         )
     return f"{OUTPUTS_PREFIX}{records.validate_job_id(job_id)}/{attempt}/{name}"
+
+
+def output_prefix(job_id: str) -> str:
+    """The folder of a job's outputs, every attempt's."""
+    return f"{OUTPUTS_PREFIX}{records.validate_job_id(job_id)}/"
+
+
+def output_owner(name: str) -> str | None:
+    """The job id an output object's name belongs to (outputs/<id>/...), else None."""
+    if not name.startswith(OUTPUTS_PREFIX):
+        return None
+    job_id = name[len(OUTPUTS_PREFIX) :].split("/", 1)[0]
+    return job_id or None
 
 
 def index_name(name: object, allowed: Collection[str] = ()) -> str:

@@ -27,7 +27,10 @@ the back), so every one is read within ceil(may-need-action / budget) runs. Mark
 queued job the sweep has re-rung in a row (a backlog that waits past the stale time:
 its doorbells are still in Pub/Sub, and each re-ring waits twice as long as the last)
 are read after those re-rung fewer times, so they never hold a new lost doorbell back. Skipping a
-read never loses a job: a skipped marker only grows older until it is read.
+read never loses a job: a skipped marker only grows older until it is read. A marker whose
+due mark lies within the next Settings.retry_wait_seconds (a retry backing off longer than
+that: its marker is marked due at its not_before) is read too, so that the sweep rings it
+ahead of time (shared.claim.due_wait).
 """
 
 from __future__ import annotations
@@ -81,10 +84,17 @@ def marked_at(entry: PendingEntry) -> datetime | None:
     return max(times) if times else None
 
 
-def may_need_action(entry: PendingEntry, now: datetime, quiet_s: float) -> bool:
-    """Whether the job's record may need the sweep: marked quiet_s ago or more, or undated."""
+def may_need_action(
+    entry: PendingEntry, now: datetime, quiet_s: float, ahead_s: float = 0.0
+) -> bool:
+    """Whether the job's record may need the sweep: marked quiet_s ago or more, or undated,
+    or marked due within the next ahead_s (a retry the sweep rings ahead of its backoff:
+    shared.claim.due_wait)."""
     mark = marked_at(entry)
-    return mark is None or (_utc(now) - mark).total_seconds() >= quiet_s
+    if mark is None:
+        return True
+    age = (_utc(now) - mark).total_seconds()
+    return age >= quiet_s or (entry.due is not None and -ahead_s <= age < 0)
 
 
 def plan(entries: Sequence[PendingEntry], now: datetime, settings: Settings, limit: int) -> Plan:
@@ -96,7 +106,8 @@ def plan(entries: Sequence[PendingEntry], now: datetime, settings: Settings, lim
     act: list[PendingEntry] = []
     rest: list[PendingEntry] = []
     for entry in entries:
-        (act if may_need_action(entry, now, quiet) else rest).append(entry)
+        ahead = settings.retry_wait_seconds
+        (act if may_need_action(entry, now, quiet, ahead) else rest).append(entry)
     # the jobs re-rung fewest times in a row first (a backlog's re-rung jobs wait longer
     # each time: shared.job_queue.RERING_DOUBLINGS_MAX), each group longest-marked first
     act.sort(key=lambda e: (e.rerings, _stamp(marked_at(e)), e.key))

@@ -47,7 +47,7 @@ from shared.errors import CorruptRecord, InvalidInput, NotFound, ReclaimError
 from shared.jobs import JobRecord
 from shared.logs import get_logger
 from shared.pipelines import pipeline_names
-from shared.recovery import Recovery, recover
+from shared.recovery import Recovery, recover, ring_ahead
 from shared.seams import Context, SweepPass
 from shared.storage import PendingEntry
 
@@ -65,6 +65,7 @@ class SweepResult:
     rescued: int = 0  # running jobs whose owner went silent, requeued
     failed: int = 0  # out of attempts
     rung: int = 0  # doorbells accepted by Pub/Sub
+    rung_ahead: int = 0  # retries backing off longer than the wait window, rung before due
     repaired: int = 0  # index leftovers removed
     corrupt: list[str] = field(default_factory=list)
     errors: int = 0
@@ -187,6 +188,14 @@ def _sweep_entry(
             return settled.pending
     done = recover(ctx, stored, now, clean_marker=True)
     _drop_moved_marker(ctx, entry, done)
+    _count(result, done)
+    if done.action is None and not done.unmarked and ring_ahead(ctx, done.stored, now):
+        result.rung_ahead += 1  # a long backoff due within the window: shared.claim.due_wait
+    return None if job_queue.is_terminal(done.stored.record) else done.stored.record
+
+
+def _count(result: SweepResult, done: Recovery) -> None:
+    """What recover() did to one record, in the run's counts."""
     if done.unmarked:
         result.repaired += 1
     elif done.action == "fail":
@@ -198,7 +207,6 @@ def _sweep_entry(
             result.requeued += 1
     if done.rang:  # accepted by Pub/Sub, even when a claim then won the write's race
         result.rung += 1
-    return None if job_queue.is_terminal(done.stored.record) else done.stored.record
 
 
 def _drop_moved_marker(ctx: Context, entry: PendingEntry, done: Recovery) -> None:

@@ -140,7 +140,7 @@ resource "google_project_iam_member" "dashboard_reads_metrics" {
 }
 
 # A job's spans go to Cloud Trace's OTLP endpoint (the Telemetry API) from the requests
-# that end an attempt (shared/tracing/export.py): claim (its pushes, its Cloud Run job's
+# that end an attempt (shared/traces/export.py): claim (its pushes, its Cloud Run job's
 # tasks: the same account), and the watchdog's rescue in the sweep and in submit's status
 # read. roles/cloudtrace.agent holds telemetry.traces.write
 # (https://cloud.google.com/iam/docs/roles-permissions/cloudtrace); spans have no narrower
@@ -150,6 +150,20 @@ resource "google_project_iam_member" "runtime_writes_traces" {
   project  = var.project_id
   role     = "roles/cloudtrace.agent"
   member   = "serviceAccount:${google_service_account.fn[each.key].email}"
+}
+
+# A job's output is downloaded from a V4 signed URL (GET /jobs/<id>/outputs/<name>; the
+# dashboard's links). A Cloud Run service account has no key file: the client library signs
+# through the IAM Service Account Credentials API's signBlob, which needs
+# iam.serviceAccounts.signBlob on the signing account itself
+# (https://cloud.google.com/storage/docs/authentication/creating-signatures). Granted on
+# each function's own SA only, to itself: it can sign as itself, nothing more.
+resource "google_service_account_iam_member" "signs_output_urls" {
+  for_each = toset(["submit", "dashboard"])
+
+  service_account_id = google_service_account.fn[each.key].name
+  role               = "roles/iam.serviceAccountTokenCreator"
+  member             = "serviceAccount:${google_service_account.fn[each.key].email}"
 }
 
 # --- Google service agents ---------------------------------------------------------
@@ -254,6 +268,7 @@ resource "time_sleep" "grants_propagate" {
     google_pubsub_topic_iam_member.gcs_agent_publishes_uploads,
     google_pubsub_topic_iam_member.routed_gcs_agents_publish, # uploads.tf
     google_project_iam_member.dashboard_reads_metrics,
+    google_service_account_iam_member.signs_output_urls,
     google_secret_manager_secret_iam_member.claim_reads_webhook_secrets,
     google_storage_bucket_iam_member.admin_records,   # admin.tf
     google_storage_bucket_iam_member.admin_record_shards, # admin.tf

@@ -9,6 +9,7 @@ locals {
     "cloudresourcemanager.googleapis.com",
     "cloudscheduler.googleapis.com",
     "iam.googleapis.com",
+    "iamcredentials.googleapis.com", # signBlob: submit and the dashboard sign output URLs
     "logging.googleapis.com",
     "monitoring.googleapis.com",
     "pubsub.googleapis.com",
@@ -60,6 +61,7 @@ locals {
     RECLAIM_MAX_ATTEMPTS               = tostring(var.queue.max_attempts)
     RECLAIM_BACKOFF_BASE_SECONDS       = tostring(var.queue.backoff_base_seconds)
     RECLAIM_BACKOFF_MAX_SECONDS        = tostring(var.queue.backoff_max_seconds)
+    RECLAIM_RETRY_WAIT_SECONDS         = tostring(var.queue.retry_wait_seconds)
     RECLAIM_CLOCK_SKEW_SECONDS         = tostring(var.queue.clock_skew_seconds)
     RECLAIM_MIN_WRITE_INTERVAL_SECONDS = tostring(var.queue.min_write_interval_seconds)
     RECLAIM_SWEEP_MAX_JOBS             = tostring(var.queue.sweep_max_jobs)

@@ -257,6 +257,7 @@ variable "queue" {
     max_attempts               = optional(number, 3)
     backoff_base_seconds       = optional(number, 5)
     backoff_max_seconds        = optional(number, 300)
+    retry_wait_seconds         = optional(number, 90)
     clock_skew_seconds         = optional(number, 300)
     min_write_interval_seconds = optional(number, 1.0)
     sweep_max_jobs             = optional(number, 1000)
@@ -273,8 +274,8 @@ variable "queue" {
     error_message = "queue: stale_seconds >= 3, rollout_skew_seconds >= 0, max_attempts/sweep_max_jobs/max_body_bytes/max_batch_jobs >= 1, drain_max_jobs >= 0, drain_job_seconds >= 0."
   }
   validation {
-    condition     = var.queue.backoff_base_seconds >= 0 && var.queue.backoff_max_seconds >= var.queue.backoff_base_seconds
-    error_message = "queue: 0 <= backoff_base_seconds <= backoff_max_seconds."
+    condition     = var.queue.backoff_base_seconds >= 0 && var.queue.backoff_max_seconds >= var.queue.backoff_base_seconds && var.queue.retry_wait_seconds >= 0
+    error_message = "queue: 0 <= backoff_base_seconds <= backoff_max_seconds, retry_wait_seconds >= 0."
   }
   validation {
     condition     = contains(["DEBUG", "INFO", "WARNING", "ERROR"], var.queue.log_level)

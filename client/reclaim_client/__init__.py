@@ -19,7 +19,15 @@ from reclaim_client.errors import (
     Unavailable,
     WaitTimeout,
 )
-from reclaim_client.models import BatchProgress, BulkCount, BulkDone, Job, Progress, Submitted
+from reclaim_client.models import (
+    BatchProgress,
+    BulkCount,
+    BulkDone,
+    Job,
+    Output,
+    Progress,
+    Submitted,
+)
 
 __all__ = [
     "BatchProgress",
@@ -32,6 +40,7 @@ __all__ = [
     "NoAdminUrl",
     "NotAllowed",
     "NotFound",
+    "Output",
     "Progress",
     "ReclaimError",
     "RecordUnreadable",

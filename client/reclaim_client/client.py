@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -38,7 +39,7 @@ from reclaim_client.errors import (
     WaitTimeout,
     from_answer,
 )
-from reclaim_client.models import BatchProgress, BulkCount, BulkDone, Job, Submitted
+from reclaim_client.models import BatchProgress, BulkCount, BulkDone, Job, Output, Submitted
 
 WAIT_PER_REQUEST_S = 50.0
 """Each waiting read asks the server for at most this long (its maximum is 60 s)."""
@@ -47,6 +48,7 @@ RETRY_AFTER_MAX_S = 60.0
 _LOCAL_HOSTS = ("localhost", "127.0.0.1", "::1")
 _ID = re.compile(r"(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _ACTIONS = ("cancel", "retry")
+DOWNLOAD_PIECE_BYTES = 1024 * 1024
 
 
 class Client:
@@ -158,6 +160,40 @@ class Client:
                 _pause_as_asked(answer, deadline)  # the server could not hold the wait
         return job
 
+    def outputs(self, job_id: str) -> list[Output]:
+        """The job's committed outputs: name, attempt, size, type (never what a lost
+        attempt wrote)."""
+        body = self._call("GET", f"/jobs/{_segment(job_id, 'job id')}/outputs", safe=True)
+        return [Output.from_json(o) for o in body.get("outputs", [])]
+
+    def download(
+        self,
+        job_id: str,
+        name: str,
+        dest: str | Path | None = None,
+        *,
+        attempt: int | None = None,
+    ) -> bytes | Path:
+        """One committed output: its bytes, or with `dest` written there (a folder: under
+        its name) in pieces, whatever its size, and the path returned. On GCP the API
+        answers a redirect to a signed URL and the bytes come from Cloud Storage (the ID
+        token is not sent there: requests drops it on a redirect to another host)."""
+        path = f"/jobs/{_segment(job_id, 'job id')}/outputs/{quote(name)}"
+        params = {"attempt": str(attempt)} if attempt is not None else None
+        response = self._get_stream(path, params)
+        with response:
+            if dest is None:
+                return response.content
+            target = Path(dest)
+            if target.is_dir():
+                target = target / name.rsplit("/", 1)[-1]
+            partial = target.with_name(target.name + ".part")
+            with partial.open("wb") as out:
+                for piece in response.iter_content(DOWNLOAD_PIECE_BYTES):
+                    out.write(piece)
+            partial.replace(target)
+            return target
+
     def list(
         self,
         *,
@@ -232,6 +268,29 @@ class Client:
         )
 
     # --- the wire
+
+    def _get_stream(self, path: str, params: Mapping[str, str] | None) -> requests.Response:
+        """A GET whose body is read as a stream (a download), sent again as _send sends a
+        read: after a dropped connection, a 429 or a 503, each pause the answer's
+        Retry-After, else a backoff with jitter."""
+        for attempt in range(1, self.attempts + 1):
+            try:
+                response = self._session.get(
+                    self.url + path, params=params, timeout=self.timeout, stream=True
+                )
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                if attempt == self.attempts:
+                    raise Unavailable(0, "unavailable", f"GET {path}: {exc}") from exc
+                time.sleep(_backoff(attempt))
+                continue
+            if response.status_code < 400:
+                return response
+            if response.status_code not in (429, 503) or attempt == self.attempts:
+                with response:
+                    raise from_answer(response.status_code, _json(response))
+            response.close()
+            time.sleep(_retry_after(response) or _backoff(attempt))
+        raise Unavailable(503, "unavailable", f"GET {path}: still unavailable")
 
     def _call(
         self,

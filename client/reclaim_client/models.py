@@ -32,15 +32,28 @@ class Job:
     attempts: int = 0
     generation: int | None = None
     error: dict[str, Any] | None = None
+    """The error of the attempt the job is at or ended with: `type`, `message`, `kind`
+    ("retryable", "out of attempts", "permanent", "expired"), a stage's `traceback` and
+    `where` (file, line, function); None when it has none of its own."""
     result: Any = None
     progress: Progress | None = None
     tags: tuple[str, ...] = ()
+    previous_error: dict[str, Any] | None = None
+    """On a pending job: an earlier attempt's error (a retry is on its way)."""
+    paused: bool = False
+    """A queued job of a paused pipeline: it waits for the resume."""
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def ended(self) -> bool:
         """done, failed or cancelled: nothing moves it but a retry."""
         return self.status in ENDED
+
+    @property
+    def traceback(self) -> str | None:
+        """The failing stage's traceback (its own frames first), if its error has one."""
+        trace = (self.error or {}).get("traceback")
+        return trace if isinstance(trace, str) else None
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Job:
@@ -61,6 +74,32 @@ class Job:
             result=body.get("result"),
             progress=progress,
             tags=tuple(str(t) for t in body.get("tags") or ()),
+            previous_error=body.get("previous_error"),
+            paused=bool(body.get("paused")),
+            raw=body,
+        )
+
+
+@dataclass(frozen=True)
+class Output:
+    """One committed output of a job (GET /jobs/<id>/outputs)."""
+
+    name: str
+    attempt: int
+    size: int
+    content_type: str | None
+    url: str
+    """Its download path on the API (Client.download fetches it)."""
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Output:
+        return cls(
+            name=str(body.get("name")),
+            attempt=int(body.get("attempt") or 0),
+            size=int(body.get("size") or 0),
+            content_type=body.get("content_type"),
+            url=str(body.get("url")),
             raw=body,
         )
 

@@ -72,6 +72,9 @@ def submit(request: flask.Request) -> flask.Response:
         raise Refusal(404, "operator route", f"no route {path} here: {api_routes.ADMIN_POINTER}")
     if head == "jobs" and rest:
         require_method(request, ("GET",))
+        job_id, _, part = rest.partition("/")
+        if part == "outputs" or part.startswith("outputs/"):  # shared.http.outputs
+            return api_routes.job_part(_settings.queue(), request, job_id, part)
         return api_routes.get_job(_settings.queue(), request, rest)
     if head == "batches" and rest and rest.endswith("/progress"):
         require_method(request, ("GET",))

@@ -185,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
         configure_schedules_parser,
         configure_sweep_parser,
         configure_dlq_parser,
+        configure_outputs_parser,
         configure_project_parsers,
     ):
         configure(add)
@@ -268,9 +269,11 @@ def configure_status_parser(add: _Add) -> None:
     p = add(
         "status",
         c.cmd_status,
-        "show a job: its record, last error and history",
-        "Reading a job also applies the read-path watchdog, as GET /jobs/<id> does:\n"
-        "a job whose owner went silent is requeued (or failed when out of attempts).",
+        "show a job: its record, its error (with the stage's traceback) and history",
+        "The record as stored: this read changes nothing. The read-path watchdog (a\n"
+        "silent owner's job requeued or failed) is the deployment's to run, by its own\n"
+        "stale time: GET /jobs/<id> and the sweep do; the CLI's environment may not know\n"
+        "that stale time, so `status` only says how long a running job has been quiet.",
     )
     p.add_argument("job", help="job id")
 
@@ -445,6 +448,13 @@ def configure_dlq_parser(add: _Add) -> None:
         metavar="N",
         help="pull at most N messages (default: 100)",
     )
+
+
+def configure_outputs_parser(add: _Add) -> None:
+    """`reclaim outputs` (reclaim.cli.outputs)."""
+    from reclaim.cli import outputs
+
+    outputs.configure_outputs_parser(add)
 
 
 def configure_project_parsers(add: _Add) -> None:

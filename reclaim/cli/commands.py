@@ -185,12 +185,19 @@ WAIT_STEP_S = 30.0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """One job, with the read-path watchdog, as GET /jobs/<id> shows it."""
+    """One job as GET /jobs/<id> shows it, read as stored: the CLI runs no watchdog (its
+    stale time is its environment's, not the deployment's)."""
     ctx = Context(args)
-    record = ctx.queue(ring=False).get(args.job).to_json()
+    queue = ctx.queue(ring=False)
+    record = queue.get(args.job).to_json()
     text = cli_render.job_text(record, ctx.settings.max_attempts)
-    if record.get("watchdog"):
-        text += f"\n\n(this read applied the watchdog: {record['watchdog']})"
+    quiet = cli_render.quiet_for(record, queue.clock(), ctx.settings.stale_seconds)
+    if quiet is not None:
+        text += (
+            f"\n\n(its record has not moved for {quiet}; this read changes nothing: if its "
+            "owner is gone, the deployment's sweep or GET /jobs/<id> requeues it by the "
+            "deployment's stale time)"
+        )
     ctx.emit(record, text)
     return EXIT_OK
 

@@ -112,7 +112,9 @@ class Context:
         from shared.queue import Queue
 
         doorbell = self.doorbell if ring else get_doorbell(self.settings)
-        return Queue(self.store, doorbell, self.settings)
+        # its reads never run the watchdog: the CLI's stale time is its environment's, not
+        # the deployment's (a job a pool heartbeats every 400 s is not stale after 120 s)
+        return Queue(self.store, doorbell, self.settings, watchdog=False)
 
     def by(self) -> str:
         """Who to name in a history entry."""

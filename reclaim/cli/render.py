@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Literal
 
-from shared.job_queue import TERMINAL_STATUSES
+from shared.job_queue import TERMINAL_STATUSES, error_kind, parse_time
 from shared.jobs import MEMBER_UNREADABLE, JobStatus
 
 # Order in which statuses are shown: what still owes work first, then the outcomes.
@@ -191,6 +192,12 @@ def job_text(record: Mapping[str, Any], default_max_attempts: int | None = None)
         ("pipeline", record.get("pipeline")),
         ("batch", record.get("batch_id")),
         ("stage", record.get("stage")),
+        (
+            "paused",
+            "yes: its pipeline is paused (it waits for the resume)"
+            if record.get("paused")
+            else None,
+        ),
         ("progress", progress_text(record.get("progress"))),
         ("attempts", f"{attempts}/{limit}" if limit else attempts),
         ("owner", record.get("owner")),
@@ -212,14 +219,7 @@ def job_text(record: Mapping[str, Any], default_max_attempts: int | None = None)
     ]
     width = max(len(k) for k, _ in fields)
     lines = [f"{k.ljust(width)}  {_cell(v)}" for k, v in fields if v not in (None, "", {})]
-    error = record.get("error")
-    if isinstance(error, dict) and error:
-        label = (
-            "last error (of an earlier attempt):"
-            if record.get("status") == JobStatus.DONE
-            else ("last error:")
-        )
-        lines += ["", label, "  " + _error_line(error)]
+    lines += _error_lines(record)
     history = record.get("history")
     if isinstance(history, list) and history:
         lines += ["", f"history ({len(history)}, oldest first):"]
@@ -229,19 +229,46 @@ def job_text(record: Mapping[str, Any], default_max_attempts: int | None = None)
     return "\n".join(lines)
 
 
+def _error_lines(record: Mapping[str, Any]) -> list[str]:
+    """The error of the job's attempt (its kind, then the stage's traceback), or an
+    earlier attempt's while a retry is pending."""
+    lines: list[str] = []
+    for key, label in (("error", "error:"), ("previous_error", "error of an earlier attempt:")):
+        error = record.get(key)
+        if isinstance(error, dict) and error:
+            lines += ["", label, "  " + _error_line(error)]
+            where = error.get("where")
+            if isinstance(where, dict) and where.get("file"):
+                lines.append(f"  raised at {where.get('file')}:{where.get('line')}")
+            trace = error.get("traceback")
+            if isinstance(trace, str) and trace:
+                lines += ["  " + line for line in trace.rstrip().splitlines()]
+        elif error not in (None, "", {}):  # hand-edited: shown as stored
+            lines += ["", label, "  " + _cell(error)]
+    return lines
+
+
 def _error_line(error: Mapping[str, Any]) -> str:
     where = ", ".join(
         f"{k} {error[k]}" for k in ("stage", "attempt") if error.get(k) not in (None, "")
     )
     kind = error.get("type") or "error"
-    retry = (
-        ""
-        if error.get("retryable") is None
-        else (" (retryable)" if error.get("retryable") else " (permanent)")
-    )
+    label = f" ({error_kind(error)})" if "kind" in error or "retryable" in error else ""
     head = f"{kind}: {error.get('message', '')}".rstrip(": ")
     at = f" at {error['at']}" if error.get("at") else ""
-    return f"{head}{retry}" + (f" [{where}]" if where else "") + at
+    return f"{head}{label}" + (f" [{where}]" if where else "") + at
+
+
+def quiet_for(record: Mapping[str, Any], now: datetime, stale_s: float) -> str | None:
+    """How long a running job's record has not moved, when that is longer than `stale_s`
+    (this CLI's stale time: a hint, never a verdict), else None."""
+    if record.get("status") != JobStatus.RUNNING:
+        return None
+    updated = parse_time(record.get("updated_at"))
+    if updated is None:
+        return "a time it cannot say (its updated_at is unreadable)"
+    quiet = (now - updated).total_seconds()
+    return f"{quiet:.0f} s" if quiet > stale_s else None
 
 
 def history_line(entry: Mapping[str, Any]) -> str:

@@ -91,9 +91,10 @@ class OwnedRecord:
         *,
         version: str | None = None,
         completed: list[str] | None = None,
-        upcoming: str | None = None,
+        running: str | None = None,
     ) -> bool:
         """Record a stage boundary; True if written now, False if deferred (coalesced).
+        `running` names the stage that starts now (the record's `stage`).
 
         Raises OwnerLost if the job is no longer ours. A transient storage error
         keeps the checkpoint pending (the tick retries) instead of failing the job.
@@ -107,7 +108,7 @@ class OwnedRecord:
                 list(outputs or []),
                 version,
                 None if completed is None else list(completed),
-                upcoming,
+                running,
             )
             if self._since_write() < self.min_interval_s:
                 return False

@@ -21,22 +21,22 @@ from __future__ import annotations
 
 import copy
 import itertools
-import json
 import os
 import secrets
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from shared import faults, finish, job_queue, metrics, records, resume, timing
-from shared.claim import dispatch
-from shared.claim.budget import PushBudget
+from shared.claim import dispatch, due_wait, stage_errors
+from shared.claim.budget import PushBudget, unlimited
 from shared.claim.drain import GATE, Arrival, DrainGate, backlog_sign, drain
 from shared.claim.owned import Heartbeat, OwnedRecord
 from shared.claim.shutdown import SHUTDOWN, Shutdown
 from shared.claim.slots import Slots, get_slots
+from shared.claim.stage_outputs import StageOutputs
 from shared.claim.timeouts import Deadline, TimedOut
 from shared.errors import (
     CorruptRecord,
@@ -59,7 +59,7 @@ from shared.outcome import Outcome, OutcomeKind
 from shared.pipelines import Pipeline, Stage, StageContext, get_pipeline
 from shared.recovery import mark_due, recover
 from shared.seams import Context, ring_or_leave
-from shared.storage import Store, Stored
+from shared.storage import Stored
 from shared.traces import export as trace_export
 from shared.traces.stage import StageSpans
 
@@ -114,7 +114,7 @@ def handle_delivery(
     pool = slots if slots is not None else get_slots(settings.max_concurrent)
     gate = gate if gate is not None else GATE
     shutdown = shutdown if shutdown is not None else SHUTDOWN
-    runner = _Runner(ctx, owner or instance_id(), shutdown)
+    runner = _Runner(ctx, owner or instance_id(), shutdown, budget)
     if shutdown.requested:
         return runner.decline(job_id)
     if arrival is not None and (sign := backlog_sign(arrival, ctx.now())) is not None:
@@ -125,7 +125,7 @@ def handle_delivery(
         retry = settings.busy_retry_after_seconds
         return Outcome(job_id, OutcomeKind.BUSY, "no free slot", retry_after_s=retry)
     with slot:
-        outcome = runner.attempt(job_id)
+        outcome = runner.attempt(job_id, wait=True)
         outcome.drained = drain(
             ctx.store,
             settings,
@@ -146,13 +146,16 @@ def handle_delivery(
 class _Runner:
     """One request's worth of work: a job, then maybe a few drained ones."""
 
-    def __init__(self, ctx: Context, instance: str, shutdown: Shutdown) -> None:
+    def __init__(
+        self, ctx: Context, instance: str, shutdown: Shutdown, budget: PushBudget | None = None
+    ) -> None:
         self.ctx = ctx
         self.store = ctx.store
         self.settings = ctx.settings
         self.clock = ctx.clock
         self.instance = instance
         self.shutdown = shutdown
+        self.budget = budget if budget is not None else unlimited()  # the push's time
         # this instance's revision, as Cloud Run sets it
         # (https://cloud.google.com/run/docs/container-contract#services-env-vars)
         self.revision = os.environ.get("K_REVISION")
@@ -168,8 +171,9 @@ class _Runner:
         detail = "shutting down: " + ("doorbell rung again" if rang else "redeliver")
         return Outcome(job_id, OutcomeKind.HANDED_BACK, detail, redeliver=not rang)
 
-    def attempt(self, job_id: str, stored: Stored | None = None) -> Outcome:
-        """Read (unless given), decide, claim and run one job."""
+    def attempt(self, job_id: str, stored: Stored | None = None, *, wait: bool = False) -> Outcome:
+        """Read (unless given), decide, claim and run one job. With `wait` (the push's own
+        job), a job backing off that is due soon is waited for (shared.claim.due_wait)."""
         if stored is None:
             try:
                 stored = self.store.read(job_id)
@@ -186,6 +190,9 @@ class _Runner:
         skew = s.clock_skew_seconds
         stale = s.stale_seconds_of(job)  # its pool's, when a claim meets another pool's job
         if not job_queue.claimable(job, now, stale, max_attempts, skew_s=skew):
+            wait_s = due_wait.wait_seconds(job, now, s, self.budget) if wait else None
+            if wait_s is not None:
+                return self._wait_for_due(job_id, stored, wait_s)
             return self._not_claimable(job_id, stored, now)
         for gate in self.ctx.gates():  # the features' gates, in table order: the first
             held = gate(self.ctx, stored, now)  # that decides answers the delivery
@@ -194,6 +201,31 @@ class _Runner:
         # the claim is stamped after the gates: a flow-control place is held by then, and
         # the rate gate checked its window against the clock as it left (shared.features.flow)
         return self._claim_and_run(job_id, stored, self.clock())
+
+    def _wait_for_due(self, job_id: str, stored: Stored, wait_s: float) -> Outcome:
+        """The job backs off and is due within the window: sleep until then inside this
+        push, then read and attempt it again (a few times at most: due_wait.WAITS_MAX); a
+        shutdown meanwhile passes the delivery on."""
+        job = stored.record
+        for _ in range(due_wait.WAITS_MAX):
+            log.info(
+                "waiting for the job's backoff inside the push",
+                job_id=job_id,
+                wait_s=round(wait_s, 3),
+                traceparent=job.get("traceparent"),
+            )
+            if self.shutdown.sleep(wait_s):
+                return self.decline(job_id, job.get("traceparent"), job.get("pipeline"))
+            try:
+                stored = self.store.read(job_id)
+            except (NotFound, CorruptRecord):
+                return self.attempt(job_id)  # the usual answers for these
+            job, now = stored.record, self.clock()
+            again = due_wait.wait_seconds(job, now, self.settings, self.budget)
+            if again is None:
+                return self.attempt(job_id, stored)
+            wait_s = again
+        return self._not_claimable(job_id, stored, self.clock())
 
     def _not_claimable(self, job_id: str, stored: Stored, now: datetime) -> Outcome:
         """A duplicate or early doorbell does nothing; a stale exhausted job is failed."""
@@ -248,6 +280,7 @@ class _Runner:
                 version=plan.resume.version if plan.resume is not None else None,
                 resumed=plan.resume.kind if plan.resume is not None else None,
                 revision=self.revision,
+                stage=plan.first_stage(),
             )
             new: JobRecord = {**job, **stamp}
         except IllegalTransition as exc:
@@ -390,6 +423,11 @@ class _Plan:
         self.resume = decision
         self.error = error  # planning failed: a permanent failure of the claimed job
 
+    def first_stage(self) -> str | None:
+        """The name of the stage the claim runs first (the record's running stage)."""
+        index = self.resume.next_stage if self.resume is not None else 0
+        return self.stages[index][0] if 0 <= index < len(self.stages) else None
+
 
 def _plan(job: JobRecord, revision: str | None) -> _Plan:
     """Resolve the job's pipeline and version on this revision (the decision is pure:
@@ -411,29 +449,6 @@ def _plan(job: JobRecord, revision: str | None) -> _Plan:
     return _Plan(pipeline, versions.get(decision.version or "", []), decision)
 
 
-class _Outputs:
-    """Stage output writer: keyed by attempt, refused once this owner lost the job."""
-
-    def __init__(self, store: Store, owned: OwnedRecord, job_id: str, confirm_s: float) -> None:
-        self._store = store
-        self._owned = owned
-        self._job_id = job_id
-        self._confirm_s = confirm_s
-        self.written: list[str] = []
-
-    def write(
-        self, name: str, data: bytes | str | Mapping[str, Any], content_type: str | None = None
-    ) -> str:
-        try:
-            self._owned.confirm(self._confirm_s)
-        except OwnerLost:
-            raise Stopped(f"output {name!r} refused: this owner lost the job") from None
-        body, kind = _encode_output(data, content_type)
-        written = self._store.write_output(self._job_id, self._owned.attempt, name, body, kind)
-        self.written.append(written)
-        return written
-
-
 def _require_plain(state: JsonObject, result: JsonObject) -> None:
     """A stage must leave state and result the record can hold (a stage error if not)."""
     depth = records.MAX_RECORD_DEPTH - 2  # state sits at level 3 of the record
@@ -441,19 +456,6 @@ def _require_plain(state: JsonObject, result: JsonObject) -> None:
         problem = records.json_problem(value, depth, where)
         if problem is not None:
             raise ValueError(f"the stage left a {where} the record cannot hold: {problem}")
-
-
-def _encode_output(
-    data: bytes | str | Mapping[str, Any], content_type: str | None
-) -> tuple[bytes, str]:
-    if isinstance(data, bytes | bytearray | memoryview):
-        return bytes(data), content_type or "application/octet-stream"
-    if isinstance(data, str):
-        return data.encode("utf-8"), content_type or "text/plain; charset=utf-8"
-    if isinstance(data, Mapping):
-        text = json.dumps(data, indent=2, sort_keys=True, allow_nan=False)
-        return text.encode("utf-8"), content_type or "application/json"
-    raise TypeError(f"an output must be bytes, str or a dict, not {type(data).__name__}")
 
 
 class _Job:
@@ -528,7 +530,7 @@ class _Job:
         """Run one stage and its checkpoint; an Outcome ends the job, None goes on."""
         self.log.stage = name
         self.spans.enter_stage(index)
-        outputs = _Outputs(self.r.store, self.owned, self.job_id, self.confirm_s)
+        outputs = StageOutputs(self.r.store, self.owned, self.job_id, self.confirm_s)
         self.log.info("stage started", index=index, pipeline=pipeline.name)
         try:  # the context too: whatever the payload holds ends in the stage error mapping
             ctx = StageContext(
@@ -552,10 +554,12 @@ class _Job:
         except Stopped:
             return self._lost("stage stopped")
         except PermanentError as exc:
-            return self._fail(exc, stage=name)
+            return self._fail(exc, stage=name, trace=self._stage_raised(exc))
         except Exception as exc:  # the stage is the pipeline's own code: whatever it
             # raises is a stage error, retried with backoff until attempts run out
-            return self._retry_or_fail(exc, stage=name)
+            return self._retry_or_fail(exc, stage=name, trace=self._stage_raised(exc))
+        finally:
+            self._discard_open_streams(outputs)
         self.log.info("stage finished", index=index, outputs=outputs.written or None)
         self.outputs.extend(outputs.written)
         if index + 1 >= total:
@@ -568,7 +572,7 @@ class _Job:
                 self.outputs,
                 version=self.plan.resume.version if self.plan.resume else None,
                 completed=[n for n, _ in self.plan.stages[: index + 1]],
-                upcoming=self.plan.stages[index + 1][0],  # its trace span's name, if cut short
+                running=self.plan.stages[index + 1][0],  # the record's stage; a span's name
             )
         except OwnerLost:
             return self._lost("checkpoint refused")
@@ -611,10 +615,44 @@ class _Job:
         self._after_terminal(final)
         return self._outcome(OutcomeKind.DONE)
 
-    def _fail(self, exc: BaseException, *, stage: str | None) -> Outcome:
+    def _discard_open_streams(self, outputs: StageOutputs) -> None:
+        """An output stream the stage did not close is discarded (nothing is created)."""
+        left = outputs.discard_open()
+        if left:
+            self.log.warning("output streams the stage left open were discarded", outputs=left)
+
+    def _stage_raised(self, exc: BaseException) -> stage_errors.StageTrace:
+        """The stage's traceback, logged once with its place in the pipeline's code as
+        the line's source location (Cloud Logging's sourceLocation; Error Reporting reads
+        stack_trace), and kept for the record's error."""
+        trace = stage_errors.describe(exc)
+        self.log.error(
+            "the stage raised",
+            error_type=type(exc).__name__,
+            error=str(exc)[: job_queue.ERROR_MESSAGE_LIMIT],
+            stack_trace=trace.text,
+            source_location=trace.where,
+        )
+        return trace
+
+    def _fail(
+        self,
+        exc: BaseException,
+        *,
+        stage: str | None,
+        trace: stage_errors.StageTrace | None = None,
+        out_of_attempts: bool = False,
+    ) -> Outcome:
         now = self.r.clock()
         error = job_queue.error_info(
-            exc, stage=stage, attempt=self.owned.attempt, now=now, retryable=False
+            exc,
+            stage=stage,
+            attempt=self.owned.attempt,
+            now=now,
+            retryable=False,
+            out_of_attempts=out_of_attempts,
+            traceback=trace.text if trace is not None else None,
+            where=trace.where if trace is not None else None,
         )
         try:
             final = self.owned.finish(lambda job: job_queue.fail_fields(job, now, error), "failed")
@@ -629,13 +667,25 @@ class _Job:
         self._after_terminal(final)
         return self._outcome(OutcomeKind.FAILED, error["message"])
 
-    def _retry_or_fail(self, exc: BaseException, *, stage: str | None) -> Outcome:
+    def _retry_or_fail(
+        self,
+        exc: BaseException,
+        *,
+        stage: str | None,
+        trace: stage_errors.StageTrace | None = None,
+    ) -> Outcome:
         s = self.r.settings
         if self.owned.attempt >= job_queue.max_attempts_of(self.job, s.max_attempts):
-            return self._fail(exc, stage=stage)
+            return self._fail(exc, stage=stage, trace=trace, out_of_attempts=True)
         now = self.r.clock()
         error = job_queue.error_info(
-            exc, stage=stage, attempt=self.owned.attempt, now=now, retryable=True
+            exc,
+            stage=stage,
+            attempt=self.owned.attempt,
+            now=now,
+            retryable=True,
+            traceback=trace.text if trace is not None else None,
+            where=trace.where if trace is not None else None,
         )
         delay = job_queue.backoff_seconds(
             self.owned.attempt, s.backoff_base_seconds, s.backoff_max_seconds
@@ -656,7 +706,19 @@ class _Job:
             delay_s=round(delay, 3),
             **self._finished(metrics.Ending.REQUEUED),
         )
-        if delay <= 0:
+        self._ring_retry(delay, requeued.record)
+        return self._outcome(OutcomeKind.REQUEUED, error["message"])
+
+    def _ring_retry(self, delay: float, requeued: JobRecord) -> None:
+        """A retry on time (shared.claim.due_wait): a backoff the claim that gets the
+        doorbell can wait out inside its push is rung at once (a longer one is the sweep's
+        to ring ahead of time); a delayed one's marker is marked due at its not_before, so
+        a slot freed anywhere then takes it whatever became of the doorbell."""
+        s = self.r.settings
+        not_before = job_queue.parse_time(requeued.get("not_before"))
+        if delay > 0 and not_before is not None:
+            mark_due(self.r.ctx.store, self.job_id, not_before, pool=s.marker_pool(requeued))
+        if delay <= 0 or due_wait.rung_at_requeue(delay, s):
             ring_or_leave(
                 self.r.ctx.doorbell,
                 self.job_id,
@@ -664,7 +726,6 @@ class _Job:
                 pipeline=self._pipeline,
                 logger=self.log,
             )
-        return self._outcome(OutcomeKind.REQUEUED, error["message"])
 
     def _hand_back(self, why: str) -> Outcome:
         """The instance is shutting down: queue the job again at no cost (the pending

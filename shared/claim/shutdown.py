@@ -80,6 +80,12 @@ class Shutdown:
     def requested(self) -> bool:
         return self._event.is_set()
 
+    def sleep(self, seconds: float) -> bool:
+        """Sleep up to `seconds`, cut short when the shutdown begins; True if it began (a
+        doorbell waiting for its job's backoff then passes the delivery on:
+        shared.claim.due_wait)."""
+        return self._event.wait(max(seconds, 0.0))
+
     def begin(self, why: str = "SIGTERM") -> bool:
         """Start the shutdown (once); False if it had begun already."""
         with self._lock:

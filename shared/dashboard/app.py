@@ -39,15 +39,17 @@ from urllib.parse import quote, urlencode
 import flask
 import jinja2
 
-from shared import bulk, job_queue, metrics, records, tracing
+from shared import bulk, job_queue, metrics, records, status, tracing
 from shared.clock import Clock, utcnow
 from shared.dashboard import charts, csrf, deadletters, views, waterfall
 from shared.dashboard.figures import Figures
 from shared.errors import AlreadyExists, IllegalTransition, InvalidInput, NotFound, ReclaimError
 from shared.http import identity, pages
+from shared.http import outputs as output_routes
 from shared.http.edge import Refusal, refusal_for
 from shared.jobs import JobStatus
 from shared.logs import get_logger
+from shared.outputs import committed
 from shared.pipelines import pipeline_names
 from shared.queue import Queue
 
@@ -232,6 +234,9 @@ class _Page:
             return pages_here[path]()
         if path.startswith("batches/"):
             return self.batch(path.removeprefix("batches/"))
+        if path.startswith("jobs/") and "/outputs/" in path:  # a job page's output link
+            job_id, _, name = path.removeprefix("jobs/").partition("/outputs/")
+            return output_routes.download(self.queue, self.request, job_id, name)
         if path.startswith("jobs/"):
             return self.job(path.removeprefix("jobs/"))
         if path.startswith("assets/") and path.removeprefix("assets/") in STATIC:
@@ -266,6 +271,7 @@ class _Page:
 
     def job(self, job_id: str) -> flask.Response:
         record = self.queue.read(job_id)
+        errors = status.errors_shown(record)
         steps = views.timeline(record, self.clock())
         trace = tracing.parse(record.get("traceparent"))
         project = self.queue.settings.project
@@ -283,7 +289,7 @@ class _Page:
             steps=steps,
             stages=views.stage_durations(steps),
             actions=views.actions(record),
-            outputs=_outputs(record),
+            outputs=committed.committed(self.queue.store, record),
             trace=trace,
             logs_url=logs_url,
             local_logs=local_logs,
@@ -292,7 +298,9 @@ class _Page:
             message=self.request.args.get("done"),
             relations=views.relations(self.queue, record),
             max_attempts=job_queue.max_attempts_of(record, self.queue.settings.max_attempts),
-            error=views.error_fields(record.get("error")),
+            error=views.error_fields(errors["error"]),
+            previous_error=views.error_fields(errors.get("previous_error")),
+            paused=bool(status.feature_views(self.queue.ctx, record).get("paused")),
             facts=views.feature_facts(record, self.queue.ctx.summary_fields()),
         )
 
@@ -499,9 +507,3 @@ def _allow(method: str, *allowed: str) -> None:
             f"{method} is not allowed here; use {' or '.join(allowed)}",
             {"Allow": ", ".join(allowed)},
         )
-
-
-def _outputs(record: Any) -> list[str]:
-    from shared.status import render_job
-
-    return [str(o) for o in render_job(record, 1)["outputs"]]

@@ -245,19 +245,35 @@ def timeline(record: JobRecord, now: datetime) -> list[Step]:
 
 
 def error_fields(error: object) -> dict[str, str] | None:
-    """A job's last error as the page shows it; a hand-edited one (not an object) is
-    shown as stored, as its message."""
+    """A job's error as the page shows it: its kind ("out of attempts" apart from
+    "permanent"), where the pipeline's code raised it and the stage's traceback; a
+    hand-edited one (not an object) is shown as stored, as its message."""
     if error is None or error == {}:
         return None
     if not isinstance(error, dict):
-        return {"type": "", "message": str(error), "where": "as stored"}
+        return {
+            "type": "",
+            "message": str(error),
+            "where": "as stored",
+            "raised_at": "",
+            "traceback": "",
+        }
     stage = error.get("stage") or "-"
-    kind = "retryable" if error.get("retryable") else "permanent"
+    kind = job_queue.error_kind(error)
     where = f"stage {stage}, attempt {error.get('attempt')}, {kind}, at {error.get('at')}"
+    place = error.get("where")
+    raised_at = (
+        f"{place.get('file')}:{place.get('line')} in {place.get('function')}"
+        if isinstance(place, dict) and place.get("file")
+        else ""
+    )
+    trace = error.get("traceback")
     return {
         "type": str(error.get("type") or ""),
         "message": str(error.get("message")),
         "where": where,
+        "raised_at": raised_at,
+        "traceback": trace if isinstance(trace, str) else "",
     }
 
 

@@ -118,6 +118,24 @@ def is_paused(store: Store, pipeline: str, *, cached: bool = True) -> bool:
     return paused
 
 
+def view(ctx: Context, record: JobRecord) -> dict[str, object]:
+    """A job's view: its flow fields, and `paused: true` on a queued job of a paused
+    pipeline (it waits for the resume, not for a slot). A flag that cannot be read is
+    left out: a read must answer."""
+    shown: dict[str, object] = dict(fp.view(ctx, record))
+    pipeline = record.get("pipeline")
+    if record.get("status") != JobStatus.QUEUED or pipeline not in pipeline_names():
+        return shown
+    try:
+        paused = is_paused(ctx.store, str(pipeline))
+    except ReclaimError as exc:
+        log.warning("could not read the pause flag", pipeline=pipeline, error=str(exc))
+        return shown
+    if paused:
+        shown["paused"] = True
+    return shown
+
+
 def known_pipeline(pipeline: object) -> str:
     if not isinstance(pipeline, str) or pipeline not in pipeline_names():
         shown = str(pipeline)[:60]

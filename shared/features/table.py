@@ -50,8 +50,8 @@ FLOW_CONTROL = Feature(
     submit_keys=fp.FLOW_KEYS,
     parse=fp.parse_fields,
     record_fields=tuple(sorted(fp.FLOW_KEYS)),
-    view_fields=tuple(sorted(fp.FLOW_KEYS)),
-    view=fp.view,
+    view_fields=(*sorted(fp.FLOW_KEYS), "paused"),
+    view=flow.view,  # its fields, and `paused` on a queued job of a paused pipeline
     index_prefixes=fp.PREFIXES,
     gates=(
         flow.pause_gate,  # a paused pipeline parks the job

@@ -1,7 +1,7 @@
 """The job lifecycle over HTTP, beside submit and status: a job's cancel and retry, bulk
-cancel and retry with a count first, listing by page, a waiting status read and a batch's
-progress (docs/api.md). Each handler validates, calls the queue, and answers JSON; the
-refusals are shared.http.edge's.
+cancel and retry with a count first, listing by page, a waiting status read, a job's
+outputs and a batch's progress (docs/api.md). Each handler validates, calls the queue,
+and answers JSON; the refusals are shared.http.edge's.
 
 The operator routes (a job's cancel and retry, bulk cancel and retry, a pipeline's pause
 and resume) are served by the admin function alone (functions/admin), whose invokers are
@@ -18,7 +18,7 @@ import flask
 
 from shared import bulk, params
 from shared.errors import IllegalTransition, InvalidInput
-from shared.http import capacity, crosssite, pages, waiting
+from shared.http import capacity, crosssite, outputs, pages, waiting
 from shared.http import progress as batch_progress
 from shared.http.edge import Refusal, answer, author, read_body, require_method
 from shared.queue import Queue
@@ -137,6 +137,18 @@ def is_wait(request: flask.Request) -> bool:
     """A waiting read (GET with a `wait` other than 0): it may park in its slot
     (shared.http.capacity), and cuts no other wait short."""
     return request.method == "GET" and request.args.get("wait", "").strip("0.") != ""
+
+
+def job_part(queue: Queue, request: flask.Request, job_id: str, part: str) -> flask.Response:
+    """GET /jobs/<id>/outputs (the committed outputs) and /jobs/<id>/outputs/<name> (one
+    of them: shared.http.outputs)."""
+    if part == "outputs":
+        return outputs.listing(queue, job_id)
+    if part.startswith("outputs/") and len(part) > len("outputs/"):
+        return outputs.download(queue, request, job_id, part.removeprefix("outputs/"))
+    raise Refusal(
+        404, "not found", "try GET /jobs/<id>, /jobs/<id>/outputs or /jobs/<id>/outputs/<name>"
+    )
 
 
 def batch_progress_of(queue: Queue, batch_id: str) -> flask.Response:

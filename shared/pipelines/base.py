@@ -12,18 +12,38 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any, Protocol
 
 from shared.errors import PermanentError, Stopped
 from shared.logs import JobLogger
 
 
+class OutputStream(Protocol):
+    """A large output written as a stream (`with ctx.outputs.open(name) as f:`): nothing
+    exists until it closes; an exception in its block discards it."""
+
+    def write(self, data: bytes | bytearray | memoryview) -> int: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> OutputStream: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
 class OutputWriter(Protocol):
-    """Writes a stage output for this job and attempt; refuses once the job is lost."""
+    """Writes a stage output for this job and attempt; refuses once the job is lost.
+
+    `write` takes bytes, text or a dict in one call; `open` streams a large output from
+    disk (a resumable upload, created at close, create-only: docs/pipelines.md)."""
 
     def write(
         self, name: str, data: bytes | str | Mapping[str, Any], content_type: str | None = None
     ) -> str: ...
+    def open(self, name: str, content_type: str | None = None) -> OutputStream: ...
 
 
 class SpanRecorder(Protocol):

@@ -8,7 +8,7 @@ import contextlib
 import os
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from shared import records
 from shared.errors import (
@@ -23,12 +23,14 @@ from shared.jobs import JobRecord, JobStatus
 from shared.storage import (
     JOBS_PREFIX,
     LIST_PAGE_SIZE,
+    OUTPUT_CHUNK_BYTES,
     PENDING_PREFIX,
     PIPELINE_METADATA,
     RECORD_CONTENT_TYPE,
     STATUS_METADATA,
     Blob,
     BlobInfo,
+    OutputInfo,
     PendingEntry,
     RecordStat,
     Stored,
@@ -45,6 +47,7 @@ from shared.storage import (
     marker_metadata,
     names_to_ids,
     output_object,
+    output_prefix,
     pending_key,
     pending_listing,
     pending_object,
@@ -393,6 +396,7 @@ class GcsStore(StoreBase):
         end_offset: str | None,
         *,
         delimiter: str | None = None,
+        fields: str = "items(name,timeCreated,generation,metadata),nextPageToken",
     ) -> list[Any]:
         """Blobs under prefix within [start_offset, end_offset) (full names; with a
         delimiter, only those with none after the prefix); one counted list call per page
@@ -405,7 +409,7 @@ class GcsStore(StoreBase):
             end_offset=end_offset,
             max_results=check_limit(limit),
             page_size=LIST_PAGE_SIZE,
-            fields="items(name,timeCreated,generation,metadata),nextPageToken",
+            fields=fields,
             retry=self._retry,
             timeout=self._timeout,
         )
@@ -448,6 +452,102 @@ class GcsStore(StoreBase):
             lambda: self._download(bucket, name, generation),
         )
         return data, blob.content_type
+
+    # outputs (a stage's stream, the outputs route's listing and download)
+
+    def open_output(self, job_id: str, attempt: int, name: str, content_type: str) -> _GcsSink:
+        """A resumable upload, create-only (ifGenerationMatch=0 on the session,
+        https://cloud.google.com/storage/docs/performing-resumable-uploads): each
+        OUTPUT_CHUNK_BYTES written goes out as one chunk, and the object exists only once
+        the last one is sent (commit)."""
+        from google.cloud.storage.fileio import BlobWriter
+
+        obj = output_object(job_id, attempt, name)
+        blob = self._bucket.blob(obj)
+        writer = BlobWriter(
+            blob,
+            chunk_size=OUTPUT_CHUNK_BYTES,
+            retry=self._retry,
+            content_type=content_type,
+            if_generation_match=0,
+            timeout=self._timeout,
+        )
+        return _GcsSink(self, obj, writer)
+
+    def list_outputs(self, job_id: str) -> list[OutputInfo]:
+        blobs = self._list_range(
+            output_prefix(job_id),
+            None,
+            None,
+            None,
+            fields="items(name,size,contentType,timeCreated),nextPageToken",
+        )
+        return [OutputInfo(b.name, int(b.size or 0), b.content_type, b.time_created) for b in blobs]
+
+    def stat_object(self, name: str) -> Any | None:
+        """objects.get of a name in this bucket, without the body; None if absent."""
+        return self._call(
+            "stat",
+            f"object {name}",
+            lambda: self._bucket.get_blob(name, retry=self._retry, timeout=self._timeout),
+        )
+
+    def read_output(self, job_id: str, name: str) -> tuple[BinaryIO, OutputInfo]:
+        """objects.get for the size and type, then a reader that downloads in chunks."""
+        if not name.startswith(output_prefix(job_id)):
+            raise NotFound(f"no output {name} of job {job_id}")
+
+        def get() -> Any:
+            blob = self._bucket.get_blob(name, retry=self._retry, timeout=self._timeout)
+            if blob is None:
+                raise self._gexc.NotFound(name)
+            return blob
+
+        blob = self._call("read", f"output {name}", get)
+        info = OutputInfo(name, int(blob.size or 0), blob.content_type, blob.time_created)
+        reader: BinaryIO = blob.open("rb", chunk_size=OUTPUT_CHUNK_BYTES, retry=self._retry)
+        return reader, info
+
+    def output_url(self, job_id: str, name: str, expires_s: float) -> str | None:
+        """A V4 signed URL for GET (https://cloud.google.com/storage/docs/access-control/signed-urls).
+        Credentials with a key sign it themselves; Cloud Run's service account has none
+        (its credentials come from the metadata server), so the client library has the
+        IAM Service Account Credentials API sign it (signBlob,
+        https://cloud.google.com/iam/docs/reference/credentials/rest/v1/projects.serviceAccounts/signBlob;
+        https://cloud.google.com/storage/docs/authentication/creating-signatures): the
+        service account needs iam.serviceAccounts.signBlob on itself (terraform grants
+        roles/iam.serviceAccountTokenCreator). None on an emulator (anonymous credentials):
+        fake-gcs-server checks no signature, the caller streams the bytes."""
+        from google.auth.credentials import AnonymousCredentials
+
+        if (
+            os.environ.get("STORAGE_EMULATOR_HOST")
+            or isinstance(self._client._credentials, AnonymousCredentials)
+            or not name.startswith(output_prefix(job_id))
+        ):
+            return None
+        return self._call("sign", f"output {name}", lambda: self._signed_url(name, expires_s))
+
+    def _signed_url(self, name: str, expires_s: float) -> str:
+        from google.auth import credentials as gcreds
+        from google.auth.transport.requests import Request
+
+        creds = self._client._credentials
+        blob = self._bucket.blob(name)
+        expiration = timedelta(seconds=expires_s)
+        if isinstance(creds, gcreds.Signing):  # a key (a service account key file)
+            url: str = blob.generate_signed_url(version="v4", expiration=expiration, method="GET")
+            return url
+        if not creds.valid:
+            creds.refresh(Request())
+        url = blob.generate_signed_url(
+            version="v4",
+            expiration=expiration,
+            method="GET",
+            service_account_email=creds.service_account_email,
+            access_token=creds.token,
+        )
+        return url
 
     # index objects (small objects under the prefixes this store serves)
 
@@ -536,3 +636,38 @@ def _failure_types() -> tuple[type[BaseException], ...]:
         ConnectionError,
         TimeoutError,
     )
+
+
+class _GcsSink:
+    """A stage's output stream on a resumable upload (GcsStore.open_output)."""
+
+    def __init__(self, store: GcsStore, obj: str, writer: Any) -> None:
+        self._store = store
+        self._obj = obj
+        self._writer = writer
+
+    def write(self, data: bytes) -> int:
+        return int(
+            self._store._call(
+                "write", f"output {self._obj}", lambda: self._writer.write(data), count=False
+            )
+        )
+
+    def commit(self) -> str:
+        """Send the last chunk, which creates the object. Cloud Storage refuses it if the
+        name exists (the session's ifGenerationMatch=0); fake-gcs-server does not check a
+        resumable upload's precondition, so an object found first is refused here too
+        (one objects.get), and the session cancelled."""
+        if self._store.stat_object(self._obj) is not None:
+            self.abort()
+            raise AlreadyExists(f"output {self._obj} already exists")
+        try:
+            self._store._call("write", f"output {self._obj}", self._writer.close)
+        except _Precondition:
+            raise AlreadyExists(f"output {self._obj} already exists") from None
+        return self._obj
+
+    def abort(self) -> None:
+        """Cancel the upload session (nothing was created)."""
+        with contextlib.suppress(Exception):  # an abandoned session expires by itself
+            self._writer.terminate()

@@ -7,20 +7,25 @@ with ``put_raw``. Generations only increase, per store, like GCS's.
 
 from __future__ import annotations
 
+import io
+import tempfile
 import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import BinaryIO
 
 from shared import records
 from shared.errors import AlreadyExists, LostRace, NotFound
 from shared.jobs import JobRecord
 from shared.storage import (
     JOBS_PREFIX,
+    OUTPUT_CHUNK_BYTES,
     PENDING_PREFIX,
     RECORD_CONTENT_TYPE,
     STATUS_METADATA,
     Blob,
     BlobInfo,
+    OutputInfo,
     PendingEntry,
     RecordStat,
     Stored,
@@ -35,6 +40,7 @@ from shared.storage import (
     legacy_job_object,
     names_to_ids,
     output_object,
+    output_prefix,
     pending_key,
     pending_listing,
     pending_object,
@@ -345,6 +351,43 @@ class MemoryStore(StoreBase):
             raise NotFound(f"no object gs://{bucket}/{name}")
         return obj.data, obj.content_type
 
+    def open_output(self, job_id: str, attempt: int, name: str, content_type: str) -> _MemorySink:
+        return _MemorySink(self, output_object(job_id, attempt, name), content_type)
+
+    def _commit_output(self, obj: str, data: bytes, content_type: str) -> str:
+        self._count("write")
+        with self._lock:
+            if (self.bucket_name, obj) in self._objects:
+                raise AlreadyExists(f"output {obj} already exists")
+            self._put(self.bucket_name, obj, data, content_type)
+        self._fire("write", after=True)
+        return obj
+
+    def list_outputs(self, job_id: str) -> list[OutputInfo]:
+        prefix = output_prefix(job_id)
+        self._count("list")
+        with self._lock:
+            found = sorted(
+                (n, o)
+                for (b, n), o in self._objects.items()
+                if b == self.bucket_name and n.startswith(prefix)
+            )
+        return [OutputInfo(n, len(o.data), o.content_type, o.created) for n, o in found]
+
+    def read_output(self, job_id: str, name: str) -> tuple[BinaryIO, OutputInfo]:
+        if not name.startswith(output_prefix(job_id)):
+            raise NotFound(f"no output {name} of job {job_id}")
+        self._count("read")
+        with self._lock:
+            obj = self._objects.get((self.bucket_name, name))
+        if obj is None:
+            raise NotFound(f"no output {name}")
+        info = OutputInfo(name, len(obj.data), obj.content_type, obj.created)
+        return io.BytesIO(obj.data), info
+
+    def output_url(self, job_id: str, name: str, expires_s: float) -> str | None:
+        return None  # nothing serves memory: the caller streams the bytes
+
     # index objects
 
     def put_blob(self, name: str, data: bytes, *, generation: int) -> int:
@@ -418,3 +461,26 @@ class MemoryStore(StoreBase):
             data, self._generation, content_type, datetime.now(UTC)
         )
         return self._generation
+
+
+class _MemorySink:
+    """An output stream kept in a spooled temporary file (memory up to one chunk, then
+    disk), created in the store at commit, create-only."""
+
+    def __init__(self, store: MemoryStore, obj: str, content_type: str) -> None:
+        self._store = store
+        self._obj = obj
+        self._type = content_type
+        self._file = tempfile.SpooledTemporaryFile(max_size=OUTPUT_CHUNK_BYTES)  # noqa: SIM115 (closed by commit or abort)
+
+    def write(self, data: bytes) -> int:
+        return self._file.write(bytes(data))
+
+    def commit(self) -> str:
+        self._file.seek(0)
+        data = self._file.read()
+        self._file.close()
+        return self._store._commit_output(self._obj, data, self._type)
+
+    def abort(self) -> None:
+        self._file.close()

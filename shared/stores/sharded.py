@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import BinaryIO
 
 from shared import records
 from shared.jobs import JobRecord
@@ -29,6 +30,8 @@ from shared.storage import (
     OUTPUTS_PREFIX,
     Blob,
     BlobInfo,
+    OutputInfo,
+    OutputSink,
     PendingEntry,
     RecordStat,
     Store,
@@ -134,6 +137,18 @@ class ShardedStore(CallCounter):
         self, job_id: str, attempt: int, name: str, data: bytes, content_type: str
     ) -> str:
         return self.shard(job_id).write_output(job_id, attempt, name, data, content_type)
+
+    def open_output(self, job_id: str, attempt: int, name: str, content_type: str) -> OutputSink:
+        return self.shard(job_id).open_output(job_id, attempt, name, content_type)
+
+    def list_outputs(self, job_id: str) -> list[OutputInfo]:
+        return self.shard(job_id).list_outputs(job_id)
+
+    def read_output(self, job_id: str, name: str) -> tuple[BinaryIO, OutputInfo]:
+        return self.shard(job_id).read_output(job_id, name)
+
+    def output_url(self, job_id: str, name: str, expires_s: float) -> str | None:
+        return self.shard(job_id).output_url(job_id, name, expires_s)
 
     def read_object(
         self, bucket: str, name: str, generation: int | None = None

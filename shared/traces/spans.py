@@ -345,9 +345,9 @@ class _Walk:
             return
         if self.attempt is not None:
             self._stages(self.attempt, at, upto, last_name=entry.get("stage"))
-        upcoming = entry.get("upcoming")
-        if isinstance(upcoming, str) and upcoming and upto >= len(self.names):
-            self.learned.setdefault(upto, upcoming)  # the stage that started then
+        running = entry.get("running")
+        if isinstance(running, str) and running and upto >= len(self.names):
+            self.learned.setdefault(upto, running)  # the stage that started then
         self.next_stage = upto
 
     def _ended_run(

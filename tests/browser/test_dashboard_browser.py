@@ -472,3 +472,43 @@ def test_a_jobs_trace_is_drawn_as_a_waterfall_on_its_page(cloud: LocalCloud, bro
     assert failed and failed[0].get_attribute("stroke") == "#dc2626"  # the stage error shows
     browser.find_element(By.CSS_SELECTOR, "#trace").location_once_scrolled_into_view  # noqa: B018
     browser.save_screenshot(str(DOCS / "dashboard-job-trace.png"))
+
+
+def test_a_jobs_outputs_are_links_and_its_error_shows_the_traceback(
+    cloud: LocalCloud, browser: Any
+) -> None:
+    """Issue 40: the job page links each committed output (its link answers the bytes on
+    the local cloud), and a failed stage's traceback shows where the pipeline raised."""
+    from selenium.webdriver.common.by import By
+
+    submit(
+        cloud, {"pipeline": "demo", "id": "with-outputs", "payload": {"stages": 2, "output": True}}
+    )
+    browser.get(cloud.endpoints["dashboard"] + "/jobs/with-outputs")
+    until("the job done", lambda: text_of(browser, "#status") == "done")
+    browser.get(cloud.endpoints["dashboard"] + "/jobs/with-outputs")  # the final page
+    links = until(
+        "two output links",
+        lambda: (
+            [
+                (a.text, a.get_attribute("href"))
+                for a in browser.find_elements(By.CSS_SELECTOR, "#outputs a.output")
+            ]
+            or None
+        ),
+    )
+    assert [name for name, _ in links] == ["stage-0.json", "stage-1.json"]
+    for name, href in links:
+        assert href.endswith(f"/jobs/with-outputs/outputs/{name}?attempt=1")
+        got = requests.get(href, timeout=30)  # the link, as the browser follows it
+        assert got.status_code == 200 and json.loads(got.content)["job_id"] == "with-outputs"
+    browser.save_screenshot(str(DOCS / "dashboard-job-outputs.png"))
+
+    payload = {"stages": 1, "fail_at": 0, "permanent": True}
+    submit(cloud, {"pipeline": "demo", "id": "with-traceback", "payload": payload})
+    browser.get(cloud.endpoints["dashboard"] + "/jobs/with-traceback")
+    until("the job failed", lambda: text_of(browser, "#status") == "failed")
+    trace = until("its traceback shown", lambda: text_of(browser, "#error pre.traceback"))
+    assert trace.startswith("Traceback (most recent call last):") and "demo.py" in trace
+    assert "demo.py" in text_of(browser, "#error .raised-at")
+    assert "permanent" in text_of(browser, "#error .muted")

@@ -421,6 +421,55 @@ def test_outputs_are_create_only_per_attempt(harness: Harness):
     assert store.read_object(harness.bucket_name, nested) == (b"\x89PNG", "image/png")
 
 
+def test_an_output_stream_is_created_at_commit_only_and_create_only(harness: Harness):
+    """ctx.outputs.open's stream: more than one chunk (a resumable upload's), nothing
+    visible before commit, the object created once, a second one of that name refused."""
+    store = harness.store
+    piece = bytes(range(256)) * 4096  # 1 MiB
+    sink = store.open_output("job-2", 1, "big/data.bin", "application/octet-stream")
+    for _ in range(9):  # past one OUTPUT_CHUNK_BYTES (8 MiB): two chunks go out
+        sink.write(piece)
+    assert harness.raw("outputs/job-2/1/big/data.bin") is None  # not before the commit
+    assert sink.commit() == "outputs/job-2/1/big/data.bin"
+    stored = harness.raw("outputs/job-2/1/big/data.bin")
+    assert stored is not None and len(stored) == 9 * len(piece) and stored[:256] == piece[:256]
+    again = store.open_output("job-2", 1, "big/data.bin", "application/octet-stream")
+    again.write(b"other bytes")
+    with pytest.raises(AlreadyExists):
+        again.commit()
+    assert harness.raw("outputs/job-2/1/big/data.bin") == stored
+
+
+def test_an_aborted_output_stream_leaves_nothing(harness: Harness):
+    sink = harness.store.open_output("job-3", 1, "part.txt", "text/plain")
+    sink.write(b"half of it")
+    sink.abort()
+    assert harness.raw("outputs/job-3/1/part.txt") is None
+    assert harness.store.list_outputs("job-3") == []
+
+
+def test_outputs_are_listed_with_sizes_and_read_back_as_streams(harness: Harness):
+    store = harness.store
+    store.write_output("job-4", 1, "a.txt", b"one", "text/plain")
+    store.write_output("job-4", 2, "dir/b.json", b'{"b": 2}', "application/json")
+    store.write_output("job-40", 1, "not-mine.txt", b"x", "text/plain")  # a prefix of it
+    listed = store.list_outputs("job-4")
+    assert [(o.name, o.size, o.content_type) for o in listed] == [
+        ("outputs/job-4/1/a.txt", 3, "text/plain"),
+        ("outputs/job-4/2/dir/b.json", 8, "application/json"),
+    ]
+    stream, info = store.read_output("job-4", "outputs/job-4/2/dir/b.json")
+    with stream:
+        assert stream.read() == b'{"b": 2}'
+    assert (info.size, info.content_type) == (8, "application/json")
+    with pytest.raises(NotFound):
+        store.read_output("job-4", "outputs/job-4/1/missing.txt")
+    with pytest.raises(NotFound):  # another job's output, asked as this job's
+        store.read_output("job-4", "outputs/job-40/1/not-mine.txt")
+    # fake-gcs-server checks no signature and memory serves nothing: the caller streams
+    assert store.output_url("job-4", "outputs/job-4/1/a.txt", 60) is None
+
+
 @pytest.mark.parametrize("bad", ["", "/abs", "a//b", "../up", "a/./b", "a/..", "x\ny"])
 def test_unsafe_output_names_are_refused(harness: Harness, bad: str):
     with pytest.raises(records.InvalidInput):

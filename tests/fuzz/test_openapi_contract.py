@@ -98,9 +98,11 @@ def test_the_fields_are_the_codes() -> None:
     assert set(schema("BatchRequest")["properties"]) == parse.BATCH_KEYS
     assert schema("Status")["enum"] == list(JobStatus)
     view = {"id", *status._VIEW_FIELDS, "max_attempts", "outputs", "status_url", "watchdog"}
-    view.add("generation")
+    view |= {"generation", *status.errors_shown({"status": "running", "error": None})}
     # the features' fields (time, flow control, workflows): only when the job has them
     optional = {"watchdog", "progress", *(v for f in features.FEATURES for v in f.view_fields)}
+    earlier = {"attempts": 2, "status": "running", "error": {"attempt": 1, "retryable": True}}
+    optional |= set(status.errors_shown(earlier)) - {"error"}  # previous_error
     assert set(schema("Job")["properties"]) == view | optional
     assert set(schema("Job")["required"]) == view - optional
     error = job_queue.error_info(
@@ -110,7 +112,18 @@ def test_the_fields_are_the_codes() -> None:
         now=job_queue.parse_time("2026-01-01"),
         retryable=False,
     )
-    assert set(schema("JobError")["properties"]) == set(error)
+    assert set(schema("JobError")["required"]) == set(error)
+    traced = job_queue.error_info(
+        ValueError("x"),
+        stage="s",
+        attempt=1,
+        now=job_queue.parse_time("2026-01-01"),
+        retryable=True,
+        traceback="Traceback ...",
+        where={"file": "f.py", "line": 1, "function": "s"},
+    )
+    assert set(schema("JobError")["properties"]) == set(traced)
+    assert set(schema("JobError")["properties"]["kind"]["enum"]) == set(job_queue.ERROR_KINDS)
 
 
 def _routes_matched_by_submit() -> tuple[set[str], set[str]]:
@@ -243,4 +256,17 @@ def test_the_docs_link_the_document() -> None:
     ],
 )
 def test_every_answer_has_a_json_schema(path: str, method: str, status: int) -> None:
+    if (path, status) in BYTES_ANSWERS:  # a download: the output's bytes, or a redirect
+        return
     assert jsonschema_rs.meta.is_valid(answer_schema(path, method, status))
+
+
+BYTES_ANSWERS = {("/jobs/{id}/outputs/{name}", 200), ("/jobs/{id}/outputs/{name}", 302)}
+"""The answers that are not JSON: an output's own bytes (any type), its signed URL."""
+
+
+def test_a_download_answers_bytes_or_a_redirect() -> None:
+    responses = document()["paths"]["/jobs/{id}/outputs/{name}"]["get"]["responses"]
+    assert set(responses["200"]["content"]) == {"*/*"}
+    assert "Location" in responses["302"]["headers"] and "content" not in responses["302"]
+    assert {s for p, s in BYTES_ANSWERS} == {200, 302}

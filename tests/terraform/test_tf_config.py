@@ -505,3 +505,16 @@ def test_the_storage_pool_holds_every_call_submit_has_in_flight() -> None:
     assert concurrency * per_request <= storage.HTTP_POOL_SIZE, (concurrency, per_request)
     # submit_upload creates one job per request, its calls one after another
     assert optional_defaults("submit_upload_function")["concurrency"] <= storage.HTTP_POOL_SIZE
+
+
+def test_submit_and_the_dashboard_may_sign_as_themselves_only() -> None:
+    """An output's download is a V4 signed URL; a Cloud Run service account has no key, so
+    it signs through signBlob (https://cloud.google.com/storage/docs/authentication/creating-signatures):
+    token creator on its own account, granted to itself, for the two functions that sign."""
+    grant = _iam_members()["google_service_account_iam_member.signs_output_urls"]
+    assert unquote(grant["role"]) == "roles/iam.serviceAccountTokenCreator"
+    assert unquote(grant["service_account_id"]) == "google_service_account.fn[each.key].name"
+    assert unquote(grant["member"]) == "serviceAccount:${google_service_account.fn[each.key].email}"
+    assert 'toset(["submit", "dashboard"])' in unquote(grant["for_each"])
+    main = (Path(__file__).resolve().parents[2] / "terraform" / "main.tf").read_text()
+    assert '"iamcredentials.googleapis.com"' in main

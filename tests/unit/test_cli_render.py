@@ -149,3 +149,15 @@ def test_progress_shows_in_a_job_and_in_the_watch_line() -> None:
     assert r.running_progress([{"status": "queued"}]) is None
     line = r.progress_line({"running": 2}, None, None, running=0.65)
     assert "running 2 (65% along)" in line
+
+
+def test_job_text_says_paused_and_an_earlier_attempts_error_apart() -> None:
+    earlier = {**_record()["error"], "attempt": 1, "retryable": True, "kind": "retryable"}
+    text = r.job_text(
+        _record(status="queued", error=None, previous_error=earlier, paused=True, attempts=1)
+    )
+    assert "its pipeline is paused" in text
+    assert "error of an earlier attempt:" in text and "(retryable)" in text
+    assert "\nerror:" not in text
+    out = r.job_text(_record(error={**_record()["error"], "kind": "out of attempts"}))
+    assert "ValueError: bad piece (out of attempts)" in out

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from shared import job_queue
-from shared.claim import runner
+from shared.claim import runner, stage_outputs
 from shared.claim.drain import BACKLOG_READS, DrainGate, _too_young, drain, overdue
 from shared.errors import PermanentError, Unavailable
 from shared.features.table import context
@@ -204,7 +204,7 @@ def test_an_output_that_is_not_json_is_a_stage_error() -> None:
     assert handle(job_id, store, settings(max_attempts=1)).kind == OutcomeKind.FAILED
     assert store.names(f"outputs/{job_id}/") == []
     with pytest.raises(TypeError, match="not int"):
-        runner._encode_output(7, None)  # type: ignore[arg-type]
+        stage_outputs.encode_output(7, None)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- deciding

@@ -81,12 +81,14 @@ def test_healthy_jobs_are_left_alone() -> None:
     fresh_queued = submit(store, at=NOW)
     fresh_running = submit(store, at=NOW)
     claim(store, fresh_running, at=NOW, owner="alive")
-    backing_off = submit(store, not_before=job_queue.format_time(NOW + timedelta(seconds=60)))
+    # due later than the retry window (90 s): nothing to ring ahead yet (test_retry_on_time)
+    backing_off = submit(store, not_before=job_queue.format_time(NOW + timedelta(seconds=120)))
     gens = {j: store.read(j).generation for j in (fresh_queued, fresh_running, backing_off)}
     bell = Bell()
     result = sweep(store, bell)
     assert result.examined == 3 and bell.rung == []
     assert (result.requeued, result.rescued, result.failed, result.repaired) == (0, 0, 0, 0)
+    assert result.rung_ahead == 0
     assert {j: store.read(j).generation for j in gens} == gens
 
 

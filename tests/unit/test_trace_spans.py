@@ -213,7 +213,7 @@ def test_an_attempt_a_claim_took_over_goes_out_with_the_takers_end() -> None:
     the sweep's write): nobody exported attempt 1's end, so its spans go with attempt 2's."""
     job = new_job()
     job = apply(job, q.claim_fields(job, "a.1", at(1)))
-    job = apply(job, q.checkpoint_fields(job, at(3), "encode", 1, {}, upcoming="mux"))
+    job = apply(job, q.checkpoint_fields(job, at(3), "encode", 1, {}, running="mux"))
     job = apply(job, q.claim_fields(job, "b.1", at(9)))  # took over from a.1
     assert job["history"][-1]["took_over_from"] == "a.1"
     job = apply(job, q.done_fields(job, at(12), {}, stage="mux"))
@@ -223,7 +223,7 @@ def test_an_attempt_a_claim_took_over_goes_out_with_the_takers_end() -> None:
     sent = {s.name for s in trace.segment(2)}
     assert {"submit", "queued", "attempt 1", "encode", "mux", "rescued", "attempt 2"} <= sent
     (lost_mux,) = [s for s in trace.spans if s.name == "mux" and s.error]
-    assert lost_mux.start == at(3)  # named by the checkpoint's upcoming stage
+    assert lost_mux.start == at(3)  # named by the checkpoint's running stage
 
 
 def test_a_done_after_a_dropped_checkpoint_spans_every_stage_it_ran() -> None:

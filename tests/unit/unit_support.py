@@ -84,6 +84,9 @@ def settings(**kw: Any) -> Settings:
         "backoff_base_seconds": 0.0,
         "backoff_max_seconds": 0.0,
         "drain_max_jobs": 0,
+        # no doorbell waits for a backoff inside its push (a real sleep); the tests of that
+        # wait give a window and a Shutdown whose sleep moves the test's clock (WaitClock)
+        "retry_wait_seconds": 0.0,
     }
     return Settings.from_env({}, **{**base, **kw})
 
