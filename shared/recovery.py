@@ -224,7 +224,10 @@ def _fail(
         now=now,
         retryable=False,
     )
-    new: JobRecord = {**job, **job_queue.fail_fields(job, now, error)}
+    fields = job_queue.fail_fields(job, now, error)
+    if job.get("status") == JobStatus.RUNNING:  # a silent owner's attempt ends here
+        fields = with_newest(fields, silent_since(job, ctx.settings.stale_seconds_of(job)))
+    new: JobRecord = {**job, **fields}
     try:
         written = ctx.store.update(new, stored.generation)
     except (LostRace, NotFound):

@@ -458,7 +458,16 @@ def test_the_history_says_when_a_silent_attempt_stopped() -> None:
         START.isoformat(),
         (START + timedelta(seconds=STALE)).isoformat(),
     )
+    world.submit("c")  # on its last attempt: the watchdog fails it, and says the same
+    world.store.update(
+        {**world.store.read("c").record, "max_attempts": 1}, world.store.read("c").generation
+    )
     world.clock.advance(100)
+    c = world.hold("c")
+    world.clock.advance(STALE + 1)
+    recovery.recover(world.ctx, world.store.read("c"), world.clock())
+    failed = world.store.read("c").record["history"][-1]
+    assert failed["event"] == "failed" and failed["last_seen"] == c.stored.record["updated_at"]
     b = world.hold("b")
     world.clock.advance(STALE + 1)  # b's owner dies; a delivery of b claims over it
     assert world.deliver("b").kind == OutcomeKind.DONE
