@@ -577,32 +577,30 @@ def outlived(stages: list[Span], spans: list[Span]) -> list[str]:
     return out
 
 
-PROGRESS = (
-    "stage started",
-    "checkpoint",
-    "done",
-    "failed",
-    HANDED_BACK,
-    "requeued after a stage error",
-)
-"""What an owner logs once a write of its landed or a new stage began: a resumed zombie
-must log none of it. (It may finish the step it was stopped in: a stage that reaches its
-end without ctx.check() logs "stage finished", then its checkpoint is refused.)"""
+OWNER_WRITES = ("checkpoint", *ENDS_BY_OWNER)
+"""History entries an owner's own writes add (a heartbeat adds none)."""
 
 
 def zombies(run: Run) -> list[str]:
-    """Zombies that, once resumed, went on with their job: a write landed (a checkpoint, a
-    final write) or a new stage started; they must stop at their first write, check() or
-    stage boundary."""
+    """Zombies that went on with their job once resumed: a write of theirs built after the
+    SIGCONT landed (its history entry is stamped after it), or a new stage started. A write
+    on the wire when the SIGSTOP came may land before the take-over's fence (its answer, and
+    its log line, come after the SIGCONT): stamped before, it is no commit after resuming."""
     out = []
     for r in run.rounds:
         if r.paused is None or r.cont_sent is None:
             continue
+        job, attempt, owner = r.paused
+        for entry in run.records.get(job, {}).get("history") or []:
+            event = entry.get("event")
+            by_it = event == "checkpoint" or entry.get("owner") == owner  # not a re-ring's
+            mine = entry.get("attempt") == attempt and by_it and "last_seen" not in entry
+            if mine and event in OWNER_WRITES and _t(entry["at"]) > r.cont_sent:
+                out.append(f"zombie {r.paused[:2]} resumed and its {event} landed")
         for line in run.lines:
-            if line.get("owner") != r.paused[2] or _t(line["time"]) < r.cont_sent:
-                continue
-            if line.get("message") in PROGRESS:
-                out.append(f"zombie {r.paused[:2]} resumed and logged {line['message']!r}")
+            late = line.get("owner") == owner and _t(line["time"]) > r.cont_sent
+            if late and line.get("message") == "stage started":
+                out.append(f"zombie {r.paused[:2]} resumed and started a stage")
     return out
 
 
