@@ -21,7 +21,7 @@ TF_VARS ?= terraform.tfvars
 # hundred lines that would bury make bench's table); a failed install still says why.
 PIP_QUIET := --quiet --quiet
 
-.PHONY: help venv wheel browser test unit lint fmt dev demo demo-pools bench bench-scale mutate tf-venv tf-schema tf-check deploy destroy clean
+.PHONY: help venv wheel browser test unit lint fmt dev demo demo-pools bench bench-scale soak mutate tf-venv tf-schema tf-check deploy destroy clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
@@ -92,6 +92,16 @@ bench: venv ## Benchmarks: writes bench/results.json and bench/results.md
 
 bench-scale: venv ## The long benchmarks (10,000 jobs queued at once on 4 record shards, the drain off; about half an hour), into the same table
 	$(PY) -m bench --only big_backlog,drain_off
+
+# The flow-control soak (issue 46): the rounds of tests/chaos/test_flow_kills.py (a key's
+# holder killed hard, the next reclaimed gracefully, the next paused past the stale time)
+# on fresh local clouds, until every ordering of the rescue, a take-over, the hand-back's
+# release and the drain's re-claim that can happen was seen, or SOAK_MINUTES are up; it
+# prints the orderings covered and the overlaps found (exit 1 on any).
+SOAK_MINUTES ?= 30
+SOAK_ROUNDS ?= 6
+soak: venv ## Kills, hand-backs and zombies on one max_running=1 key until every ordering was seen (SOAK_MINUTES=30)
+	$(PY) -m tests.chaos.flow_kills --minutes $(SOAK_MINUTES) --rounds $(SOAK_ROUNDS)
 
 MUTATE_STAMP := $(VENV)/.mutate-installed
 $(MUTATE_STAMP): requirements-mutate.txt $(STAMP)

@@ -124,12 +124,18 @@ HistoryEntry = TypedDict(
         "resume": str,
         "from_version": str | None,
         "execution": str,
-        "last_seen": str,
+        "last_seen": str | None,
         "running": str,
+        "stage_running": bool,
+        "stopped_by": str,
     },
     total=False,
 )
-"""One line of the audit trail (``from`` is a keyword, hence the functional form)."""
+"""One line of the audit trail (``from`` is a keyword, hence the functional form). An
+entry that ends an attempt says when that attempt stopped running its stages: at its `at`
+when its owner wrote it once its stage had returned; else `stage_running` (a hand-back
+written from outside while the stage ran) or `last_seen` (a rescue: the silent owner's
+last write), and `stopped_by`, the latest it ran (docs/flow-control.md)."""
 
 
 class JobRecord(TypedDict, total=False):

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from shared import finish, job_queue, metrics
 from shared.errors import AttemptsExhausted, LostRace, NotFound, OwnerGone, StorageError
-from shared.jobs import JobError, JobRecord, JobStatus, WatchdogAction
+from shared.jobs import HistoryEntry, JobError, JobRecord, JobStatus, WatchdogAction
 from shared.logs import get_logger
 from shared.seams import ring_or_leave
 from shared.sweep_plan import MARK_SLACK_MAX_S
@@ -195,10 +195,39 @@ def _write_requeued(
 ) -> Stored | None:
     """The record back to queued, generation-matched; None when someone else acted first."""
     fields = job_queue.requeue_fields(stored.record, now, rescued=rescued, error=error)
+    if rescued:
+        job = stored.record
+        fields = with_newest(fields, silent_since(job, ctx.settings.stale_seconds_of(job)))
     try:
         return ctx.store.update({**stored.record, **fields}, stored.generation)
     except (LostRace, NotFound):
         return None
+
+
+def silent_since(job: JobRecord, stale_s: float) -> HistoryEntry:
+    """What the entry that ends a silent owner's attempt (a rescue, or a claim taking the
+    record over) says of it (issue 46): `last_seen`, its record's updated_at (its last
+    proof of life), and `stopped_by`, that plus the stale time: its lease, from when others
+    may take its concurrency place. An owner that died stopped earlier; one cut off from
+    storage stops itself within its lease; one paused or starved past it (alive) stops at
+    its next check() or write, refused (docs/flow-control.md)."""
+    seen = job_queue.parse_time(job.get("updated_at"))
+    if seen is None:
+        return {}
+    lease_end = seen + timedelta(seconds=stale_s)
+    return {
+        "last_seen": job_queue.format_time(seen),
+        "stopped_by": job_queue.format_time(lease_end),
+    }
+
+
+def with_newest(fields: JobRecord, more: HistoryEntry) -> JobRecord:
+    """`fields` with the history entry they append (the newest) extended by `more`."""
+    history = fields.get("history") or []
+    if not more or not history:
+        return fields
+    entry: HistoryEntry = {**history[-1], **more}
+    return {**fields, "history": [*history[:-1], entry]}
 
 
 def _mark(ctx: Context, written: Stored, now: datetime, *, rerings: int) -> None:
@@ -226,7 +255,10 @@ def _fail(
         retryable=False,
         out_of_attempts=True,
     )
-    new: JobRecord = {**job, **job_queue.fail_fields(job, now, error)}
+    fields = job_queue.fail_fields(job, now, error)
+    if job.get("status") == JobStatus.RUNNING:  # a silent owner's attempt ends here
+        fields = with_newest(fields, silent_since(job, ctx.settings.stale_seconds_of(job)))
+    new: JobRecord = {**job, **fields}
     try:
         written = ctx.store.update(new, stored.generation)
     except (LostRace, NotFound):

@@ -60,7 +60,7 @@ class OwnedRecord:
         self._pending: (
             tuple[str, int, JsonObject, list[str], str | None, list[str] | None, str | None] | None
         ) = None
-        self._last_write = self._seconds()
+        self._last_write = self._stamp_of(stored)
         self.writes = 0
         self._progress: JsonObject | None = None  # a stage's report not yet written
 
@@ -74,6 +74,12 @@ class OwnedRecord:
     def stored(self) -> Stored:
         with self._lock:
             return self._stored
+
+    def proof_age(self) -> float:
+        """Seconds since this owner last proved it holds the job: since the stamp of its
+        last write that landed (others judge its staleness by that stamp)."""
+        with self._lock:
+            return self._since_write()
 
     @property
     def has_pending(self) -> bool:
@@ -196,6 +202,9 @@ class OwnedRecord:
         return True
 
     def _write(self, build: Build, event: Write) -> None:
+        # a write proves life as of its stamp (the record's updated_at, taken in `build`
+        # from here on), which is what others judge staleness by, however late it lands
+        began = self._seconds()
         job = self._stored.record
         new: JobRecord = {**job, **build(job)}
         progress = self._progress
@@ -210,13 +219,20 @@ class OwnedRecord:
             )
             raise OwnerLost(str(exc)) from None
         self.writes += 1
-        self._last_write = self._seconds()
+        self._last_write = began
         if self._progress is progress:
             self._progress = None
         self._log.debug("record written", write=event, generation=self._stored.generation)
 
     def _seconds(self) -> float:
         return self._clock().timestamp()
+
+    def _stamp_of(self, stored: Stored) -> float:
+        """When the record says its owner last proved life (its updated_at), at the
+        latest now."""
+        stamp = job_queue.parse_time(stored.record.get("updated_at"))
+        now = self._seconds()
+        return now if stamp is None else min(now, stamp.timestamp())
 
     def _since_write(self) -> float:
         return self._seconds() - self._last_write

@@ -26,7 +26,7 @@ import secrets
 import socket
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from shared import faults, finish, job_queue, metrics, records, resume, timing
@@ -34,7 +34,7 @@ from shared.claim import dispatch, due_wait, stage_errors
 from shared.claim.budget import PushBudget, unlimited
 from shared.claim.drain import GATE, Arrival, DrainGate, backlog_sign, drain
 from shared.claim.owned import Heartbeat, OwnedRecord
-from shared.claim.shutdown import SHUTDOWN, Shutdown
+from shared.claim.shutdown import CLOUD_RUN_GRACE_S, SHUTDOWN, Shutdown
 from shared.claim.slots import Slots, get_slots
 from shared.claim.stage_outputs import StageOutputs
 from shared.claim.timeouts import Deadline, TimedOut
@@ -53,11 +53,11 @@ from shared.errors import (
     UnknownPipeline,
 )
 from shared.features import workflows
-from shared.jobs import JobRecord, JobStatus, JsonObject
+from shared.jobs import HistoryEntry, JobRecord, JobStatus, JsonObject
 from shared.logs import JobLogger, get_logger
 from shared.outcome import Outcome, OutcomeKind
 from shared.pipelines import Pipeline, Stage, StageContext, get_pipeline
-from shared.recovery import mark_due, recover
+from shared.recovery import mark_due, recover, silent_since, with_newest
 from shared.seams import Context, ring_or_leave
 from shared.storage import Stored
 from shared.traces import export as trace_export
@@ -282,6 +282,8 @@ class _Runner:
                 revision=self.revision,
                 stage=plan.first_stage(),
             )
+            if job.get("status") == JobStatus.RUNNING:  # over a silent owner (issue 46)
+                stamp = with_newest(stamp, silent_since(job, self.settings.stale_seconds_of(job)))
             new: JobRecord = {**job, **stamp}
         except IllegalTransition as exc:
             return Outcome(job_id, OutcomeKind.SKIPPED, str(exc))
@@ -449,6 +451,14 @@ def _plan(job: JobRecord, revision: str | None) -> _Plan:
     return _Plan(pipeline, versions.get(decision.version or "", []), decision)
 
 
+def _kill_deadline(shutdown: Shutdown, now: datetime) -> datetime:
+    """The latest this instance lives, on the record's clock: the platform's SIGKILL
+    comes CLOUD_RUN_GRACE_S after the SIGTERM (shared.claim.shutdown)."""
+    began = shutdown.began_at if shutdown.began_at is not None else time.monotonic()
+    left = max(0.0, began + CLOUD_RUN_GRACE_S - time.monotonic())
+    return now + timedelta(seconds=left)
+
+
 def _require_plain(state: JsonObject, result: JsonObject) -> None:
     """A stage must leave state and result the record can hold (a stage error if not)."""
     depth = records.MAX_RECORD_DEPTH - 2  # state sits at level 3 of the record
@@ -511,6 +521,8 @@ class _Job:
             for index in range(next_stage, len(stages)):
                 if self.r.shutdown.requested:  # a stage boundary: the checkpoint is saved
                     return self._hand_back("at a stage boundary")
+                if self._lease_lost():  # issue 46: no stage starts without its lease
+                    return self._lost("ownership not proven at a stage boundary")
                 name, fn = stages[index]
                 outcome = self._stage(pipeline, index, len(stages), name, fn, state, result)
                 if outcome is not None:
@@ -582,14 +594,28 @@ class _Job:
     def _stopped(self) -> bool:
         """check(): True once this owner lost the job; ShuttingDown once the instance
         is going away (the stage stops and the job is handed back)."""
+        if self._lease_lost():
+            return True
+        if self.r.shutdown.requested:
+            raise ShuttingDown(f"job {self.job_id}: the instance is shutting down")
+        return False
+
+    def _lease_lost(self) -> bool:
+        """True once this owner lost the job, or cannot prove it holds it within its
+        lease (issue 46): others take a silent owner's record (and its concurrency place)
+        once its last proof of life is older than the stale time, so past two thirds of
+        it with no proof landing, the owner stops of its own accord. A storage hiccup
+        before then is no proof of loss: the CAS writes decide."""
         try:
             self.owned.confirm(self.confirm_s)
         except OwnerLost:
             return True
-        except Unavailable as exc:  # a storage hiccup is no proof of loss; the CAS writes decide
+        except Unavailable as exc:
+            lease = self.r.settings.stale_seconds_of(self.job) * 2 / 3
+            if self.owned.proof_age() >= lease:
+                self.log.warning("no proof of ownership within its lease", error=str(exc))
+                return True
             self.log.warning("could not confirm ownership", error=str(exc))
-        if self.r.shutdown.requested:
-            raise ShuttingDown(f"job {self.job_id}: the instance is shutting down")
         return False
 
     # --- final writes
@@ -727,14 +753,23 @@ class _Job:
                 logger=self.log,
             )
 
-    def _hand_back(self, why: str) -> Outcome:
+    def _hand_back(self, why: str, *, stage_running: bool = False) -> Outcome:
         """The instance is shutting down: queue the job again at no cost (the pending
-        checkpoint goes into the same write), ring its doorbell, answer the push."""
+        checkpoint goes into the same write), ring its doorbell, answer the push.
+        `stage_running`: written from outside while the stage runs on; its history entry
+        says so, and that it runs at the latest until the platform's SIGKILL."""
         now = self.r.clock()
         budget = self.r.settings.max_attempts
+        until = _kill_deadline(self.r.shutdown, now) if stage_running else None
+
+        # issue 46: flow control keeps the attempt's concurrency place until `until`
+        # (shared.features.flow_policy.running_until)
+        said: HistoryEntry = {}
+        if until is not None:
+            said = {"stage_running": True, "stopped_by": job_queue.format_time(until)}
 
         def build(job: JobRecord) -> JobRecord:
-            return job_queue.handback_fields(job, now, max_attempts=budget)
+            return with_newest(job_queue.handback_fields(job, now, max_attempts=budget), said)
 
         try:
             handed = self.owned.finish(build, "handed back")
@@ -769,7 +804,7 @@ class _Job:
         """Called by the shutdown's thread when the stage reached neither a boundary nor
         check() in time: the stage cannot be stopped, but its owner's writes are refused
         from now on (a finished job refuses the hand-back instead)."""
-        self._hand_back("the stage did not stop in time")
+        self._hand_back("the stage did not stop in time", stage_running=True)
 
     def _time_out(self, limit: float) -> None:
         """Time, on the deadline's thread: end this attempt by CAS while the

@@ -66,8 +66,9 @@ RESUME_PER_S = 500.0
 point is that the claim service scales up as the pushes come, not all at once)."""
 SWEEP_LISTING = 500
 
-_HELD: dict[str, tuple[str, int]] = {}
-"""job id -> (place name, generation) this process took for it (the release's fast path)."""
+_HELD: dict[tuple[str, int], tuple[str, int]] = {}
+"""(job id, attempt) -> (place name, generation) this process took for that attempt (the
+release's fast path; by attempt, so a release never uses another attempt's)."""
 _HELD_LOCK = threading.Lock()
 _PAUSE_CACHE: dict[str, tuple[bool, float]] = {}
 
@@ -309,23 +310,38 @@ def limit_gate(ctx: Context, stored: Stored, now: datetime) -> Outcome | None:
     key, n = limits.key, limits.max_running
     job_id = str(job.get("id"))
     me = fp.Holder(job_id, job_queue.attempts_of(job) + 1, now)
-    if _take_place(ctx, key, n, me, now):
+    if _take_place(ctx, key, n, me, now).taken:
         return None
     waiter = fp.waiter_name(key, job)
     _create(ctx.store, waiter)
     # a holder that freed its place between our look and our marker did not see the
     # marker: look once more, now that the marker is there
-    if _take_place(ctx, key, n, me, now):
+    look = _take_place(ctx, key, n, me, now)
+    if look.taken:
         ctx.store.delete_blob(waiter)
         return None
+    if look.until is not None:  # a stage handed back from outside may run until then
+        ALARMS.ring_at(
+            look.until, job_id, ctx.doorbell, job.get("traceparent"), job.get("pipeline")
+        )
     log.info("at its key's limit: waiting", job_id=job_id, key=key, max_running=n)
     return Outcome(job_id, OutcomeKind.SKIPPED, f"key {key} has {n} running: waiting")
 
 
-def _take_place(ctx: Context, key: str, n: int, me: fp.Holder, now: datetime) -> bool:
+@dataclass(frozen=True)
+class _Look:
+    """One look at a key's places: taken, or the soonest a place held `until` frees."""
+
+    taken: bool
+    until: datetime | None = None
+
+
+def _take_place(ctx: Context, key: str, n: int, me: fp.Holder, now: datetime) -> _Look:
     """Take a place of the key: create a missing one, or compare-and-swap over a free one
-    (empty) or one whose holder no longer holds it. A place is never deleted, only emptied
-    by a compare-and-swap, so no stray delete can free a place someone holds (a delete's
+    (empty) or one whose holder no longer holds it. A holder that is silent (running,
+    stale) or never claimed is fenced first (_fence): its next write fails, so it stops
+    before this job starts (issue 46). A place is never deleted, only emptied by a
+    compare-and-swap, so no stray delete can free a place someone holds (a delete's
     precondition is not honoured everywhere: fake-gcs-server ignores it)."""
     store = ctx.store
     present = {fp.place_index(b.name) for b in store.list_blobs(fp.places_prefix(key))}
@@ -333,37 +349,82 @@ def _take_place(ctx: Context, key: str, n: int, me: fp.Holder, now: datetime) ->
     order = [(shift + i) % n for i in range(n)]
     for k in order:
         if k not in present and _put(store, fp.place_name(key, k), me, 0):
-            return True
+            return _Look(True)
+    soonest: datetime | None = None
     for k in order:
         if k not in present:
             continue
-        name = fp.place_name(key, k)
-        try:
-            blob = store.read_blob(name)
-        except NotFound:
-            if _put(store, name, me, 0):
-                return True
-            continue
-        holder = fp.parse_holder(blob.data)
-        if holder is not None and (holder.job_id, holder.attempt) == (me.job_id, me.attempt):
-            _remember(me.job_id, name, blob.generation)  # ours already (a redelivery)
-            return True
-        if holder is not None and _holds(ctx, holder, now):
-            continue
-        if _put(store, name, me, blob.generation):  # free, or its holder is gone
-            if holder is not None:
-                log.info("took over a place its holder no longer holds", key=key, place=k)
-            return True
-    return False
+        taken, until = _take(ctx, fp.place_name(key, k), me, now)
+        if taken:
+            return _Look(True)
+        if until is not None and (soonest is None or until < soonest):
+            soonest = until
+    return _Look(False, soonest)
 
 
-def _holds(ctx: Context, holder: fp.Holder, now: datetime) -> bool:
+def _take(ctx: Context, name: str, me: fp.Holder, now: datetime) -> tuple[bool, datetime | None]:
+    """Take one existing place if it is free or its holder is gone, fencing a silent or
+    unclaimed holder first; (taken, when a place held `until` frees)."""
+    store = ctx.store
     try:
-        record: JobRecord | None = ctx.store.read(holder.job_id).record
+        blob = store.read_blob(name)
+    except NotFound:
+        return _put(store, name, me, 0), None
+    holder = fp.parse_holder(blob.data)
+    if holder is None:  # empty: free
+        return _put(store, name, me, blob.generation), None
+    if (holder.job_id, holder.attempt) == (me.job_id, me.attempt):
+        _remember(me, name, blob.generation)  # ours already (a redelivery)
+        return True, None
+    standing, record = _standing(ctx, holder, now)
+    if standing is fp.Standing.HOLDS:
+        return False, holder.until
+    # an older attempt of this job needs no fence: this job's claim, on the record its
+    # gate read, is one (and while that attempt runs fresh, the place still counts)
+    fence = standing is not fp.Standing.GONE and holder.job_id != me.job_id
+    if fence and not _fence(ctx, record):
+        return False, None  # it proved alive, or changed: it keeps the place
+    if _put(store, name, me, blob.generation):
+        _took_over(me, name, holder)
+        return True, None
+    return False, None  # someone else took it meanwhile
+
+
+def _standing(ctx: Context, holder: fp.Holder, now: datetime) -> tuple[fp.Standing, Stored | None]:
+    try:
+        record: Stored | None = ctx.store.read(holder.job_id)
     except (NotFound, CorruptRecord, InvalidInput):
         record = None
-    stale = ctx.settings.stale_seconds_of(record or {})  # its pool's: limits span pools
-    return fp.holds(holder, record, now, stale)
+    job = record.record if record is not None else None
+    stale = ctx.settings.stale_seconds_of(job or {})  # its pool's: limits span pools
+    return fp.standing(holder, job, now, stale), record
+
+
+def _fence(ctx: Context, record: Stored | None) -> bool:
+    """Make a silent or unclaimed holder's next write fail before its place is taken: its
+    record is written back as it is, generation-matched (only the generation moves, so the
+    watchdog still sees when it last proved life, and rescues it as before). A live owner
+    (paused, starved, cut off) then stops at its next write or check(); a claim still on
+    its way loses. False when the record changed first (it proved alive, or someone acted):
+    the place is not taken this time."""
+    if record is None:
+        return False
+    try:
+        ctx.store.update(record.record, record.generation)
+    except (LostRace, NotFound):
+        return False
+    return True
+
+
+def _took_over(me: fp.Holder, name: str, holder: fp.Holder) -> None:
+    log.info(
+        "took over a place its holder no longer holds",
+        place=name,
+        job_id=me.job_id,
+        attempt=me.attempt,
+        from_job=holder.job_id,
+        from_attempt=holder.attempt,
+    )
 
 
 def _put(store: Store, name: str, me: fp.Holder, generation: int) -> bool:
@@ -371,36 +432,56 @@ def _put(store: Store, name: str, me: fp.Holder, generation: int) -> bool:
         written = store.put_blob(name, me.to_bytes(), generation=generation)
     except (AlreadyExists, LostRace, NotFound):
         return False
-    _remember(me.job_id, name, written)
+    _remember(me, name, written)
     return True
 
 
-def _remember(job_id: str, name: str, generation: int) -> None:
+def _remember(me: fp.Holder, name: str, generation: int) -> None:
     with _HELD_LOCK:
-        _HELD[job_id] = (name, generation)
+        _HELD[(me.job_id, me.attempt)] = (name, generation)
 
 
 def release(
-    store: Store, doorbell: Ringer | None, record: JobRecord, *, attempt: int | None = None
+    store: Store,
+    doorbell: Ringer | None,
+    record: JobRecord,
+    *,
+    attempt: int | None = None,
+    hold_until: datetime | None = None,
 ) -> None:
-    """Give back the place a job held and ring its key's oldest waiters (after a terminal
-    write: a finish hook; after a requeue, hand-back or rescue). The place is emptied by a
-    compare-and-swap on the generation it was taken at (this process remembers it; else
-    each place is read), so a place someone else took over meanwhile is left alone, and
-    running it twice is harmless."""
+    """Give back the place a job's attempt held and ring its key's oldest waiters (after a
+    terminal write: a finish hook; after a requeue, hand-back or rescue). The place is
+    emptied by a compare-and-swap on the generation it was taken at (this process
+    remembers it; else each place is read), so a place someone else took over meanwhile
+    is left alone, and running it twice is harmless. `hold_until`: the attempt's stage
+    may still run until then (a hand-back from outside), so the place stays its own
+    until then, whatever its record says."""
     limits = limits_of(record)
     if limits.key is None or limits.max_running is None:
         return
     key = limits.key
     job_id = str(record.get("id"))
-    with _HELD_LOCK:
-        known = _HELD.pop(job_id, None)
     if attempt is None:  # the attempt that ran (a terminal, requeued or rescued record)
         attempt = job_queue.attempts_of(record)
+    with _HELD_LOCK:
+        known = _HELD.pop((job_id, attempt), None)
     mine = [known] if known else list(_places_of(store, key, job_id, attempt))
+    kept = fp.Holder(job_id, attempt, None, hold_until).to_bytes() if hold_until else b""
     for name, generation in mine:
-        with contextlib.suppress(LostRace, NotFound):
-            store.put_blob(name, b"", generation=generation)
+        freed = True
+        try:
+            store.put_blob(name, kept, generation=generation)
+        except (LostRace, NotFound):
+            freed = False  # taken over meanwhile: someone else's now
+        log.info(
+            "gave back a place" if not hold_until else "kept a place while its stage may run",
+            key=key,
+            place=name,
+            job_id=job_id,
+            attempt=attempt,
+            freed=freed,
+            until=hold_until.isoformat() if hold_until else None,
+        )
     if doorbell is not None:
         wake(store, doorbell, key)
 
@@ -461,8 +542,9 @@ def _days(since: datetime, now: datetime) -> list[datetime]:
 
 def release_hook(ctx: Context, record: JobRecord) -> None:
     """After a terminal write, a requeue, a hand-back or a rescue: give back the job's
-    place and ring its key's oldest waiters (release)."""
-    release(ctx.store, ctx.doorbell, record)
+    place and ring its key's oldest waiters (release); an attempt whose stage may still
+    run (its history says until when) keeps its place until then."""
+    release(ctx.store, ctx.doorbell, record, hold_until=fp.running_until(record))
 
 
 # ------------------------------------------------------------------ sweep

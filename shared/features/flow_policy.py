@@ -4,7 +4,9 @@ No I/O and no cloud import (shared.features.flow does the storage work), so ever
 property-tested on its own. Layout of the flow-control objects in the records bucket:
 
   limits/<key>/<k>                      place k (k < max_running) of a concurrency key:
-                                        {"job", "attempt", "at"} of its holder, or empty
+                                        {"job", "attempt", "at"} of its holder (and
+                                        "until": held whatever the record says, while a
+                                        stage handed back from outside may run), or empty
                                         (free; a place is emptied, never deleted)
   waiting-for/<key>/<created>-<id>      a job waiting for a place (oldest first)
   rates/<key>/<window>/<k>              token k (k < limit) of one rate window
@@ -22,6 +24,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 from shared import timing
@@ -297,41 +300,92 @@ def ended_day_prefixes(status: str, day: datetime) -> list[str]:
 
 @dataclass(frozen=True)
 class Holder:
-    """Who a place object says holds it."""
+    """Who a place object says holds it: a job's attempt, when it took the place, and, for
+    an attempt that ended while its stage could still run (a hand-back from outside),
+    until when it keeps the place whatever its record says."""
 
     job_id: str
     attempt: int
     at: datetime | None
+    until: datetime | None = None
 
     def to_bytes(self) -> bytes:
-        at = _utc(self.at).isoformat() if self.at is not None else None
-        return json.dumps({"job": self.job_id, "attempt": self.attempt, "at": at}).encode()
+        body: dict[str, Any] = {
+            "job": self.job_id,
+            "attempt": self.attempt,
+            "at": _utc(self.at).isoformat() if self.at is not None else None,
+        }
+        if self.until is not None:
+            body["until"] = _utc(self.until).isoformat()
+        return json.dumps(body).encode()
 
 
 def parse_holder(data: bytes) -> Holder | None:
     try:
         obj = json.loads(data)
         at = datetime.fromisoformat(obj["at"]) if obj.get("at") else None
-        return Holder(str(obj["job"]), int(obj["attempt"]), at)
+        until = datetime.fromisoformat(obj["until"]) if obj.get("until") else None
+        return Holder(str(obj["job"]), int(obj["attempt"]), at, until)
     except (ValueError, KeyError, TypeError):
         return None
 
 
-def holds(holder: Holder, job: JobRecord | None, now: datetime, stale_s: float) -> bool:
-    """Does this place still count against its key? Only while its holder is running that
-    attempt and fresh (the job's own staleness rule), or has just taken it and is about
-    to claim (queued one attempt below, the place younger than stale_s). A holder that
-    died, finished, was requeued or handed back gives the place back by this rule."""
+class Standing(StrEnum):
+    """What a place's holder is to a job that wants the place."""
+
+    HOLDS = "holds"
+    """It counts against the key: the place is not free."""
+    GONE = "gone"
+    """It no longer holds: ended, requeued, handed back, rescued, or its record is gone.
+    Whatever it ran has stopped, or can write nothing more: the place is free."""
+    SILENT = "silent"
+    """Running that attempt, but stale: dead, or alive and silent (paused, starved, cut
+    off). Its record must be fenced (rescued) first: a live one would run on unfenced."""
+    UNCLAIMED = "unclaimed"
+    """It took the place longer than the stale time ago and never claimed: its claim may
+    still land (a stalled delivery). Its record must be fenced (rewritten) first."""
+
+
+def standing(holder: Holder, job: JobRecord | None, now: datetime, stale_s: float) -> Standing:
+    """The holder's standing, by its own job's record (the same staleness rule as the
+    watchdog's). A place counts while its holder runs that attempt and is fresh; while it
+    has just taken the place and is about to claim (queued one attempt below, the place
+    younger than stale_s); while its job runs the attempt before, fresh (a delivery that
+    took the place from its own silent attempt and lost the claim to it: that attempt is
+    alive); and until its `until`, whatever the record says. A holder that is stale (or
+    never claimed) is not free yet: it must be fenced first. Any other holder is gone."""
+    if holder.until is not None and _utc(now) < _utc(holder.until):
+        return Standing.HOLDS
     if job is None:
-        return False
+        return Standing.GONE
     status = job.get("status")
     attempts = job.get("attempts")
-    updated = timing.read_time(job.get("updated_at"))
-    if status == JobStatus.RUNNING and attempts == holder.attempt:
-        return updated is not None and (_utc(now) - updated).total_seconds() <= stale_s
-    if status == JobStatus.QUEUED and attempts == holder.attempt - 1 and holder.at is not None:
-        return (_utc(now) - _utc(holder.at)).total_seconds() <= stale_s
-    return False
+    if status == JobStatus.RUNNING and attempts in (holder.attempt, holder.attempt - 1):
+        updated = timing.read_time(job.get("updated_at"))
+        fresh = updated is not None and (_utc(now) - updated).total_seconds() <= stale_s
+        return Standing.HOLDS if fresh else Standing.SILENT
+    if status == JobStatus.QUEUED and attempts == holder.attempt - 1:
+        taken = holder.at
+        if taken is not None and (_utc(now) - _utc(taken)).total_seconds() <= stale_s:
+            return Standing.HOLDS
+        return Standing.UNCLAIMED
+    return Standing.GONE
+
+
+def holds(holder: Holder, job: JobRecord | None, now: datetime, stale_s: float) -> bool:
+    """Does this place still count against its key (standing HOLDS)?"""
+    return standing(holder, job, now, stale_s) is Standing.HOLDS
+
+
+def running_until(job: JobRecord) -> datetime | None:
+    """When an attempt that just ended may still run a stage until: the newest history
+    entry's `stopped_by`, when it says its stage was still running (a hand-back from
+    outside: until the platform's SIGKILL); None when its stage had stopped."""
+    history = job.get("history")
+    entry = history[-1] if isinstance(history, list) and history else None
+    if not isinstance(entry, Mapping) or entry.get("stage_running") is not True:
+        return None
+    return timing.read_time(entry.get("stopped_by"))
 
 
 def defer_fields(job: JobRecord, not_before: datetime, token: str | None) -> JobRecord:

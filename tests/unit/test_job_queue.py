@@ -505,8 +505,7 @@ def test_requeue_rescued_counts_rescues() -> None:
         "event": "rescued",
         "owner": "dead",
         "attempt": 1,
-        "last_seen": record["updated_at"],  # the silent owner's last sign of life (a trace)
-    }
+    }  # when the silent owner was last seen is the watchdog's to add (shared.recovery)
     assert q.requeue_fields(running(rescues="x"), NOW, rescued=True)["rescues"] == 1
     assert q.requeue_fields(running(), NOW, rescued=True)["rescues"] == 1
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from shared import job_queue as q
 from shared import records, tracing
+from shared.recovery import silent_since, with_newest
 from shared.traces import spans as trace_spans
 from shared.traces.spans import Span
 
@@ -41,7 +42,8 @@ def rescued_then_handed_back_then_done() -> dict[str, Any]:
     job = apply(job, q.claim_fields(job, "a.1", at(1)))
     job = checkpoint(job, 3, "encode", 1, ["encode"])
     job = apply(job, q.heartbeat_fields(job, at(4)))  # its last sign of life
-    job = apply(job, q.requeue_fields(job, at(10), rescued=True))
+    rescue = q.requeue_fields(job, at(10), rescued=True)  # as the watchdog writes it:
+    job = apply(job, with_newest(rescue, silent_since(job, 5.0)))  # last seen at 4
     job = apply(job, q.claim_fields(job, "b.1", at(11)))
     job = checkpoint(job, 14, "mux", 2, ["encode", "mux"])
     job = apply(job, q.handback_fields(job, at(15), max_attempts=3))
