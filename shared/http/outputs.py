@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, BinaryIO
 
 import flask
 
+from shared import params
 from shared.errors import InvalidInput, NotFound
 from shared.http.edge import Refusal, answer
 from shared.outputs import committed
@@ -70,11 +71,8 @@ def download(queue: Queue, request: flask.Request, job_id: str, name: str) -> fl
 
 
 def _attempt(value: str | None) -> int | None:
-    if value is None:
-        return None
-    if not value.isdigit() or len(value) > 9:
-        raise InvalidInput(f"attempt must be a whole number, got {value[:20]!r}", "attempt")
-    return int(value)
+    """`?attempt=`, read by the one reader of integers (shared.params)."""
+    return None if value is None else params.integer(value, "attempt", low=0, high=10**9)
 
 
 def _pieces(stream: BinaryIO) -> Iterator[bytes]:

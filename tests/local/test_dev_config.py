@@ -217,8 +217,13 @@ def test_the_endpoints_file_is_the_launchers_and_holds_what_a_client_needs(tmp_p
     c = config_from_env({"LOCAL_ENDPOINTS_FILE": str(tmp_path / "dev.json")})
     assert not hasattr(c, "endpoints_file")  # not the cloud's: run() writes it once up
 
+    class Platform:
+        def url(self, name):
+            return f"http://127.0.0.1:3/{name}"
+
     class Up:
         endpoints = {"jobs": "http://127.0.0.1:1/jobs"}
+        platform = Platform()
 
         def client_env(self):
             return {"STORAGE_EMULATOR_HOST": "http://127.0.0.1:2"}
@@ -226,6 +231,9 @@ def test_the_endpoints_file_is_the_launchers_and_holds_what_a_client_needs(tmp_p
     write_endpoints(Up(), tmp_path / "state" / "dev.json")  # type: ignore[arg-type]
     doc = json.loads((tmp_path / "state" / "dev.json").read_text())
     assert doc["endpoints"]["jobs"] == "http://127.0.0.1:1/jobs"
-    assert doc["client_env"] == {"STORAGE_EMULATOR_HOST": "http://127.0.0.1:2"}
+    assert doc["client_env"] == {  # and where a CLI run in the project submits (its 400s)
+        "STORAGE_EMULATOR_HOST": "http://127.0.0.1:2",
+        "RECLAIM_SUBMIT_URL": "http://127.0.0.1:3/submit",
+    }
     assert doc["pid"] == os.getpid()
     assert [p.name for p in (tmp_path / "state").iterdir()] == ["dev.json"]  # no partial left
