@@ -66,6 +66,7 @@ class Ending(StrEnum):
     REQUEUED = "requeued"
     CANCELLED = "cancelled"
     HANDED_BACK = "handed back"  # its instance got SIGTERM (no attempt spent)
+    PARKED = "parked"  # a stage ended early to wait: the job holds no slot (no attempt spent)
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,7 @@ class SweepResult:
     released: int = 0  # time: delayed jobs moved into pending/ and rung
     expired: int = 0  # time: ended by their expiry before they started
     unique_released: int = 0  # time: unique locks that no longer held, removed
+    resumed: int = 0  # waits: parked jobs released (their time came, or a repair)
 
     def add(self, counts: Mapping[str, int | bool]) -> None:
         """Add a pass's counts (named like the fields): numbers add up, flags or."""
