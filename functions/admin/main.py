@@ -13,6 +13,7 @@ from __future__ import annotations
 import flask
 
 from shared.http import routes as api_routes
+from shared.http import waitpoints
 from shared.http.edge import Refusal, answer, entry_point, framework_errors, require_method
 from shared.http.once import SettingsOnce
 
@@ -24,12 +25,16 @@ framework_errors()
 
 @entry_point("admin")
 def admin(request: flask.Request) -> flask.Response:
-    """POST /jobs/<id>/cancel|retry, /bulk/cancel|retry, /pipelines/<name>/pause|resume;
-    GET /health. Any other path is a 404 pointing at submit."""
+    """POST /jobs/<id>/cancel|retry|complete, /bulk/cancel|retry,
+    /pipelines/<name>/pause|resume, /waitpoints/<token>; GET /health. Any other path is a
+    404 pointing at submit."""
     path = request.path.rstrip("/") or "/"
     if path == HEALTH_PATH:
         require_method(request, ("GET",))
         return answer(200, {"ok": True})
+    token = waitpoints.waitpoint_token(path)  # an operator's completion, IAM-checked
+    if token is not None:
+        return waitpoints.complete_waitpoint(_settings.queue(), request, token)
     route = api_routes.operator_route(path)
     if route is None:
         raise Refusal(

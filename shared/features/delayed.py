@@ -119,7 +119,7 @@ def _release_one(ctx: Context, now: datetime, info: BlobInfo, job_id: str, out: 
         log.error("corrupt delayed record left for a person", job_id=job_id)
         return
     job = stored.record
-    if job.get("status") == JobStatus.WAITING and _woken(ctx, now, stored, name, out):
+    if not job_queue.is_terminal(job) and _woken(ctx, now, stored, name, out):
         return  # a feature's own entry (waits: a sleep's end, a waitpoint's timeout)
     if job_queue.is_terminal(job) or job.get("status") != "queued":
         if not job_queue.is_terminal(job):  # started early (a stray doorbell): rescuable

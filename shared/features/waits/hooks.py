@@ -67,13 +67,17 @@ def sweep_check(ctx: Context, stored: Stored, now: datetime) -> Settled | None:
 
 
 def wake_from_index(ctx: Context, stored: Stored, name: str, now: datetime) -> str | None:
-    """The time index found a waiting job (shared.features.delayed, Feature.wakes): None
-    when it is not parked (a child waiting for its parents); "resumed" when its time came
+    """The time index found a job's entry (shared.features.delayed, Feature.wakes): None
+    when it is not a park's (a delayed job, a child waiting for its parents); "resumed"
+    when its time came
     and this released it, "later" when it is not due yet, "stale" when the entry is not
     its park's (it was released, or parked again): the caller drops it."""
     record = stored.record
     if not rules.is_parked(record):
-        return None
+        waited = record.get("waited")  # released already (the release's own delete raced)
+        until = timing.read_time(waited.get("until")) if isinstance(waited, dict) else None
+        mine = until is not None and timing.scheduled_name(str(record["id"]), until) == name
+        return "stale" if mine else None
     wake = rules.wake_at(record)
     if wake is None or timing.scheduled_name(str(record["id"]), wake) != name:
         return "stale"
