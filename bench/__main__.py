@@ -47,6 +47,7 @@ ORDER = (  # the order of the table; one name per line
     "imports",
     "flow",
     "workflows",
+    "waits",
     "handback",
     "rollout",
     "client",

@@ -153,12 +153,14 @@ def _log_gauges(
 ) -> None:
     """One ``queue`` line per known pipeline (zeros included) and per pipeline seen: the
     records read, and the markers left unread counted from the listing."""
+    ahead = [e for e in unread if e.due is not None and e.due > now]  # parks (waits)
     gauges = metrics.queue_gauges(
         pending,
         now,
         pipelines=pipeline_names(),
         skew_s=settings.clock_skew_seconds,
-        unread=[e.pipeline for e in unread],
+        unread=[e.pipeline for e in unread if e not in ahead],
+        parked=[e.pipeline for e in ahead],
     )
     for gauge in gauges.values():
         log.info("queue gauge", **gauge.fields())

@@ -13,7 +13,6 @@ from __future__ import annotations
 import flask
 
 from shared.http import routes as api_routes
-from shared.http import waitpoints
 from shared.http.edge import Refusal, answer, entry_point, framework_errors, require_method
 from shared.http.once import SettingsOnce
 
@@ -32,9 +31,6 @@ def admin(request: flask.Request) -> flask.Response:
     if path == HEALTH_PATH:
         require_method(request, ("GET",))
         return answer(200, {"ok": True})
-    token = waitpoints.waitpoint_token(path)  # an operator's completion, IAM-checked
-    if token is not None:
-        return waitpoints.complete_waitpoint(_settings.queue(), request, token)
     route = api_routes.operator_route(path)
     if route is None:
         raise Refusal(

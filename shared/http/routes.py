@@ -27,7 +27,7 @@ _ONE_JOB_KEYS: dict[str, dict[str, int]] = {"cancel": {"reason": 500}, "retry": 
 
 OPERATOR_ROUTES = (
     "POST /jobs/<id>/cancel|retry|complete, POST /bulk/cancel|retry, "
-    "POST /pipelines/<name>/pause|resume"
+    "POST /pipelines/<name>/pause|resume, POST /waitpoints/<token>"
 )
 ADMIN_POINTER = (
     "it is an operator route, served by the admin function to operators only (terraform "
@@ -43,6 +43,8 @@ def operator_route(path: str) -> tuple[str, str] | None:
         return head, rest
     if (head == "bulk" and rest) or (head == "pipelines" and rest.count("/") == 1):
         return head, rest
+    if head == waitpoints.ROUTE and rest and "/" not in rest:  # waits: a token's completion
+        return head, rest
     return None
 
 
@@ -53,6 +55,8 @@ def operator_action(queue: Queue, request: flask.Request, head: str, rest: str) 
         return job_action(queue, request, *rest.rsplit("/", 1))
     if head == "bulk":
         return bulk_action(queue, request, rest)
+    if head == waitpoints.ROUTE:  # the admin's own: an operator completes by token, IAM-checked
+        return waitpoints.complete_waitpoint(queue, request, rest)
     return pipeline_action(queue, request, *rest.split("/"))
 
 

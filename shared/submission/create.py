@@ -218,8 +218,9 @@ def create_records(ctx: Context, built: Sequence[JobRecord]) -> list[tuple[str, 
         ctx.store.add_pending(
             job_id, pool=ctx.settings.marker_pool(record), pipeline=record.get("pipeline")
         )
-        try:
-            stored = ctx.store.create(record)
+        try:  # fresh: a feature's own ids (a fan-out's children), which no reclaim from
+            # before the hash segment wrote under its old names (storage.Store.create)
+            stored = ctx.store.create(record, fresh_id=True)
         except AlreadyExists:
             return SubmittedJob(job_id, "unknown", created=False)
         batch_id = record.get("batch_id")

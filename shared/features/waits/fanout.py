@@ -83,7 +83,6 @@ class ChildrenPlan:
         """Every child may have ended before the park: look once, release if so."""
         fanout = str(self.park["fanout"])
         if ctx.store.list_blobs(rules.open_prefix(fanout), limit=1):
-            release.mark(ctx, parked.record, release.park_due(parked.record, ctx.now()))
             return False
         return release_parent(ctx, str(parked.record["id"]), fanout, stored=parked)
 
@@ -110,7 +109,15 @@ def start(
         raise PermanentError("fan_out: this context cannot create jobs (no front door)")
     parent = str(job["id"])
     fanout = rules.fanout_id(parent, stage_index)
-    spec = {"parent": parent, "stage": stage, "total": len(specs), "on_child_failure": policy}
+    spec = {
+        "parent": parent,
+        "stage": stage,
+        "total": len(specs),
+        "on_child_failure": policy,
+        # the attempt makes each run's bytes its own: a create-only write that finds the
+        # same bytes counts as its own retry landing twice (shared.stores.gcs.put_blob)
+        "attempt": job_queue.attempts_of(job),
+    }
     existing = _existing(ctx, fanout, spec)
     built = [
         (i, _child_record(ctx, job, stage_index, stage, fanout, i, s, policy, limit))
@@ -118,16 +125,17 @@ def start(
         if rules.child_id(parent, stage_index, i) not in existing
     ]
     attempt = job_queue.attempts_of(job)
+    created = 0
     for start_at in range(0, len(built), CHUNK):
-        _create_chunk(ctx, [rec for _i, rec in built[start_at : start_at + CHUNK]])
+        created += _create_chunk(ctx, [rec for _i, rec in built[start_at : start_at + CHUNK]])
         faults.kill_if(f"fan-out.{attempt}", parent)  # test-only: a parent killed mid-way
     log.info(
         "fan-out: children created",
         job_id=parent,
         fanout=fanout,
         total=len(specs),
-        created=len(built),
-        kept=len(specs) - len(built),
+        created=created,
+        kept=len(specs) - created,
     )
     park = {
         **rules.base_park("children", stage, stage_index + 1, ctx.now()),
@@ -215,9 +223,10 @@ def _child_record(
     return record
 
 
-def _create_chunk(ctx: Context, chunk: list[JobRecord]) -> None:
+def _create_chunk(ctx: Context, chunk: list[JobRecord]) -> int:
     """Open markers first, then the children; a child a lost run made already (its record
-    there, not in the batch listing yet) is settled again if it ended meanwhile."""
+    there, not in the batch listing yet) is settled again if it ended meanwhile. Returns
+    how many were created now."""
     assert ctx.create_jobs is not None
     names = [rules.open_name(str(r["batch_id"]), str(r["id"])) for r in chunk]
     _map(lambda name: _put_marker(ctx, name), names)
@@ -225,6 +234,7 @@ def _create_chunk(ctx: Context, chunk: list[JobRecord]) -> None:
     for job_id, created in made:
         if not created:
             _settle_existing(ctx, job_id)
+    return sum(created for _id, created in made)
 
 
 def _put_marker(ctx: Context, name: str) -> None:

@@ -42,15 +42,13 @@ class TimedPlan:
         return rules.park_fields(job, now, self.park, max_attempts)
 
     def after(self, ctx: Context, parked: Stored) -> bool:
-        """A completion that came first, or a time already past, releases it at once;
-        else its pending marker is marked for the sweep's next look (release.park_due)."""
+        """A completion that came first, or a time already past, releases it at once.
+        Its pending marker is left as it is: a wait shorter than the stale time costs the
+        sweep nothing; a longer one is read once and marked ahead (hooks.sweep_check)."""
         now = ctx.now()
         if self.kind == "token" and release.release_early(ctx, parked):
             return True
-        if release.is_due(parked.record, now) and release.wake(ctx, parked, now):
-            return True
-        release.mark(ctx, parked.record, release.park_due(parked.record, now))
-        return False
+        return release.is_due(parked.record, now) and release.wake(ctx, parked, now)
 
 
 class Tools:

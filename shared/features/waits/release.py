@@ -18,6 +18,7 @@ freed slot and the sweep find the job by that mark.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -45,9 +46,9 @@ log = get_logger(__name__)
 
 CAS_TRIES = 8
 RECHECK = timedelta(hours=1)
-"""A parked job without a nearer wake time has its pending marker marked due this far
-ahead: the sweep reads it about once an hour (a safety net for a release whose write or
-doorbell was lost), never every run."""
+"""A parked job the sweep has looked at has its pending marker marked due its wake time,
+at most this far ahead: the sweep reads it about once an hour (a safety net for a release
+whose write or doorbell was lost), never every run."""
 
 
 def mark(ctx: Context, record: Mapping[str, Any], due: datetime) -> bool:
@@ -249,7 +250,9 @@ def _record_early(
 ) -> Completion | None:
     """Keep a completion that came before its job waited (create-only: the first wins);
     None when this one was kept, else the answer to give."""
-    body = json.dumps(dict(ended), separators=(",", ":")).encode()
+    # a nonce: two completions with the same data at the same instant are still two writes
+    # (a create-only write that finds its own bytes counts as its retry: stores.gcs.put_blob)
+    body = json.dumps({**ended, "nonce": uuid.uuid4().hex}, separators=(",", ":")).encode()
     try:
         ctx.store.put_blob(rules.done_name(job_id, ref), body, generation=0)
     except AlreadyExists:
@@ -269,7 +272,10 @@ def early_completion(ctx: Context, job_id: str, ref: str) -> dict[str, Any] | No
         found = json.loads(blob.data)
     except ValueError:
         return None
-    return found if isinstance(found, dict) else None
+    if not isinstance(found, dict):
+        return None
+    found.pop("nonce", None)
+    return found
 
 
 def _forget_early(ctx: Context, job_id: str, ref: str) -> None:
