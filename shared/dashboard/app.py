@@ -409,8 +409,8 @@ class _Page:
         elif action in ("approve", "reject"):  # its waitpoint (docs/waiting.md)
             try:
                 done = self.queue.complete_job(job_id, {"approved": action == "approve"}, by=by)
-            except InvalidInput as exc:
-                raise Refusal(409, "not waiting", exc.reason) from None
+            except IllegalTransition as exc:
+                raise Refusal(409, "not waiting", str(exc)) from None
             note = f"{action}d: {done.detail}" if done.won else f"not {action}d: {done.detail}"
         else:
             self.queue.cancel(job_id, by=by, reason="cancelled from the dashboard")

@@ -23,7 +23,7 @@ from typing import Any
 
 import flask
 
-from shared.errors import InvalidInput
+from shared.errors import IllegalTransition, InvalidInput
 from shared.http.edge import Refusal, answer, author, read_body, require_method
 from shared.queue import Queue
 from shared.submission.parse import decode_body
@@ -62,10 +62,8 @@ def complete_job(queue: Queue, request: flask.Request, job_id: str) -> flask.Res
     data = body.get("data") if isinstance(body, dict) else None
     try:
         done = queue.complete_job(job_id, data, by=author(request, "http", queue.settings))
-    except InvalidInput as exc:
-        if exc.what == "job id":
-            raise Refusal(409, "not waiting", exc.reason) from None
-        raise
+    except IllegalTransition as exc:  # it waits for no waitpoint (or ended)
+        raise Refusal(409, "not waiting", str(exc)) from None
     return _answer(done.state, done.to_json(), done.detail)
 
 

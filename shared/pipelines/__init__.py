@@ -12,7 +12,7 @@ import importlib.util
 from collections.abc import Iterable
 
 from shared.errors import PermanentError, PipelineModuleError, Stopped, UnknownPipeline
-from shared.pipelines.base import OutputWriter, Pipeline, Stage, StageContext
+from shared.pipelines.base import OutputWriter, Pipeline, Stage, StageContext, Waitpoint
 
 __all__ = [
     "OutputWriter",
@@ -23,6 +23,7 @@ __all__ = [
     "StageContext",
     "Stopped",
     "UnknownPipeline",
+    "Waitpoint",
     "get_pipeline",
     "load_modules",
     "pipeline_names",

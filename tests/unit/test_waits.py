@@ -15,7 +15,7 @@ from shared.claim.drain import DrainGate
 from shared.claim.shutdown import Shutdown
 from shared.claim.slots import Slots
 from shared.config import Settings
-from shared.errors import InvalidInput, Parked
+from shared.errors import IllegalTransition, InvalidInput, Parked
 from shared.features.waits import release, rules
 from shared.jobs import JobStatus
 from shared.outcome import OutcomeKind
@@ -284,7 +284,7 @@ def test_an_operator_completes_the_waitpoint_a_job_is_parked_on() -> None:
     done = queue.complete_job(job_id, {"approved": False}, by="ann@example.com")
     assert done.state == "resumed"
     assert queue.read(job_id)["waited"]["data"] == {"approved": False}
-    with pytest.raises(InvalidInput):
+    with pytest.raises(IllegalTransition):
         queue.complete_job(job_id, {}, by="ann")  # not parked any more
 
 

@@ -24,11 +24,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from shared import faults, timing
+from shared import faults, records, timing
 from shared.errors import (
     AlreadyExists,
     CorruptRecord,
+    IllegalTransition,
     InvalidInput,
+    JobNotFound,
     LostRace,
     NotFound,
     StorageError,
@@ -175,18 +177,21 @@ def complete_token(ctx: Context, token: object, data: Any, by: str) -> Completio
 
 def complete_parked(ctx: Context, job_id: str, data: Any, by: str) -> Completion:
     """Complete the waitpoint a job is parked on now (an operator, the dashboard's Approve
-    and Reject): InvalidInput when it is not parked on one."""
+    and Reject): JobNotFound, or IllegalTransition when it is not parked on one."""
     try:
         data = rules.check_data(data)
     except ValueError as exc:
         raise InvalidInput(str(exc), "data") from None
+    records.validate_job_id(job_id)
     try:
         record = ctx.store.read(job_id).record
     except NotFound:
-        raise InvalidInput(f"job {job_id} does not exist", "job id") from None
+        raise JobNotFound(job_id) from None
     park = record.get("park")
     if not rules.parked_on(record, "token") or not isinstance(park, dict):
-        raise InvalidInput(f"job {job_id} is not waiting for a waitpoint", "job id")
+        raise IllegalTransition(
+            f"job {job_id} is {record.get('status')!s}, not waiting for a waitpoint"
+        )
     return complete(ctx, job_id, str(park.get("ref")), "completed", data=data, by=by)
 
 
