@@ -105,7 +105,10 @@ def test_env_vars_are_exactly_what_the_code_reads() -> None:
     expr = unquote(service["environment_variables"])
     # a pool's claim gets its pool's RECLAIM_* on top (local.pool_env: test_tf_pools.py)
     # and claim its waitpoints' completion URL (local.waits_env: test_tf_waitpoints.py)
-    waits = r'\{for k, v in local\.waits_env : k => v if local\.identity\[each\.key\] == "claim"\}, '
+    waits = (
+        r"\{for k, v in local\.waits_env : k => v "
+        r'if local\.identity\[each\.key\] == "claim"\}, '
+    )
     m = re.fullmatch(
         r"merge\(local\.reclaim_env, local\.pool_env\[each\.key\], " + waits + r"\{(.*)\}\)",
         expr,
