@@ -273,3 +273,59 @@ def test_a_fan_out_joins_once_and_shows_its_links(cloud: LocalCloud) -> None:
     assert len(joins) == 1
     batch = requests.get(f"{cloud.endpoints['submit']}{shown['children_url']}", timeout=30).json()
     assert batch["total"] == 30 and batch["counts"] == {"done": 30}
+
+
+# ------------------------------------------------------------------ the CLI and the client
+
+
+def test_the_cli_shows_a_parked_job_and_completes_it_once(cloud: LocalCloud) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests.cli.cli_support import ROOT
+
+    job_id = post_job(cloud, {"pipeline": "approval"})
+    parked(cloud, job_id)
+    env = {**os.environ, **cloud.client_env()}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "reclaim.cli", *args],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    shown = cli("status", job_id)
+    assert shown.returncode == 0, shown.stderr
+    assert "waiting for" in shown.stdout and "complete at" in shown.stdout
+    listed = cli("list", "--status", "waiting", "--limit", "500")
+    assert listed.returncode == 0 and "parked: waitpoint" in listed.stdout, listed.stdout
+    done = cli("complete", job_id, "--approve", "--by", "ann")
+    assert done.returncode == 0, done.stderr
+    again = cli("complete", job_id, "--reject")
+    assert again.returncode == 2 and "not waiting" in (again.stderr + again.stdout)
+    final = ended(cloud, job_id)
+    assert final["result"]["waited"]["data"] == {"approved": True}
+    assert final["result"]["waited"]["by"] == "ann"
+
+
+def test_the_client_completes_by_url_and_by_job(cloud: LocalCloud) -> None:
+    from reclaim_client import Client, NotAllowed
+
+    client = Client(cloud.endpoints["submit"], admin_url=cloud.endpoints["admin"])
+    first = post_job(cloud, {"pipeline": "approval"})
+    parked(cloud, first)
+    job = client.get(first)
+    assert job.waitpoint_url and job.waiting_for and job.status == "waiting"
+    assert client.complete(job.waitpoint_url, {"via": "url"})["state"] == "resumed"
+    with pytest.raises(NotAllowed):
+        client.complete(job.waitpoint_url, {"via": "again"})
+    second = post_job(cloud, {"pipeline": "approval"})
+    parked(cloud, second)
+    assert client.complete_job(second, {"via": "job"})["state"] == "resumed"
+    assert ended(cloud, first)["result"]["waited"]["data"] == {"via": "url"}
+    assert ended(cloud, second)["result"]["waited"]["data"] == {"via": "job"}
