@@ -93,8 +93,8 @@ demo-waits: venv ## A render waits for an external farm's callback, then fans it
 bench: venv ## Benchmarks: writes bench/results.json and bench/results.md
 	$(PY) -m bench
 
-bench-scale: venv ## The long benchmarks (10,000 jobs queued at once on 4 record shards, the drain off; about half an hour), into the same table
-	$(PY) -m bench --only big_backlog,drain_off
+bench-scale: venv ## The long benchmarks (10,000 jobs queued at once on 4 record shards, the drain off, a 10,000-child fan-out; about an hour), into the same table
+	$(PY) -m bench --only big_backlog,drain_off,waits_scale
 
 MUTATE_STAMP := $(VENV)/.mutate-installed
 $(MUTATE_STAMP): requirements-mutate.txt $(STAMP)

@@ -186,7 +186,7 @@ def _fan_calls() -> dict[str, Any]:
 # ------------------------------------------------------------------ the local cloud
 
 
-def _post(url: str, body: Any) -> dict[str, Any]:
+def _post(url: str, body: Any, timeout_s: float = 60.0) -> dict[str, Any]:
     req = urllib.request.Request(
         url,
         data=json.dumps(body).encode(),
@@ -195,7 +195,7 @@ def _post(url: str, body: Any) -> dict[str, Any]:
     )
     for _ in range(60):
         try:
-            with urllib.request.urlopen(req, timeout=60) as resp:
+            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
                 return dict(json.loads(resp.read()))
         except urllib.error.HTTPError as exc:
             if exc.code not in (429, 503):
@@ -252,7 +252,8 @@ def _parked_on_cloud(log_dir: Path) -> dict[str, Any]:
         batch = f"parked-{int(time.time())}"
         for first in range(0, PARKED, 1000):
             jobs = [{"pipeline": "bench-wait"} for _ in range(min(1000, PARKED - first))]
-            _post(cloud.endpoints["jobs"], {"batch_id": batch, "jobs": jobs})
+            # a thousand records into fake-gcs-server, which scans its bucket on each insert
+            _post(cloud.endpoints["jobs"], {"batch_id": batch, "jobs": jobs}, timeout_s=900.0)
 
         ids = _until("the batch's markers", lambda: _members(b, batch))
 
