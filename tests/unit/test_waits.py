@@ -449,3 +449,53 @@ def test_park_and_release_fields() -> None:
 
 def test_release_due_is_none_for_records_that_are_not_parked() -> None:
     assert release.park_due({"status": "queued"}, START) == START + release.RECHECK
+
+
+def test_an_upload_carrying_the_token_completes_the_wait_once() -> None:
+    from shared.events import UploadedObject
+
+    queue, _store, _bell, _clock = make_queue()
+    job_id = submit(queue, {"pipeline": WAITER})
+    run(queue, job_id)
+    token = SEEN[job_id + ":wp"][-1].token
+    obj = UploadedObject("uploads", "proofs/a.pdf", 7, "application/pdf", 12, {UPLOAD_KEY: token})
+    routed = queue.submit_upload(obj)
+    assert routed.job is None and routed.to_json()["waitpoint"]["state"] == "resumed"
+    again = queue.submit_upload(obj)  # a redelivered notification
+    assert again.to_json()["waitpoint"]["state"] == "already"
+    waited = queue.read(job_id)["waited"]
+    assert waited["data"]["name"] == "proofs/a.pdf" and waited["by"].startswith("upload gs://")
+    forged = UploadedObject("uploads", "x", 8, None, 1, {UPLOAD_KEY: "nope.nope"})
+    assert queue.submit_upload(forged).to_json()["ignored"] is True
+
+
+UPLOAD_KEY = "reclaim-waitpoint"
+
+
+def test_the_sweep_releases_a_job_whose_early_completion_its_park_did_not_see() -> None:
+    """A completer killed between keeping its completion and its second look, the park
+    having looked before the completion was kept: the sweep's pass releases the job."""
+    queue, store, _bell, _clock = make_queue()
+    job_id = submit(queue, {"pipeline": WAITER})
+    run(queue, job_id)
+    park = queue.read(job_id)["park"]
+    body = b'{"status": "completed", "at": "2026-07-26T10:00:00+00:00", "data": {"k": 1}}'
+    store.put_blob(rules.done_name(job_id, park["ref"]), body, generation=0)
+    assert status(queue, job_id) == "waiting"
+    swept = queue.sweep_once()
+    assert swept.resumed == 1 and status(queue, job_id) == "queued"
+    assert queue.read(job_id)["waited"]["data"] == {"k": 1}
+    assert not store.list_blobs(rules.DONE_ROOT)
+
+
+def test_a_parked_job_the_sweep_reads_is_marked_due_ahead_and_counted_parked() -> None:
+    from shared import metrics
+
+    queue, store, _bell, clock = make_queue()
+    job_id = submit(queue, {"pipeline": WAITER})
+    run(queue, job_id)
+    queue.sweep_once()
+    (entry,) = store.list_pending()
+    assert entry.due is not None and entry.due > clock()  # the sweep's one look marked it
+    gauges = metrics.queue_gauges([queue.read(job_id)], clock(), pipelines=[WAITER])
+    assert gauges[WAITER].parked == 1 and gauges[WAITER].queued == 0
