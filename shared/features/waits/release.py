@@ -11,8 +11,9 @@ wins) and read by the park itself right after its write, which releases the job 
 each side writes, then reads the other's, so at least one of them sees both.
 
 The release marks the job's pending marker due before its write (marker first, as
-everywhere): should the process die between the write and the doorbell, the drain of any
-freed slot and the sweep find the job by that mark.
+everywhere), due when its doorbell should have been answered: should the process die
+between the write and the doorbell, the drain of any freed slot and the sweep find the
+job by that mark, and before then no freed slot races a doorbell that is on its way.
 """
 
 from __future__ import annotations
@@ -91,7 +92,10 @@ def release(
         if not matches(job):
             return None
         now = ctx.now()
-        mark(ctx, job, now)  # marker first: the drain and the sweep take it after a crash
+        # marker first: due once the doorbell should have been answered (a fresh doorbell
+        # is on its way until then: Settings.overdue_after_seconds), so after a crash the
+        # drain of any freed slot and the sweep take it, and no slot races for it before
+        mark(ctx, job, now + timedelta(seconds=ctx.settings.overdue_after_seconds))
         try:
             written = ctx.store.update(
                 {**job, **rules.release_fields(job, now, ended)}, stored.generation
