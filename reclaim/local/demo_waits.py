@@ -48,7 +48,7 @@ def pools_doc() -> dict[str, Any]:
                 "pipelines": ["render-frame"],
                 "concurrency": 2,
                 "max_instances": 2,
-                "timeout_seconds": 300,
+                "timeout_seconds": 600,
             }
         }
     }
