@@ -269,9 +269,10 @@ def test_a_forged_or_foreign_token_is_refused() -> None:
     for bad in (forged, "nope", "", "a.b.c", token + "x"):
         with pytest.raises(InvalidInput):
             queue.complete_waitpoint(bad, {}, by="x")
-    other, _s, _b, _c = make_queue()  # another deployment's key
+    other, other_store, _b, _c = make_queue()  # another deployment, no key yet
     with pytest.raises(InvalidInput):
         other.complete_waitpoint(token, {}, by="x")
+    assert other_store.names("waits/") == []  # the refusal wrote nothing, not even a key
     with pytest.raises(InvalidInput):
         queue.complete_waitpoint(token, {"big": "x" * 20_000}, by="x")
     assert status(queue, job_id) == "waiting"

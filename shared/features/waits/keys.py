@@ -62,8 +62,10 @@ def base_url(env: dict[str, str] | None = None) -> str | None:
     return str(value) or None
 
 
-def signing_key(store: Store) -> bytes:
-    """The deployment's waitpoint key, created on first use (cached per store)."""
+def signing_key(store: Store, *, create: bool = True) -> bytes | None:
+    """The deployment's waitpoint key, created on first use (cached per store). Without
+    `create` (a completion checking a token), None when there is none yet: no token can
+    have been made, and a refusal writes nothing."""
     with _LOCK:
         known = _KEYS.get(store)
     if known is not None:
@@ -71,6 +73,8 @@ def signing_key(store: Store) -> bytes:
     try:
         key = store.read_blob(KEY_NAME).data
     except NotFound:
+        if not create:
+            return None
         fresh = secrets.token_bytes(KEY_BYTES)
         try:
             store.put_blob(KEY_NAME, fresh, generation=0)

@@ -85,14 +85,14 @@ class Tools:
         seconds = None if timeout is None else rules.check_seconds(timeout, "timeout")
         self._seq += 1
         ref = rules.ref_of(self.attempt, self.stage_index, self._seq)
-        token = rules.sign(keys.signing_key(self.ctx.store), self.job_id, ref)
+        token = rules.sign(self._key(), self.job_id, ref)
         at = None if seconds is None else self.ctx.now() + timedelta(seconds=seconds)
         return Waitpoint(token, rules.completion_url(keys.base_url(), token), ref, at)
 
     def wait(self, waitpoint: Waitpoint) -> NoReturn:
         if not isinstance(waitpoint, Waitpoint):
             raise TypeError("ctx.wait takes a Waitpoint made by ctx.waitpoint()")
-        found = rules.verify(keys.signing_key(self.ctx.store), waitpoint.token)
+        found = rules.verify(self._key(), waitpoint.token)
         if found is None or found != (self.job_id, waitpoint.ref):
             raise ValueError("ctx.wait: that waitpoint is not one of this job's")
         now = self.ctx.now()
@@ -131,6 +131,11 @@ class Tools:
         return fanout.children_page(self.ctx, self.job, page_token, page_size)
 
     # --- helpers
+
+    def _key(self) -> bytes:
+        key = keys.signing_key(self.ctx.store)
+        assert key is not None  # created on first use
+        return key
 
     def _index_time(self, until: datetime, now: datetime) -> None:
         """The time index's entry, before the park (a leftover is dropped by the sweep)."""
