@@ -500,3 +500,24 @@ def test_a_parked_job_the_sweep_reads_is_marked_due_ahead_and_counted_parked() -
     assert entry.due is not None and entry.due > clock()  # the sweep's one look marked it
     gauges = metrics.queue_gauges([queue.read(job_id)], clock(), pipelines=[WAITER])
     assert gauges[WAITER].parked == 1 and gauges[WAITER].queued == 0
+
+
+def test_the_sweep_marks_a_parked_marker_once_per_look_ahead_not_each_run() -> None:
+    queue, store, _bell, clock = make_queue()
+    job_id = submit(queue, {"pipeline": WAITER})
+    run(queue, job_id)
+    marks: list[str] = []
+    plain = store.mark_due
+
+    def counted(job: str, due: datetime, **kw: Any) -> None:
+        marks.append(job)
+        plain(job, due, **kw)
+
+    store.mark_due = counted  # type: ignore[method-assign]
+    for _ in range(3):  # a small index: every record is read each run
+        queue.sweep_once()
+        clock.advance(60)
+    assert marks == [job_id]
+    clock.advance(release.RECHECK.total_seconds())
+    queue.sweep_once()  # an hour on: marked ahead again
+    assert marks == [job_id, job_id]

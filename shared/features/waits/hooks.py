@@ -5,7 +5,7 @@ wake (called by shared.features.delayed), and the upload that completes a waitpo
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from shared import timing
@@ -16,7 +16,6 @@ from shared.seams import Settled
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from datetime import datetime
 
     from shared.jobs import JobRecord
     from shared.seams import Context
@@ -62,8 +61,28 @@ def sweep_check(ctx: Context, stored: Stored, now: datetime) -> Settled | None:
         and fanout.release_parent(ctx, str(record["id"]), fan, stored=stored)
     ):
         return Settled("resumed")
-    release.mark(ctx, record, release.park_due(record, now))
+    _mark_once(ctx, record, now)
     return Settled(None, record)
+
+
+_MARKED: dict[str, datetime] = {}
+"""park (job id and since) -> the due this process marked it with: in a small index the
+sweep reads every record each run (shared.sweep_plan), and a parked one's marker needs a
+mark only once per look-ahead, not a write each run."""
+_MARKED_MAX = 100_000
+
+
+def _mark_once(ctx: Context, record: JobRecord, now: datetime) -> None:
+    park = record.get("park") or {}
+    key = f"{record.get('id')}/{park.get('since')}"
+    marked = _MARKED.get(key)
+    if marked is not None and marked > now:
+        return
+    due = release.park_due(record, now)
+    if release.mark(ctx, record, due):
+        if len(_MARKED) >= _MARKED_MAX:
+            _MARKED.clear()
+        _MARKED[key] = due
 
 
 def wake_from_index(ctx: Context, stored: Stored, name: str, now: datetime) -> str | None:
