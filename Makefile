@@ -21,7 +21,7 @@ TF_VARS ?= terraform.tfvars
 # hundred lines that would bury make bench's table); a failed install still says why.
 PIP_QUIET := --quiet --quiet
 
-.PHONY: help venv wheel browser test unit lint fmt dev demo demo-pools bench bench-scale soak mutate tf-venv tf-schema tf-check deploy destroy clean
+.PHONY: help venv wheel browser test unit lint fmt dev demo demo-pools demo-waits bench bench-scale soak mutate tf-venv tf-schema tf-check deploy destroy clean
 
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}'
@@ -87,11 +87,14 @@ demo: venv ## The incident replay: 22 jobs, one instance killed mid-batch
 demo-pools: venv ## Two worker pools side by side: quick jobs never wait behind heavy ones
 	$(PY) -m reclaim.local.demo_pools
 
+demo-waits: venv ## A render waits for an external farm's callback, then fans its frames out to a GPU pool (docs/waiting.md)
+	$(PY) -m reclaim.local.demo_waits
+
 bench: venv ## Benchmarks: writes bench/results.json and bench/results.md
 	$(PY) -m bench
 
-bench-scale: venv ## The long benchmarks (10,000 jobs queued at once on 4 record shards, the drain off; about half an hour), into the same table
-	$(PY) -m bench --only big_backlog,drain_off
+bench-scale: venv ## The long benchmarks (10,000 jobs queued at once on 4 record shards, the drain off, a 10,000-child fan-out; about an hour), into the same table
+	$(PY) -m bench --only big_backlog,drain_off,waits_scale
 
 # The flow-control soak (issue 46): the rounds of tests/chaos/test_flow_kills.py (a key's
 # holder killed hard, the next reclaimed gracefully, the next paused past the stale time)

@@ -23,7 +23,7 @@ PACKAGES = [
     "reclaim.terraform",
 ]
 
-FUNCTIONS = ("admin", "claim", "dashboard", "submit", "sweep")
+FUNCTIONS = ("admin", "claim", "dashboard", "submit", "sweep", "waitpoints")
 
 if __name__ == "__main__":  # setuptools' build backend runs this file as __main__
     setup(

@@ -48,6 +48,8 @@ ORDER = (  # the order of the table; one name per line
     "imports",
     "flow",
     "workflows",
+    "waits",
+    "waits_scale",
     "handback",
     "rollout",
     "client",
@@ -58,7 +60,7 @@ ORDER = (  # the order of the table; one name per line
 )
 
 
-LONG = ("big_backlog", "drain_off")
+LONG = ("big_backlog", "drain_off", "waits_scale")
 """Rows left out of a plain run, so that make bench stays a ten-minute run: several
 minutes each (big_backlog), or a contrast no target needs (drain_off). `make bench-scale`
 runs them; a plain run keeps their last figures in the table, with when they were

@@ -49,6 +49,9 @@ if TYPE_CHECKING:
         StageContext as StageContext,
     )
     from shared.pipelines import (
+        Waitpoint as Waitpoint,
+    )
+    from shared.pipelines import (
         get_pipeline as get_pipeline,
     )
     from shared.pipelines import (
@@ -73,6 +76,7 @@ _FROM = {
             "Pipeline",
             "Stage",
             "StageContext",
+            "Waitpoint",
             "get_pipeline",
             "pipeline_names",
             "register",

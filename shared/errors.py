@@ -204,3 +204,18 @@ class PipelineChanged(PermanentError):
 class PipelineUnavailable(PermanentError):
     """No revision offered the job's pipeline (or version) within the rollout-skew bound
     (RECLAIM_ROLLOUT_SKEW_SECONDS)."""
+
+
+# --------------------------------------------------------------------------- waits
+
+
+class Parked(BaseException):
+    """A stage ended early to wait (ctx.sleep, ctx.wait, ctx.fan_out: docs/waiting.md):
+    the runner writes the park at this stage boundary. A BaseException, so a stage's own
+    ``except Exception`` does not swallow it; `plan` (shared.seams.ParkPlan) says what the
+    park writes and what follows it."""
+
+    def __init__(self, plan: object, why: str) -> None:
+        super().__init__(why)
+        self.plan = plan
+        self.why = why

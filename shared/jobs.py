@@ -34,9 +34,12 @@ class JobStatus(StrEnum):
     CANCELLED = "cancelled"
     """Stopped by a person (or by a failed parent). Retry (by a person) -> queued."""
     WAITING = "waiting"
-    """Waiting on its parents (``depends_on``): never claimable, burns no attempt, the
-    watchdog leaves it alone. The last parent's end releases it (-> queued) or, when a
-    parent failed and on_parent_failure is "cancel", cancels it (shared.features.workflows)."""
+    """Waiting on its parents (``depends_on``), or parked by one of its stages (a sleep, a
+    waitpoint, its children: ``park``, shared.features.waits): never claimable, burns no
+    attempt, the watchdog leaves it alone. The last parent's end releases it (-> queued)
+    or, when a parent failed and on_parent_failure is "cancel", cancels it
+    (shared.features.workflows); a park is released by time, a completion of its
+    waitpoint or the end of its last child (-> queued), or fails with a failed child."""
 
 
 MEMBER_MISSING = "missing"
@@ -64,6 +67,8 @@ HistoryEvent = Literal[
     "deferred",
     "dispatched",
     "adopted",
+    "parked",
+    "resumed",
 ]
 """The events a record's history lists, oldest first."""
 
@@ -218,6 +223,13 @@ class JobRecord(TypedDict, total=False):
     """The batch whose completion created this job (an on_complete callback)."""
     batch_has_callback: bool
     """A member of a batch with on_complete: its end is counted (shared.features.workflows)."""
+    # --- waits (shared.features.waits; docs/waiting.md)
+    park: JsonObject | None
+    """What a parked job waits for: kind (sleep, token, children), its stage, until..."""
+    waited: JsonObject | None
+    """How the last park ended (the next stage reads it: ctx.waited)."""
+    parent_job: JsonObject
+    """A fan-out's child: its parent's id, stage, fan-out and index."""
 
 
 class ParentFailure(TypedDict):

@@ -66,6 +66,7 @@ class Ending(StrEnum):
     REQUEUED = "requeued"
     CANCELLED = "cancelled"
     HANDED_BACK = "handed back"  # its instance got SIGTERM (no attempt spent)
+    PARKED = "parked"  # a stage ended early to wait: the job holds no slot (no attempt spent)
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,9 @@ class LogMetric:
 LOG_METRICS: tuple[LogMetric, ...] = (
     LogMetric("queue_queued", Event.QUEUE, "Jobs queued (due or backing off).", "queued"),
     LogMetric("queue_running", Event.QUEUE, "Jobs running.", "running"),
+    LogMetric(
+        "queue_parked", Event.QUEUE, "Jobs waiting: parked by a stage, or for parents.", "parked"
+    ),
     LogMetric(
         "queue_oldest_due_age",
         Event.QUEUE,
@@ -140,6 +144,7 @@ class Gauge:
     oldest_due_age_s: float = 0.0  # 0 when no queued job is due
     oldest_job_id: str | None = None
     unread: int = 0  # markers counted in queued from the listing alone (not read this run)
+    parked: int = 0  # waiting: parked by a stage (shared.features.waits) or for its parents
 
     def fields(self, *, truncated: bool = False) -> dict[str, Any]:
         """The ``queue`` line's fields."""
@@ -151,12 +156,13 @@ class Gauge:
             "oldest_due_age_s": round(self.oldest_due_age_s, 3),
             "oldest_job_id": self.oldest_job_id,
             "unread": self.unread,
+            "parked": self.parked,
             "truncated": truncated or None,
         }
 
 
 def _blank() -> dict[str, Any]:
-    return {"queued": 0, "running": 0, "age": 0.0, "oldest": None, "unread": 0}
+    return {"queued": 0, "running": 0, "age": 0.0, "oldest": None, "unread": 0, "parked": 0}
 
 
 def queue_gauges(
@@ -166,18 +172,29 @@ def queue_gauges(
     pipelines: Iterable[str] = (),
     skew_s: float = job_queue.DEFAULT_SKEW_S,
     unread: Iterable[str | None] = (),
+    parked: Iterable[str | None] = (),
 ) -> dict[str, Gauge]:
     """Gauges per pipeline from pending records; every name in `pipelines` gets one,
     zeros included, so a chart falls to zero instead of stopping. `unread`: the pipelines
     of pending markers whose records were not read (None: unknown), counted as queued
-    (their jobs were queued or claimed within the stale time: shared.sweep_plan)."""
+    (their jobs were queued or claimed within the stale time: shared.sweep_plan); `parked`:
+    those of unread markers marked due ahead (a park's: shared.features.waits), counted
+    as parked. A waiting record (parked, or a child waiting for its parents) is parked."""
     counts: dict[str, dict[str, Any]] = {p: _blank() for p in pipelines}
     for pipeline in unread:
         c = counts.setdefault(str(pipeline or "unknown"), _blank())
         c["queued"] += 1
         c["unread"] += 1
+    for pipeline in parked:  # unread markers a park marked due ahead (shared.features.waits)
+        c = counts.setdefault(str(pipeline or "unknown"), _blank())
+        c["parked"] += 1
+        c["unread"] += 1
     for job in records:
         status = job.get("status")
+        if status == JobStatus.WAITING:
+            c = counts.setdefault(str(job.get("pipeline") or "unknown"), _blank())
+            c["parked"] += 1
+            continue
         if status not in job_queue.PENDING_STATUSES:
             continue
         pipeline = str(job.get("pipeline") or "unknown")
@@ -192,7 +209,7 @@ def queue_gauges(
         if age is not None and (c["oldest"] is None or age > c["age"]):
             c["age"], c["oldest"] = age, job.get("id")
     return {
-        p: Gauge(p, c["queued"], c["running"], c["age"], c["oldest"], c["unread"])
+        p: Gauge(p, c["queued"], c["running"], c["age"], c["oldest"], c["unread"], c["parked"])
         for p, c in sorted(counts.items())
     }
 

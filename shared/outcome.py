@@ -44,6 +44,9 @@ class OutcomeKind(StrEnum):
     REROUTED = "rerouted"
     """The job's pipeline runs in another pool (a rollout moved it): its doorbell was rung
     on that pool's topic, nothing run here (shared.features.pool_routing)."""
+    PARKED = "parked"
+    """A stage ended early to wait (a sleep, a waitpoint, its children): the job is
+    waiting, its slot freed and no attempt spent (shared.features.waits)."""
     HANDED_BACK = "handed back"
     """The instance is shutting down: the job was queued again at no cost (or, not yet
     claimed, passed on) and its doorbell rung for a live instance."""

@@ -32,6 +32,7 @@ from shared.config import Settings
 from shared.doorbell import get_doorbell
 from shared.features import flow
 from shared.features import table as features
+from shared.features.waits import release as waits
 from shared.jobs import JobRecord, JobStatus
 from shared.seams import Context, Feature, Ringer
 from shared.storage import Store
@@ -78,7 +79,8 @@ class Queue:
         table: tuple[Feature, ...] = features.FEATURES,
         watchdog: bool = True,
     ) -> None:
-        self.ctx = Context(store, doorbell, settings, clock, table)
+        # the front door hands the features its way to create jobs (a fan-out's children)
+        self.ctx = Context(store, doorbell, settings, clock, table, submission.create_records)
         self.watchdog = watchdog
         """Whether its status reads run the watchdog: a deployed function's do (the
         deployment's stale times); a process with settings of its own (the CLI) reads
@@ -191,6 +193,18 @@ class Queue:
     def resume(self, pipeline: str, *, by: str) -> flow.Resumed:
         """Lift a pipeline's pause and ring its parked jobs, paced; `by` is logged."""
         return flow.resume(self.store, self.doorbell, pipeline, by=by)
+
+    # --- waits (shared.features.waits; docs/waiting.md)
+
+    def complete_waitpoint(self, token: str, data: Any = None, *, by: str) -> waits.Completion:
+        """Complete the waitpoint a token names (the first completion wins; InvalidInput
+        for a token this deployment did not sign or data that is no small JSON)."""
+        return waits.complete_token(self.ctx, token, data, by)
+
+    def complete_job(self, job_id: str, data: Any = None, *, by: str) -> waits.Completion:
+        """Complete the waitpoint a job is parked on now (an operator, the dashboard's
+        Approve and Reject); InvalidInput when it waits for none."""
+        return waits.complete_parked(self.ctx, job_id, data, by)
 
     def ring(
         self, job_id: str, traceparent: str | None = None, *, pipeline: str | None = None

@@ -14,7 +14,7 @@ named middleware hooks with their defaults in one list.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -151,6 +151,46 @@ class SweepPass:
     beside: bool = False
 
 
+class ParkPlan(Protocol):
+    """What a stage's early end writes and what follows it (a feature's; carried by
+    shared.errors.Parked, written by the runner at the stage boundary)."""
+
+    kind: str
+
+    def fields(self, job: JobRecord, now: datetime, max_attempts: int) -> JobRecord:
+        """The fields of the park, merged into the running record (the stage's checkpoint
+        is already in `job`); `max_attempts` is the deployment's default budget."""
+        ...
+
+    def after(self, ctx: Context, parked: Stored) -> bool:
+        """After the park's write (its concurrency place given back): index it, and
+        release it at once if what it waits for already happened. True: released."""
+        ...
+
+
+StageTools = Callable[["Context", "JobRecord", int, int, str], object]
+"""The runner, for each stage (record, attempt, stage index, stage name): a helper the
+stage reaches through its StageContext by the name the feature gives it (waits: sleep,
+waitpoints, fan-out). Built when the stage starts; it does no I/O until the stage asks."""
+
+CreateJobs = Callable[["Context", Sequence["JobRecord"]], "list[tuple[str, bool]]"]
+"""Create jobs from records a feature built (a fan-out's children), in submit's write
+order (the features' create hooks, pending marker, create-only record, batch marker,
+doorbell): (id, created) each, False when its record was there already. The front door
+hands it down in the Context (shared.submission.create.create_records), so a feature
+creates jobs without importing an operation."""
+
+Wake = Callable[["Context", "Stored", str, datetime], "str | None"]
+"""The time index (shared.features.delayed) found an entry whose record is not a delayed
+queued job: a feature that put it there answers "resumed" (its time came: released),
+"later" (not yet), "stale" (not its entry any more: dropped), or None (not its record)."""
+
+UploadHook = Callable[["Context", Any], "Mapping[str, Any] | None"]
+"""An uploaded object (shared.submission.upload_routes.Uploaded) before its route: a
+feature may take it (waits: an object that carries a waitpoint token in its metadata
+completes that waitpoint); what it did, as JSON, or None to leave it to the routes."""
+
+
 @dataclass(frozen=True)
 class Feature:
     """Everything one feature adds, seam by seam (docs/adding-a-feature.md walks a row)."""
@@ -178,6 +218,12 @@ class Feature:
     summary_fields: tuple[str, ...] = ()
     """Record fields shown wherever a job is summarised: a batch's members (GET
     /batches/<id>) and the dashboard's job page, as stored, when the record has them."""
+    stage_tools: tuple[tuple[str, StageTools], ...] = ()
+    """Helpers a stage reaches by name through its StageContext (waits: "waits")."""
+    upload_hooks: tuple[UploadHook, ...] = ()
+    """An uploaded object, before the upload routes (the first that takes it answers)."""
+    wakes: tuple[Wake, ...] = ()
+    """Its entries of the time index (scheduled/): what the sweep's time pass does with one."""
 
 
 @dataclass(frozen=True)
@@ -189,6 +235,8 @@ class Context:
     settings: Settings
     clock: Clock = utcnow
     features: tuple[Feature, ...] = ()
+    create_jobs: CreateJobs | None = None
+    """How a feature creates jobs (a fan-out's children): the front door's, else None."""
 
     def __post_init__(self) -> None:
         """The store serves the index prefixes of the table it is handed with (the store
@@ -230,6 +278,24 @@ class Context:
     def list_filters(self) -> dict[str, ListFilter]:
         """Every feature's listing filters, by name."""
         return {flt.name: flt for f in self.features for flt in f.filters}
+
+    def stage_tools(
+        self, job: JobRecord, attempt: int, stage_index: int, stage: str
+    ) -> dict[str, object]:
+        """Every feature's helpers for one stage of `job`, by name."""
+        return {
+            name: make(self, job, attempt, stage_index, stage)
+            for f in self.features
+            for name, make in f.stage_tools
+        }
+
+    def wakes(self) -> Iterator[Wake]:
+        """Every feature's answers to its own time-index entries, in table order."""
+        return (w for f in self.features for w in f.wakes)
+
+    def upload_hooks(self) -> Iterator[UploadHook]:
+        """Every feature's hooks on an uploaded object, in table order."""
+        return (h for f in self.features for h in f.upload_hooks)
 
     def summary_fields(self) -> tuple[str, ...]:
         """Every feature's summary fields, in table order."""

@@ -76,6 +76,7 @@ class SweepResult:
     released: int = 0  # time: delayed jobs moved into pending/ and rung
     expired: int = 0  # time: ended by their expiry before they started
     unique_released: int = 0  # time: unique locks that no longer held, removed
+    resumed: int = 0  # waits: parked jobs released (their time came, or a repair)
 
     def add(self, counts: Mapping[str, int | bool]) -> None:
         """Add a pass's counts (named like the fields): numbers add up, flags or."""
@@ -153,12 +154,14 @@ def _log_gauges(
 ) -> None:
     """One ``queue`` line per known pipeline (zeros included) and per pipeline seen: the
     records read, and the markers left unread counted from the listing."""
+    ahead = [e for e in unread if e.due is not None and e.due > now]  # parks (waits)
     gauges = metrics.queue_gauges(
         pending,
         now,
         pipelines=pipeline_names(),
         skew_s=settings.clock_skew_seconds,
-        unread=[e.pipeline for e in unread],
+        unread=[e.pipeline for e in unread if e not in ahead],
+        parked=[e.pipeline for e in ahead],
     )
     for gauge in gauges.values():
         log.info("queue gauge", **gauge.fields())

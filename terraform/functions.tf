@@ -41,8 +41,8 @@ locals {
   # first so a function folder's own copy wins; the function folder comes last so
   # nothing can shadow its main.py.
   archives = {
-    # (admin: the operator routes' function, admin.tf)
-    for src in distinct(concat([for f in values(local.functions) : f.source], ["admin"])) : src => merge(
+    # (admin: the operator routes' function, admin.tf; waitpoints: waitpoints.tf)
+    for src in distinct(concat([for f in values(local.functions) : f.source], ["admin", "waitpoints"])) : src => merge(
       { "requirements.txt" = "${local.repo_root}/requirements.txt" },
       { for f in local.shared_files : "shared/${f}" => "${local.repo_root}/shared/${f}" },
       { for f in local.api_files : "reclaim/${f}" => "${local.repo_root}/reclaim/${f}" },
@@ -150,7 +150,13 @@ resource "google_cloudfunctions2_function" "fn" {
     service_account_email            = google_service_account.fn[local.identity[each.key]].email
     # THREADS: functions-framework's gunicorn threads; one per concurrent request. A
     # pool's claim gets its pool's RECLAIM_* on top (pools.tf, local.pool_env).
-    environment_variables = merge(local.reclaim_env, local.pool_env[each.key], { THREADS = tostring(each.value.concurrency) })
+    # Claim (every pool's) makes waitpoints: their completion URL's base (waitpoints.tf).
+    environment_variables = merge(
+      local.reclaim_env,
+      local.pool_env[each.key],
+      { for k, v in local.waits_env : k => v if local.identity[each.key] == "claim" },
+      { THREADS = tostring(each.value.concurrency) },
+    )
 
     # The webhook signing secrets (var.webhook_secrets): claim runs the webhook pipeline,
     # so only claim gets them, as RECLAIM_WEBHOOK_SECRET_<NAME> variables read from Secret

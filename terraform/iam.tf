@@ -274,5 +274,8 @@ resource "time_sleep" "grants_propagate" {
     google_storage_bucket_iam_member.admin_record_shards, # admin.tf
     google_pubsub_topic_iam_member.admin_rings_jobs, # admin.tf
     google_project_iam_member.runtime_writes_traces,
+    google_storage_bucket_iam_member.waitpoints_records,       # waitpoints.tf
+    google_storage_bucket_iam_member.waitpoints_record_shards, # waitpoints.tf
+    google_pubsub_topic_iam_member.waitpoints_rings_jobs,      # waitpoints.tf
   ]
 }

@@ -11,6 +11,7 @@ locals {
   log_metrics = {
     queue_queued         = { event = "queue", value = "queued", labels = ["pipeline"], unit = "1", description = "Jobs queued (due or backing off)." }
     queue_running        = { event = "queue", value = "running", labels = ["pipeline"], unit = "1", description = "Jobs running." }
+    queue_parked         = { event = "queue", value = "parked", labels = ["pipeline"], unit = "1", description = "Jobs waiting: parked by a stage, or for parents." }
     queue_oldest_due_age = { event = "queue", value = "oldest_due_age_s", labels = ["pipeline"], unit = "s", description = "Seconds the oldest due queued job has waited for an owner." }
     jobs_finished        = { event = "finished", value = null, labels = ["pipeline", "outcome"], unit = "1", description = "Attempts ended, by outcome (done, failed, requeued, cancelled)." }
     jobs_rescued         = { event = "rescued", value = null, labels = ["pipeline"], unit = "1", description = "Jobs whose silent owner's claim was taken back." }
@@ -394,6 +395,7 @@ locals {
     { title = "Jobs failed per minute", filter = "${local.metric["jobs_finished"]} AND metric.label.outcome=\"failed\"", aligner = "ALIGN_DELTA", reducer = "REDUCE_SUM", group = ["metric.label.pipeline"] },
     { title = "Queued", filter = local.metric["queue_queued"], aligner = "ALIGN_MEAN", reducer = "REDUCE_SUM", group = ["metric.label.pipeline"] },
     { title = "Running", filter = local.metric["queue_running"], aligner = "ALIGN_MEAN", reducer = "REDUCE_SUM", group = ["metric.label.pipeline"] },
+    { title = "Parked (waiting)", filter = local.metric["queue_parked"], aligner = "ALIGN_MEAN", reducer = "REDUCE_SUM", group = ["metric.label.pipeline"] },
     { title = "Oldest due job waits (s)", filter = local.metric["queue_oldest_due_age"], aligner = "ALIGN_MEAN", reducer = "REDUCE_MAX", group = ["metric.label.pipeline"] },
     { title = "Wait, submit to start (s, p95)", filter = local.metric["job_wait"], aligner = "ALIGN_PERCENTILE_95", reducer = "REDUCE_MAX", group = ["metric.label.pipeline"] },
     { title = "Run time (s, p95)", filter = local.metric["job_run"], aligner = "ALIGN_PERCENTILE_95", reducer = "REDUCE_MAX", group = ["metric.label.pipeline"] },

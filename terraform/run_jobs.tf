@@ -211,9 +211,10 @@ resource "google_cloud_run_v2_job" "pool" {
         # by its pool's stale time as its claim does; and the task's own two: the revision
         # of the image it runs (the task-image service's), and its task timeout, which the
         # task ends an attempt before (shared/claim/task.py: a timeout is the stage's
-        # failure, not a platform's hand-back).
+        # failure, not a platform's hand-back). A stage on a task may park on a waitpoint
+        # as on claim, so it learns the completion URL too (waitpoints.tf, local.waits_env).
         dynamic "env" {
-          for_each = merge(local.reclaim_env, local.pool_env["claim_${each.key}"], {
+          for_each = merge(local.reclaim_env, local.pool_env["claim_${each.key}"], local.waits_env, {
             RECLAIM_TASK_REVISION        = basename(data.google_cloud_run_v2_service.task_image[0].latest_ready_revision)
             RECLAIM_TASK_TIMEOUT_SECONDS = tostring(each.value.task_timeout_seconds)
           })

@@ -505,3 +505,26 @@ variable "webhook_secrets" {
     error_message = "webhook_secrets: keys are NAME in RECLAIM_WEBHOOK_SECRET_<NAME> (A-Z, 0-9, _; up to 64), values are Secret Manager secret ids (letters, digits, - and _)."
   }
 }
+
+variable "waitpoints_function" {
+  description = "Sizing of waitpoints (POST /waitpoints/<token>: waitpoint completions; waitpoints.tf)."
+  type = object({
+    concurrency     = optional(number, 8)
+    cpu             = optional(string, "1")
+    memory          = optional(string, "512Mi")
+    timeout_seconds = optional(number, 60)
+    min_instances   = optional(number, 0)
+    max_instances   = optional(number, 2)
+  })
+  default = {}
+}
+
+variable "waitpoint_invokers" {
+  description = "Who may call the waitpoint completion route (run.invoker on the waitpoints function). allUsers by default: providers outside the project call it, and the signed token in the URL is their proof (docs/waiting.md). Name principals (user:, group:, serviceAccount:, domain:) to admit only those."
+  type        = list(string)
+  default     = ["allUsers"]
+  validation {
+    condition     = alltrue([for m in var.waitpoint_invokers : can(regex("^(allUsers|(user|group|serviceAccount|domain):[^ ]+)$", m))])
+    error_message = "waitpoint_invokers entries must be allUsers or user:, group:, serviceAccount:, domain: members (allAuthenticatedUsers is refused)."
+  }
+}

@@ -50,6 +50,7 @@ elif _LANES > 1:
 # pyproject), so a long module left to the end would set the wall time; the rest keep
 # their order. A stale entry costs only time: nothing depends on the order.
 SLOW_FIRST = (
+    "tests/chaos/test_fanout_chaos.py",  # a 1,000-child fan-out under kills: minutes
     "tests/library/test_install.py",
     "tests/fuzz/test_submit_api.py",
     "tests/cli/test_cli.py",
@@ -65,6 +66,7 @@ SLOW_FIRST = (
     "tests/fuzz/test_hostile_http.py",
     "tests/terraform/test_tf_packaging.py",
     "tests/integration/test_workflows_http.py",
+    "tests/integration/test_waits_http.py",
     "tests/integration/test_queue_e2e.py",
     "tests/integration/test_handback.py",
     "tests/local/test_cloudrun_revisions.py",

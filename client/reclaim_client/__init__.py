@@ -9,6 +9,7 @@ print(queue.wait(job.id).result)
 from reclaim_client.client import Client
 from reclaim_client.errors import (
     Conflict,
+    Gone,
     InvalidRequest,
     NoAdminUrl,
     NotAllowed,
@@ -35,6 +36,7 @@ __all__ = [
     "BulkDone",
     "Client",
     "Conflict",
+    "Gone",
     "InvalidRequest",
     "Job",
     "NoAdminUrl",

@@ -267,6 +267,27 @@ class Client:
             body["remaining"],
         )
 
+    # --- waits (docs/waiting.md): the first completion wins
+
+    def complete(self, waitpoint: str, data: Any = None) -> dict[str, Any]:
+        """Complete a waitpoint: its URL (a plain POST, as a provider sends it: the signed
+        token is the proof), or its token (through the admin function, as an operator).
+        The answer says "resumed" or "recorded"; NotAllowed once another completion or the
+        timeout came first, Gone once its job ended, NotFound for a token not ours."""
+        if waitpoint.startswith(("https://", "http://")):
+            response = requests.post(waitpoint, json=data, timeout=self.timeout)
+            if response.status_code >= 400:
+                raise from_answer(response.status_code, _json(response))
+            return dict(_json(response))
+        path = f"/waitpoints/{_segment(waitpoint, 'waitpoint token')}"
+        return self._call("POST", path, body=data, admin=True)
+
+    def complete_job(self, job_id: str, data: Any = None) -> dict[str, Any]:
+        """Complete the waitpoint a job is parked on (an operator's approval); NotAllowed
+        when it waits for none."""
+        path = f"/jobs/{_segment(job_id, 'job id')}/complete"
+        return self._call("POST", path, body={"data": data}, admin=True)
+
     # --- the wire
 
     def _get_stream(self, path: str, params: Mapping[str, str] | None) -> requests.Response:

@@ -32,6 +32,10 @@ class NotAllowed(ReclaimError):
     """409: the job's state does not allow this, or a bulk selection grew since its count."""
 
 
+class Gone(ReclaimError):
+    """410: the waitpoint's job ended or no longer exists (docs/waiting.md)."""
+
+
 class RecordUnreadable(ReclaimError):
     """409: the job's record cannot be decoded; a person must repair it."""
 
@@ -56,6 +60,7 @@ class WaitTimeout(ReclaimError):
 _BY_STATUS: dict[int, type[ReclaimError]] = {
     400: InvalidRequest,
     404: NotFound,
+    410: Gone,
     413: TooLarge,
     503: Unavailable,
 }

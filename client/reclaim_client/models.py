@@ -55,6 +55,33 @@ class Job:
         trace = (self.error or {}).get("traceback")
         return trace if isinstance(trace, str) else None
 
+    # --- waits (docs/waiting.md): a parked job's reason and links, as the server shows them
+
+    @property
+    def waiting_for(self) -> str | None:
+        """What a parked job waits for ("sleeping until ...", "waiting for its waitpoint
+        ...", "waiting for 3 of 10 children"), None when it is not parked."""
+        shown = self.raw.get("waiting_for")
+        return str(shown) if shown else None
+
+    @property
+    def waitpoint_url(self) -> str | None:
+        """The completion URL of the waitpoint it is parked on, if any."""
+        park = self.raw.get("park")
+        return park.get("url") if isinstance(park, dict) and park.get("kind") == "token" else None
+
+    @property
+    def parent_id(self) -> str | None:
+        """A fan-out's child: its parent's id."""
+        parent = self.raw.get("parent_job")
+        return str(parent.get("id")) if isinstance(parent, dict) else None
+
+    @property
+    def children_url(self) -> str | None:
+        """A fan-out's parent: its children, as a batch (GET /batches/<fan-out>)."""
+        shown = self.raw.get("children_url")
+        return str(shown) if shown else None
+
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> Job:
         shown = body.get("progress")

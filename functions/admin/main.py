@@ -24,8 +24,9 @@ framework_errors()
 
 @entry_point("admin")
 def admin(request: flask.Request) -> flask.Response:
-    """POST /jobs/<id>/cancel|retry, /bulk/cancel|retry, /pipelines/<name>/pause|resume;
-    GET /health. Any other path is a 404 pointing at submit."""
+    """POST /jobs/<id>/cancel|retry|complete, /bulk/cancel|retry,
+    /pipelines/<name>/pause|resume, /waitpoints/<token>; GET /health. Any other path is a
+    404 pointing at submit."""
     path = request.path.rstrip("/") or "/"
     if path == HEALTH_PATH:
         require_method(request, ("GET",))

@@ -58,6 +58,7 @@ examples:
   reclaim --local retry JOB_ID
   reclaim --local retry --batch catalog-0726 --status failed --dry-run
   reclaim --local pause demo && reclaim --local resume demo
+  reclaim --local complete JOB_ID --approve
 """
 
 
@@ -181,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
         configure_list_parser,
         configure_cancel_parser,
         configure_retry_parser,
+        configure_complete_parser,
         configure_pause_resume_parser,
         configure_schedules_parser,
         configure_sweep_parser,
@@ -365,6 +367,27 @@ def configure_cancel_parser(add: _Add) -> None:
     p.add_argument("--reason", metavar="TEXT", help="why, kept in the job's history")
     p.add_argument("--by", metavar="NAME", help="who, kept in the history (default: cli:$USER)")
     cli_flow.add_bulk_options(p, "cancel")  # flow control
+
+
+def configure_complete_parser(add: _Add) -> None:
+    """`reclaim complete`: a waitpoint, by the job it parks or by its token (waits)."""
+    from reclaim.cli import commands as c
+
+    p = add(
+        "complete",
+        c.cmd_complete,
+        "complete a waitpoint: the one a job waits for, or a token's",
+        "The job resumes at its next stage, which reads the data (docs/waiting.md). The\n"
+        "first completion wins: a waitpoint completed already, timed out or whose job\n"
+        "ended is refused (exit 2), and nothing changes.",
+    )
+    p.add_argument("job", nargs="?", help="the id of a job parked on a waitpoint")
+    p.add_argument("--token", metavar="TOKEN", help="a waitpoint's token instead of a job")
+    p.add_argument("--data", metavar="JSON", help="what the waiting stage reads (any JSON)")
+    verdict = p.add_mutually_exclusive_group()
+    verdict.add_argument("--approve", action="store_true", help='data {"approved": true}')
+    verdict.add_argument("--reject", action="store_true", help='data {"approved": false}')
+    p.add_argument("--by", metavar="NAME", help="who, kept in the job (default: cli:$USER)")
 
 
 def configure_retry_parser(add: _Add) -> None:

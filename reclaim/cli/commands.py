@@ -14,7 +14,7 @@ from typing import Any
 
 from reclaim.cli import flow as cli_flow
 from reclaim.cli import render as cli_render
-from reclaim.cli.context import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, CliError, Context
+from reclaim.cli.context import EXIT_FAILED, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE, CliError, Context
 from shared.jobs import MEMBER_UNREADABLE, JobStatus
 
 # ----------------------------------------------------------------------- submit
@@ -254,6 +254,33 @@ def cmd_retry(args: argparse.Namespace) -> int:
         f"requeued {args.job}: attempts used {record.get('attempts')}, allowed now "
         f"{record.get('max_attempts')}; doorbell {'rung' if retried.rung else 'NOT rung'}",
     )
+    return EXIT_OK
+
+
+# ----------------------------------------------------------------------- complete
+
+
+def cmd_complete(args: argparse.Namespace) -> int:
+    """Complete a waitpoint (docs/waiting.md): the one a job waits for, or a token's."""
+    ctx = Context(args)
+    try:
+        data = json.loads(args.data) if args.data is not None else None
+    except ValueError as exc:
+        raise CliError(f"--data is not JSON: {exc}", EXIT_USAGE) from None
+    if args.approve or args.reject:
+        data = {"approved": bool(args.approve), **(data if isinstance(data, dict) else {})}
+    queue = ctx.queue()
+    if args.token:
+        done = queue.complete_waitpoint(args.token, data, by=ctx.by())
+    elif args.job:
+        done = queue.complete_job(args.job, data, by=ctx.by())
+    else:
+        raise CliError("name a job, or --token TOKEN", EXIT_USAGE)
+    answer = done.to_json()
+    if not done.won:
+        ctx.emit(answer, f"not completed: {done.detail}")
+        return EXIT_USAGE
+    ctx.emit(answer, f"completed the waitpoint of {done.job_id}: {done.detail}")
     return EXIT_OK
 
 

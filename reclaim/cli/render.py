@@ -159,7 +159,7 @@ def job_row(record: Mapping[str, Any], default_max_attempts: int | None = None) 
         "status": record.get("status"),
         "pipeline": record.get("pipeline"),
         "batch": record.get("batch_id"),
-        "stage": record.get("stage"),
+        "stage": _parked(record) or record.get("stage"),
         "attempts": _attempts(record, default_max_attempts),
         "updated": record.get("updated_at"),
         "error": error.get("type") if isinstance(error, dict) else None,
@@ -174,6 +174,39 @@ def short_time(value: Any) -> Any:
 
 
 LIST_COLUMNS = ("id", "status", "pipeline", "batch", "stage", "attempts", "updated", "error")
+
+
+def _parked(record: Mapping[str, Any]) -> str | None:
+    """A parked job's stage column: what it waits for (docs/waiting.md)."""
+    park = record.get("park")
+    if record.get("status") != JobStatus.WAITING or not isinstance(park, dict):
+        return None
+    kind = {"sleep": "sleeping", "token": "waitpoint", "children": "children"}
+    return f"parked: {kind.get(str(park.get('kind')), park.get('kind'))}"
+
+
+def _waits_fields(record: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """What a job waits for, how its last wait ended, its parent or children (waits)."""
+    park = _dict(record.get("park"))
+    waited = _dict(record.get("waited"))
+    parent = _dict(record.get("parent_job"))
+    last = None
+    if waited:
+        last = f"{waited.get('kind')} {waited.get('status')} at {waited.get('at')}"
+        if waited.get("by"):
+            last += f" by {waited['by']}"
+    return [
+        ("waiting for", record.get("waiting_for")),
+        ("complete at", park.get("url") if park.get("kind") == "token" else None),
+        ("token", park.get("token") if park.get("kind") == "token" else None),
+        ("last wait", last),
+        ("parent", f"{parent.get('id')} (child {parent.get('index')})" if parent else None),
+        ("children at", record.get("children_url")),
+    ]
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _attempts(record: Mapping[str, Any], default_max_attempts: int | None) -> str:
@@ -217,6 +250,7 @@ def job_text(record: Mapping[str, Any], default_max_attempts: int | None = None)
         ("parent failure", record.get("parent_failure")),
         ("callback of", record.get("callback_of")),
     ]
+    fields += _waits_fields(record)  # waits (docs/waiting.md)
     width = max(len(k) for k, _ in fields)
     lines = [f"{k.ljust(width)}  {_cell(v)}" for k, v in fields if v not in (None, "", {})]
     lines += _error_lines(record)

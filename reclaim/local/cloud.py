@@ -77,6 +77,8 @@ DEFAULT_FUNCTIONS: Mapping[str, FunctionSpec] = {
     "sweep": FunctionSpec(str(FUNCTIONS / "sweep" / "main.py"), "sweep"),
     "dashboard": FunctionSpec(str(FUNCTIONS / "dashboard" / "main.py"), "dashboard"),
     "admin": FunctionSpec(str(FUNCTIONS / "admin" / "main.py"), "admin"),  # the operator routes
+    # waits: POST /waitpoints/<token> (docs/waiting.md)
+    "waitpoints": FunctionSpec(str(FUNCTIONS / "waitpoints" / "main.py"), "waitpoints"),
 }
 
 
@@ -109,6 +111,7 @@ DEFAULT_SIZING: Mapping[str, Sizing] = {
     "sweep": Sizing(concurrency=1, max_instances=1, timeout_seconds=120),
     "dashboard": Sizing(concurrency=8, max_instances=1, timeout_seconds=60),
     "admin": Sizing(concurrency=8, max_instances=1, timeout_seconds=60),
+    "waitpoints": Sizing(concurrency=16, max_instances=1, timeout_seconds=60),
 }
 """Sizing of the functions other than claim (claim's is CloudConfig's own fields)."""
 
@@ -128,6 +131,8 @@ class CloudConfig:
     dashboard_port: int = 0
     admin_port: int = 0
     """The admin function (the operator routes), not an emulator's admin port."""
+    waitpoints_port: int = 0
+    """The waitpoints function (POST /waitpoints/<token>)."""
     emulator_admin_port: int | None = None
     """The emulator's GET /stats, POST /faults port (None: off, 0: free)."""
     cloudrun_admin_port: int | None = None
@@ -140,7 +145,8 @@ class CloudConfig:
     """Claim's max_instance_request_concurrency; also THREADS and RECLAIM_MAX_CONCURRENT,
     as terraform sets them: one number."""
     sizing: Mapping[str, Sizing] = field(default_factory=lambda: dict(DEFAULT_SIZING))
-    """The other functions' sizing (submit, submit_upload, sweep, dashboard, admin)."""
+    """The other functions' sizing (submit, submit_upload, sweep, dashboard, admin,
+    waitpoints)."""
     idle_timeout_seconds: float = 60.0
     """An instance without a request for this long is shut down (Cloud Run: up to ~15 min)."""
     shutdown_grace_seconds: float = 10.0
@@ -705,6 +711,7 @@ class LocalCloud:
             "sweep": c.sweep_port,
             "dashboard": c.dashboard_port,
             "admin": c.admin_port,
+            "waitpoints": c.waitpoints_port,
         }
         for name in c.service_names():
             source = ROOT / c.spec(name).source
@@ -772,6 +779,8 @@ class LocalCloud:
             env["RECLAIM_UPLOADS_FILE"] = str(c.uploads_file.resolve())
         env["RECLAIM_UPLOADS_BUCKET"] = t.uploads_bucket
         env.update(self._pools_env())
+        if name != "waitpoints" and self._platform is not None:  # waits: completion URLs
+            env["RECLAIM_WAITPOINT_URL"] = self.platform.url("waitpoints")
         if self.run_jobs is not None:  # the sweep reads executions through it
             env["RECLAIM_RUN_API"] = self.run_jobs.url
         if self.run_jobs is not None and c.claim_runner == "job":

@@ -27,7 +27,9 @@ from shared.logs import JobLogger
 from shared.storage import Store, Stored
 
 Build = Callable[[JobRecord], JobRecord]  # the fields a write merges into the record
-Write = Literal["checkpoint", "heartbeat", "fence", "done", "failed", "requeued", "handed back"]
+Write = Literal[
+    "checkpoint", "heartbeat", "fence", "done", "failed", "requeued", "handed back", "parked"
+]
 """What an owner's write is, as its log lines name it."""
 
 

@@ -44,6 +44,7 @@ from shared.errors import (
     LostRace,
     NotFound,
     OwnerLost,
+    Parked,
     PermanentError,
     PipelineChanged,
     PipelineUnavailable,
@@ -58,7 +59,7 @@ from shared.logs import JobLogger, get_logger
 from shared.outcome import Outcome, OutcomeKind
 from shared.pipelines import Pipeline, Stage, StageContext, get_pipeline
 from shared.recovery import mark_due, recover, silent_since, with_newest
-from shared.seams import Context, ring_or_leave
+from shared.seams import Context, ParkPlan, ring_or_leave
 from shared.storage import Stored
 from shared.traces import export as trace_export
 from shared.traces.stage import StageSpans
@@ -558,9 +559,13 @@ class _Job:
                 reads=workflows.reads_for(self.r.store, self.job),  # parents, the batch
                 report=self.owned.report_progress,
                 spans=self.spans,
+                # the features' helpers (waits: sleep, waitpoints, fan-out): shared.seams
+                tools=self.r.ctx.stage_tools(self.job, self.owned.attempt, index, name),
             )
             fn(ctx)
             _require_plain(state, result)
+        except Parked as parked:  # the stage ended early to wait (shared.features.waits)
+            return self._park(parked, index, name, state, outputs)
         except ShuttingDown:
             return self._hand_back("the stage called check()")
         except Stopped:
@@ -590,6 +595,51 @@ class _Job:
             return self._lost("checkpoint refused")
         self.log.info("checkpoint", next_stage=index + 1, written=written)
         return None
+
+    # --- waits (docs/waiting.md): a stage that ended early parks the job at its boundary
+
+    def _park(
+        self, parked: Parked, index: int, name: str, state: JsonObject, outputs: StageOutputs
+    ) -> Outcome:
+        """Write the park (shared.seams.ParkPlan): the checkpoint at the next stage and
+        the park in one write, the attempt given back; the concurrency place goes back
+        (the requeue hooks), then the plan's own follow-up (index it, or release it at
+        once when what it waits for came first). The slot frees as this returns."""
+        plan: ParkPlan = parked.plan  # type: ignore[assignment]
+        try:
+            _require_plain(state, {})
+        except ValueError as exc:
+            return self._retry_or_fail(exc, stage=name)
+        self.outputs.extend(outputs.written)
+        now = self.r.clock()
+        version = self.plan.resume.version if self.plan.resume else None
+        completed = [n for n, _ in self.plan.stages[: index + 1]]
+        budget = self.r.settings.max_attempts
+
+        def build(job: JobRecord) -> JobRecord:
+            point = job_queue.checkpoint_fields(
+                job, now, name, index + 1, state, self.outputs, version, completed
+            )
+            return {**point, **plan.fields({**job, **point}, now, budget)}
+
+        try:
+            written = self.owned.finish(build, "parked", fold=False)
+        except OwnerLost:
+            return self._lost("park refused")
+        finish.after_requeue(self.r.ctx, written.record, logger=self.log)
+        try:
+            resumed = plan.after(self.r.ctx, written)
+        except Exception as exc:  # parked all the same: the sweep looks at it (its marker)
+            self.log.warning("after the park", error=f"{type(exc).__name__}: {exc}")
+            resumed = False
+        self.log.info(
+            "parked",
+            why=parked.why,
+            resumed=resumed,
+            next_stage=index + 1,
+            **self._finished(metrics.Ending.PARKED),
+        )
+        return self._outcome(OutcomeKind.PARKED, parked.why)
 
     def _stopped(self) -> bool:
         """check(): True once this owner lost the job; ShuttingDown once the instance

@@ -3,7 +3,8 @@
 GET  /                      overview        GET  /batches, /batches/<id>
 GET  /jobs?status=&pipeline=&batch=&tag=    search, a page at a time (shared.http.pages)
 GET  /finished?day=&status=                 failed and cancelled jobs of one day (ended/)
-GET  /jobs/<id>             one job         POST /jobs/<id>/retry, /jobs/<id>/cancel
+GET  /jobs/<id>             one job         POST /jobs/<id>/retry, /jobs/<id>/cancel,
+                                            /jobs/<id>/approve, /jobs/<id>/reject (waits)
 GET  /pipelines             pause flags     POST /pipelines/<name>/pause, .../resume
 GET  /bulk?action=&batch=&status=&pipeline=&since=   the count and its confirm form
 POST /bulk/retry, /bulk/cancel              act on a confirmed count (shared.http.routes)
@@ -56,7 +57,7 @@ from shared.queue import Queue
 log = get_logger(__name__)
 HERE = Path(__file__).resolve().parent
 STATIC = {"dashboard.css": "text/css", "dashboard.js": "text/javascript"}
-_JOB_ACTION = re.compile(r"jobs/([^/]+)/(retry|cancel)")
+_JOB_ACTION = re.compile(r"jobs/([^/]+)/(retry|cancel|approve|reject)")  # approve: waits
 _PIPELINE_ACTION = re.compile(r"pipelines/([^/]+)/([^/]+)")
 _BULK_ACTION = re.compile(r"bulk/([^/]+)")
 CSRF_KEY_OBJECT = "dashboard/csrf-key"
@@ -302,6 +303,7 @@ class _Page:
             previous_error=views.error_fields(errors.get("previous_error")),
             paused=bool(status.feature_views(self.queue.ctx, record).get("paused")),
             facts=views.feature_facts(record, self.queue.ctx.summary_fields()),
+            waits=views.waits(record),
         )
 
     def batches(self) -> flask.Response:
@@ -451,6 +453,12 @@ class _Page:
         if action == "retry":
             retried = self.queue.retry(job_id, by=by)
             note = "retried" if retried.rung else "retried (the sweep will ring it)"
+        elif action in ("approve", "reject"):  # its waitpoint (docs/waiting.md)
+            try:
+                done = self.queue.complete_job(job_id, {"approved": action == "approve"}, by=by)
+            except IllegalTransition as exc:
+                raise Refusal(409, "not waiting", str(exc)) from None
+            note = f"{action}d: {done.detail}" if done.won else f"not {action}d: {done.detail}"
         else:
             self.queue.cancel(job_id, by=by, reason="cancelled from the dashboard")
             note = "cancelled"

@@ -19,6 +19,7 @@ from urllib.parse import urlencode
 from shared import bulk, job_queue, metrics
 from shared.dashboard.figures import Figures
 from shared.errors import BatchNotFound, InvalidInput, NotFound
+from shared.features.waits import rules as waits_rules
 from shared.http import pages
 from shared.jobs import JobRecord
 from shared.pipelines import pipeline_names
@@ -302,13 +303,21 @@ def stage_durations(steps: list[Step]) -> list[tuple[str, float]]:
 
 
 def actions(record: JobRecord) -> list[str]:
-    """The buttons a job's page offers: the facade's transitions that are legal now."""
+    """The buttons a job's page offers: the facade's transitions that are legal now (a job
+    parked on a waitpoint: Approve and Reject complete it, docs/waiting.md)."""
     status = record.get("status")
+    if waits_rules.parked_on(record, "token"):
+        return ["approve", "reject", "cancel"]
     if status in job_queue.CANCELLABLE_STATUSES:
         return ["cancel"]
     if status in job_queue.RETRYABLE_STATUSES:
         return ["retry"]
     return []
+
+
+def waits(record: JobRecord) -> dict[str, Any]:
+    """What a parked job waits for, how its last wait ended, its fan-out links (waits)."""
+    return waits_rules.view(record)
 
 
 @dataclass

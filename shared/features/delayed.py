@@ -35,7 +35,7 @@ from shared.seams import ring_or_leave
 if TYPE_CHECKING:
     from shared.jobs import JobRecord
     from shared.seams import Context
-    from shared.storage import BlobInfo, Store
+    from shared.storage import BlobInfo, Store, Stored
 
 log = get_logger(__name__)
 
@@ -119,6 +119,8 @@ def _release_one(ctx: Context, now: datetime, info: BlobInfo, job_id: str, out: 
         log.error("corrupt delayed record left for a person", job_id=job_id)
         return
     job = stored.record
+    if not job_queue.is_terminal(job) and _woken(ctx, now, stored, name, out):
+        return  # a feature's own entry (waits: a sleep's end, a waitpoint's timeout)
     if job_queue.is_terminal(job) or job.get("status") != "queued":
         if not job_queue.is_terminal(job):  # started early (a stray doorbell): rescuable
             store.add_pending(job_id, pool=settings.marker_pool(job), pipeline=job.get("pipeline"))
@@ -146,6 +148,23 @@ def _release_one(ctx: Context, now: datetime, info: BlobInfo, job_id: str, out: 
         ring_or_leave(ctx.doorbell, job_id, job.get("traceparent"), pipeline=job.get("pipeline"))
         out.released += 1
     store.delete_blob(name)
+
+
+def _woken(ctx: Context, now: datetime, stored: Stored, name: str, out: Released) -> bool:
+    """A waiting job's entry a feature put in the index (Feature.wakes; waits: a parked
+    job): released when its time came; an entry that is not its own any more goes. False
+    when no feature claims it (the delayed jobs' rules apply)."""
+    for wake in ctx.wakes():
+        woke = wake(ctx, stored, name, now)
+        if woke is None:
+            continue
+        if woke == "resumed":
+            out.released += 1
+        if woke != "later":
+            ctx.store.delete_blob(name)  # the release dropped it already, or it is stale
+            out.repaired += woke == "stale"
+        return True
+    return False
 
 
 def _aware(when: datetime) -> datetime:

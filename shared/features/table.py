@@ -23,7 +23,11 @@ from shared.features import (
 )
 from shared.features import flow_policy as fp
 from shared.features import workflow_graph as graph
-from shared.seams import Context, Feature, ListFilter, Ringer, SweepPass
+from shared.features.waits import fanout as wfan
+from shared.features.waits import hooks as waits
+from shared.features.waits import parking as wpark
+from shared.features.waits import rules as wrules
+from shared.seams import Context, CreateJobs, Feature, ListFilter, Ringer, SweepPass
 from shared.storage import Store
 
 POOLS = Feature(
@@ -67,6 +71,24 @@ FLOW_CONTROL = Feature(
     indexed=flow.ended_ids,  # bulk retry: failed and cancelled jobs by day
 )
 
+WAITS = Feature(
+    name="waits",  # docs/waiting.md
+    record_fields=wrules.RECORD_FIELDS,
+    view_fields=wrules.VIEW_FIELDS,
+    view=waits.view,
+    index_prefixes=(wrules.PREFIX,),
+    terminal_hooks=(
+        wfan.child_ended,  # a fan-out's child counts down; the last releases its parent
+        wfan.parent_ended,  # a parent ended while it waited: its children are cancelled
+    ),
+    sweep_checks=(waits.sweep_check,),  # a parked job: before workflows' waiting check
+    sweep_passes=(SweepPass("waits", waits.sweep_pass),),  # kept completions, stops
+    stage_tools=(("waits", wpark.tools_for),),  # ctx.sleep, waitpoint, wait, fan_out
+    upload_hooks=(waits.upload,),  # an upload carrying a waitpoint token completes it
+    wakes=(waits.wake_from_index,),  # a sleep's end, a waitpoint's timeout: the time index
+    summary_fields=("park", "parent_job"),
+)
+
 WORKFLOWS = Feature(
     name="workflows",  # docs/workflows.md
     submit_keys=graph.SUBMIT_KEYS,
@@ -103,13 +125,19 @@ RUN_JOBS = Feature(
     sweep_checks=(executions.sweep_check,),  # its execution ended: rescued at once
 )
 
-FEATURES: tuple[Feature, ...] = (POOLS, TIME, FLOW_CONTROL, WORKFLOWS, TAGS, RUN_JOBS)
+FEATURES: tuple[Feature, ...] = (POOLS, TIME, FLOW_CONTROL, WAITS, WORKFLOWS, TAGS, RUN_JOBS)
 
 INDEX_PREFIXES: tuple[str, ...] = tuple(p for f in FEATURES for p in f.index_prefixes)
 """What a store serves for the table (a Context hands them in; a bare store in a test
 that reads the features' objects directly is handed them by hand)."""
 
 
-def context(store: Store, doorbell: Ringer, settings: Settings, clock: Clock = utcnow) -> Context:
+def context(
+    store: Store,
+    doorbell: Ringer,
+    settings: Settings,
+    clock: Clock = utcnow,
+    create_jobs: CreateJobs | None = None,
+) -> Context:
     """The context with every feature of the table (the front door's, and the tests')."""
-    return Context(store, doorbell, settings, clock, FEATURES)
+    return Context(store, doorbell, settings, clock, FEATURES, create_jobs)

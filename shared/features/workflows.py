@@ -45,6 +45,7 @@ from shared.errors import (
     StorageError,
 )
 from shared.features import workflow_graph as graph
+from shared.features.waits import rules as waits_rules
 from shared.jobs import JobRecord, JobStatus, JsonObject
 from shared.logs import get_logger
 from shared.pipelines.base import Reads
@@ -152,8 +153,8 @@ def release_hook(ctx: Context, record: JobRecord) -> None:
 
 def _parent_ended(ctx: Context, stored: Stored, parent: str, status: str) -> None:
     child = stored.record
-    if child.get("status") != JobStatus.WAITING:
-        return
+    if child.get("status") != JobStatus.WAITING or waits_rules.is_parked(child):
+        return  # released already (a parked job waits for its own stage's wait)
     if status in ("failed", "cancelled") and child.get("on_parent_failure") != "run":
         _apply(ctx, stored, "cancel", {"parent": parent, "status": status})
         return
@@ -171,8 +172,8 @@ def settle(ctx: Context, stored: Stored) -> JobRecord:
     failed under "cancel"), read the parents and release or cancel the child. Idempotent:
     the sweep and submit call it on any waiting child. Returns the record afterwards."""
     child = stored.record
-    if child.get("status") != JobStatus.WAITING:
-        return child
+    if child.get("status") != JobStatus.WAITING or waits_rules.is_parked(child):
+        return child  # a parked job is the waits feature's (shared.features.waits)
     child_id = str(child["id"])
     policy = str(child.get("on_parent_failure") or graph.DEFAULT_PARENT_FAILURE)
     listed = [
@@ -201,7 +202,7 @@ def _apply(
     """The CAS that releases or cancels a waiting child (re-read on a lost race)."""
     for _ in range(_CAS_TRIES):
         job = stored.record
-        if job.get("status") != JobStatus.WAITING:
+        if job.get("status") != JobStatus.WAITING or waits_rules.is_parked(job):
             return job
         now = datetime.now(UTC)
         if verdict == "cancel":

@@ -18,7 +18,7 @@ import flask
 
 from shared import bulk, params
 from shared.errors import IllegalTransition, InvalidInput
-from shared.http import capacity, crosssite, outputs, pages, waiting
+from shared.http import capacity, crosssite, outputs, pages, waiting, waitpoints
 from shared.http import progress as batch_progress
 from shared.http.edge import Refusal, answer, author, read_body, require_method
 from shared.queue import Queue
@@ -28,7 +28,8 @@ _ONE_JOB_KEYS: dict[str, dict[str, int]] = {"cancel": {"reason": 500}, "retry": 
 
 
 OPERATOR_ROUTES = (
-    "POST /jobs/<id>/cancel|retry, POST /bulk/cancel|retry, POST /pipelines/<name>/pause|resume"
+    "POST /jobs/<id>/cancel|retry|complete, POST /bulk/cancel|retry, "
+    "POST /pipelines/<name>/pause|resume, POST /waitpoints/<token>"
 )
 ADMIN_POINTER = (
     "it is an operator route, served by the admin function to operators only (terraform "
@@ -40,9 +41,11 @@ def operator_route(path: str) -> tuple[str, str] | None:
     """(head, rest) of an operator route's path (a job's, bulk or a pipeline's action), or
     None for any other path."""
     head, _, rest = path.strip("/").partition("/")
-    if head == "jobs" and rest.endswith(("/cancel", "/retry")):
+    if head == "jobs" and rest.endswith(("/cancel", "/retry", "/complete")):  # waits: complete
         return head, rest
     if (head == "bulk" and rest) or (head == "pipelines" and rest.count("/") == 1):
+        return head, rest
+    if head == waitpoints.ROUTE and rest and "/" not in rest:  # waits: a token's completion
         return head, rest
     return None
 
@@ -60,12 +63,16 @@ def operator_action(queue: Queue, request: flask.Request, head: str, rest: str) 
         return job_action(queue, request, *rest.rsplit("/", 1))
     if head == "bulk":
         return bulk_action(queue, request, rest)
+    if head == waitpoints.ROUTE:  # the admin's own: an operator completes by token, IAM-checked
+        return waitpoints.complete_waitpoint(queue, request, rest)
     return pipeline_action(queue, request, *rest.split("/"))
 
 
 def job_action(queue: Queue, request: flask.Request, job_id: str, action: str) -> flask.Response:
     """POST /jobs/<id>/cancel|retry: the job after the transition; 409 when its state
-    does not allow it."""
+    does not allow it. POST /jobs/<id>/complete: its waitpoint (shared.http.waitpoints)."""
+    if action == "complete":  # waits (docs/waiting.md)
+        return waitpoints.complete_job(queue, request, job_id)
     if action not in _ONE_JOB_KEYS:
         raise Refusal(404, "not found", f"no action {action[:40]!r} on a job; try cancel or retry")
     body = _json_object(request, queue, required=False)

@@ -12,7 +12,7 @@ import importlib.util
 from collections.abc import Iterable
 
 from shared.errors import PermanentError, PipelineModuleError, Stopped, UnknownPipeline
-from shared.pipelines.base import OutputWriter, Pipeline, Stage, StageContext
+from shared.pipelines.base import OutputWriter, Pipeline, Stage, StageContext, Waitpoint
 
 __all__ = [
     "OutputWriter",
@@ -23,6 +23,8 @@ __all__ = [
     "StageContext",
     "Stopped",
     "UnknownPipeline",
+    "Waitpoint",
+    "builtin_pipeline_names",
     "get_pipeline",
     "load_modules",
     "pipeline_names",
@@ -65,10 +67,19 @@ def load_modules(names: Iterable[str]) -> None:
             ) from exc
 
 
-def _register_builtins() -> None:
+def _builtins() -> tuple[Pipeline, ...]:
     from shared.pipelines import demo, upload_digest, webhook
 
-    for pipeline in (demo.PIPELINE, upload_digest.PIPELINE, webhook.PIPELINE):
+    return (demo.PIPELINE, upload_digest.PIPELINE, webhook.PIPELINE)
+
+
+def builtin_pipeline_names() -> list[str]:
+    """The pipelines every deployment knows (terraform's builtin_pipelines must match)."""
+    return sorted(p.name for p in _builtins())
+
+
+def _register_builtins() -> None:
+    for pipeline in _builtins():
         if pipeline.name not in _REGISTRY:
             register(pipeline)
 

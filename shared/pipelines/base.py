@@ -12,8 +12,9 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from datetime import datetime
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from shared.errors import PermanentError, Stopped
 from shared.logs import JobLogger
@@ -57,6 +58,32 @@ class SpanRecorder(Protocol):
 
 
 Stage = Callable[["StageContext"], None]
+
+
+@dataclass(frozen=True)
+class Waitpoint:
+    """Something a stage waits for (docs/waiting.md): hand `token` or `url` to a provider,
+    a person or another system, then `ctx.wait(wp)`. Whoever holds the token completes
+    it: POST `url`, `reclaim complete`, the client, the dashboard, an upload."""
+
+    token: str
+    url: str | None
+    ref: str
+    timeout_at: datetime | None = None
+
+
+class WaitTools(Protocol):
+    """What the runner hands a stage for waiting (shared.features.waits.parking)."""
+
+    def sleep_until(self, when: datetime) -> NoReturn: ...
+    def waitpoint(self, timeout: float | None) -> Waitpoint: ...
+    def wait(self, waitpoint: Waitpoint) -> NoReturn: ...
+    def fan_out(
+        self, children: Sequence[Mapping[str, Any]], on_child_failure: str, max_running: int | None
+    ) -> NoReturn: ...
+    def waited(self) -> dict[str, Any] | None: ...
+    def children(self, page_token: str | None, page_size: int) -> dict[str, Any]: ...
+    def now(self) -> datetime: ...
 
 
 def _no_parents() -> dict[str, dict[str, Any]]:
@@ -104,6 +131,7 @@ class StageContext:
         reads: Reads | None = None,
         report: Callable[[dict[str, Any]], None] | None = None,
         spans: SpanRecorder | None = None,
+        tools: Mapping[str, object] | None = None,
     ):
         self.job_id = job_id
         self.payload: dict[str, Any] = copy.deepcopy(dict(payload))
@@ -117,6 +145,7 @@ class StageContext:
         self._reads = reads or Reads()
         self._report = report or (lambda _progress: None)
         self._spans = spans
+        self._tools = dict(tools or {})
 
     # --- workflows (docs/workflows.md): read when asked, so a plain stage pays nothing
 
@@ -132,6 +161,70 @@ class StageContext:
     def batch_members(self) -> list[dict[str, Any]]:
         """For an on_complete callback: each member's id, status and result reference."""
         return self._reads.batch_members()
+
+    # --- waits (docs/waiting.md): each ends the stage; the job parks, holding no instance
+
+    def sleep(self, seconds: float) -> NoReturn:
+        """End this stage; the job resumes at the next stage `seconds` from now (at most
+        30 days), through the time index. No instance, no attempt spent meanwhile."""
+        tools = self._waits()
+        from datetime import timedelta  # only a sleeping stage pays for it
+
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+            raise ValueError(f"sleep takes a number of seconds >= 0, not {seconds!r}")
+        tools.sleep_until(tools.now() + timedelta(seconds=min(float(seconds), 31 * 86400.0)))
+
+    def sleep_until(self, when: datetime) -> NoReturn:
+        """End this stage; the job resumes at the next stage at `when` (aware, at most 30
+        days ahead; a time past resumes it at once)."""
+        self._waits().sleep_until(when)
+
+    def waitpoint(self, timeout: float | None = None) -> Waitpoint:
+        """A new waitpoint of this stage: its token and completion URL to hand out, then
+        `ctx.wait(wp)`. `timeout` (seconds, at most 30 days): the wait ends `timed_out`
+        then. A rerun of the stage (a new attempt) makes a new token."""
+        return self._waits().waitpoint(timeout)
+
+    def wait(self, waitpoint: Waitpoint) -> NoReturn:
+        """End this stage and park the job (waiting, never claimable, its slot and
+        concurrency place freed) until the waitpoint is completed or times out; the next
+        stage reads how in `ctx.waited`. A completion that came first resumes it at once."""
+        self._waits().wait(waitpoint)
+
+    def fan_out(
+        self,
+        children: Sequence[Mapping[str, Any]],
+        on_child_failure: str = "fail",
+        max_running: int | None = None,
+    ) -> NoReturn:
+        """Create child jobs (each {"pipeline", "payload", "max_attempts", "tags",
+        "timeout_seconds"}; any pipeline, any pool) under ids derived from this job, this
+        stage and the child's index, so a rerun creates nothing twice; end this stage
+        and park until the last child ends. "fail": the first failed child cancels its
+        siblings and fails this job, naming it; "continue": every child runs to its end.
+        `max_running`: at most this many children run at once. The next stage reads them
+        with `ctx.children()`."""
+        self._waits().fan_out(children, on_child_failure, max_running)
+
+    @property
+    def waited(self) -> dict[str, Any] | None:
+        """How the wait that ended the previous stage ended (None if it did not wait):
+        {"kind", "status": "slept" | "completed" | "timed_out" | "children", "data",
+        "by", "at", ...}."""
+        tools = self._tools.get("waits")
+        return tools.waited() if tools is not None else None  # type: ignore[attr-defined]
+
+    def children(self, page_token: str | None = None, page_size: int = 100) -> dict[str, Any]:
+        """One page of the children of the fan-out that ended the previous stage: {"children":
+        [{"id", "index", "pipeline", "status", "result", "outputs", "error"}], "next_page_token",
+        "total"}; pass next_page_token back for the next page (None: the last)."""
+        return self._waits().children(page_token, page_size)
+
+    def _waits(self) -> WaitTools:
+        tools = self._tools.get("waits")
+        if tools is None:
+            raise PermanentError("waiting needs the runner's context (no waits tools here)")
+        return tools  # type: ignore[return-value]
 
     def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
         """Report how far this stage got (`done` of `total` units, and a short message).

@@ -217,6 +217,45 @@ def create_upload_job(
     return job
 
 
+def create_records(ctx: Context, built: Sequence[JobRecord]) -> list[tuple[str, bool]]:
+    """Create jobs from records a feature built (a fan-out's children: shared.seams
+    .CreateJobs), in the order POST /jobs writes them: the features' create hooks, pending
+    marker, create-only record, batch marker; then one doorbell each, in groups. (id,
+    created) per record, created False when a record was there already (left as it is)."""
+
+    def one(record: JobRecord) -> SubmittedJob:
+        job_id = str(record["id"])
+        for hook in ctx.create_hooks():
+            hook(ctx, record)
+        ctx.store.add_pending(
+            job_id, pool=ctx.settings.marker_pool(record), pipeline=record.get("pipeline")
+        )
+        try:  # fresh: a feature's own ids (a fan-out's children), which no reclaim from
+            # before the hash segment wrote under its old names (storage.Store.create)
+            stored = ctx.store.create(record, fresh_id=True)
+        except AlreadyExists:
+            return SubmittedJob(job_id, "unknown", created=False)
+        batch_id = record.get("batch_id")
+        if batch_id:
+            ctx.store.add_to_batch(str(batch_id), job_id)
+        return SubmittedJob(
+            job_id,
+            stored.record["status"],
+            created=True,
+            batch_id=batch_id,
+            traceparent=record.get("traceparent"),
+            pipeline=str(record.get("pipeline")),
+        )
+
+    out: list[tuple[str, bool]] = []
+    records_ = list(built)
+    for start in range(0, len(records_), RING_EVERY):
+        made = _map(one, records_[start : start + RING_EVERY])
+        _ring(ctx.doorbell, [m for m in made if m.created], batch=True)
+        out += [(m.job_id, m.created) for m in made]
+    return out
+
+
 def find_upload_job(store: Store, job_id: str) -> SubmittedJob | None:
     """The job a redelivered notification names, if it exists (its batch marker is added
     again: a crash may have left it out)."""

@@ -17,6 +17,7 @@ its id is deterministic and its write create-only (shared.features.workflows).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -50,8 +51,11 @@ class Routed:
     closed: str | None = None  # the batch its closing object closed
     callback: str | None = None  # the callback that closing created (or found)
     ignored: str | None = None  # why nothing was done
+    taken: Mapping[str, Any] | None = None  # a feature took it (waits: a completion)
 
     def to_json(self) -> dict[str, Any]:
+        if self.taken is not None:
+            return dict(self.taken)
         if self.job is not None:
             return {**self.job.to_json(), "route": self.route}
         if self.closed is not None:
@@ -65,6 +69,10 @@ def route_upload(
     """The job (or batch close) of one finalized upload, as the first matching route says;
     an upload no route takes follows `routes.unrouted`."""
     default_bucket = ctx.settings.uploads_bucket
+    for hook in ctx.upload_hooks():  # a feature's object (waits: a waitpoint's token)
+        taken = hook(ctx, obj)
+        if taken is not None:
+            return Routed(taken=taken)
     if routes.routes and not routes.notified(obj.bucket, obj.name, default_bucket):
         return Routed(ignored=f"no upload route covers gs://{obj.bucket}/{obj.name[:200]}")
     route = routes.route_for(obj, default_bucket)

@@ -178,7 +178,7 @@ def test_the_operator_routes_are_the_admin_functions_and_marked_so() -> None:
     """The operations tagged `operators` are the paths shared.http.routes.operator_route
     recognises (the admin function serves them, submit refuses them), each with the
     admin function as its server; no other path is one."""
-    concrete = {"{id}": "a-job", "{name}": "demo"}
+    concrete = {"{id}": "a-job", "{name}": "demo", "{token}": "eyJ.c2ln"}
     for path, item in document()["paths"].items():
         example_path = path
         for name, value in concrete.items():
@@ -188,7 +188,7 @@ def test_the_operator_routes_are_the_admin_functions_and_marked_so() -> None:
         if is_operator:
             assert "admin function" in item["servers"][0]["description"], path
             assert set(operations(item)) == {"post"}, path
-    assert len(operator_paths()) == 6
+    assert len(operator_paths()) == 8  # with waits' /jobs/{id}/complete, /waitpoints/{token}
 
 
 def test_no_documented_route_ends_in_z() -> None:

@@ -259,6 +259,7 @@ def test_the_platform_admin_api_is_wired(cloud: LocalCloud):
         "sweep",
         "dashboard",
         "admin",
+        "waitpoints",  # waits: POST /waitpoints/<token>
     }
     assert stats["services"]["claim"]["config"]["concurrency"] == 4
 

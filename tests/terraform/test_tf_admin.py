@@ -94,7 +94,7 @@ def test_the_admin_function_is_built_from_its_own_folder_with_the_common_setting
     source = block(block(build, "source"), "storage_source")
     assert unquote(source["object"]) == 'google_storage_bucket_object.source["admin"].name'
     assert "functions/${src}" in unquote(config()["locals"]["archives"])
-    assert '["admin"]' in unquote(config()["locals"]["archives"])
+    assert '["admin", "waitpoints"]' in unquote(config()["locals"]["archives"])
     assert (ROOT / "functions" / "admin" / "main.py").is_file()
     service = block(fn, "service_config")
     env = unquote(service["environment_variables"])

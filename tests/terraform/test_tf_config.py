@@ -104,7 +104,15 @@ def test_env_vars_are_exactly_what_the_code_reads() -> None:
     service = block(_fn(), "service_config")
     expr = unquote(service["environment_variables"])
     # a pool's claim gets its pool's RECLAIM_* on top (local.pool_env: test_tf_pools.py)
-    m = re.fullmatch(r"merge\(local\.reclaim_env, local\.pool_env\[each\.key\], \{(.*)\}\)", expr)
+    # and claim its waitpoints' completion URL (local.waits_env: test_tf_waitpoints.py)
+    waits = (
+        r"\{for k, v in local\.waits_env : k => v "
+        r'if local\.identity\[each\.key\] == "claim"\}, '
+    )
+    m = re.fullmatch(
+        r"merge\(local\.reclaim_env, local\.pool_env\[each\.key\], " + waits + r"\{(.*)\}\)",
+        expr,
+    )
     assert m, f"every function gets reclaim_env plus framework vars, got {expr}"
     extra = set(re.findall(r"(\w+)\s*=", m.group(1)))
     assert extra == _framework_env_vars()

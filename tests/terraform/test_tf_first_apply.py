@@ -183,6 +183,7 @@ def test_the_grants_made_after_their_target_are_the_documented_ones() -> None:
         "google_cloud_run_v2_service_iam_member.invoker",
         "google_cloud_run_v2_service_iam_member.operators",  # admin.tf
         "google_cloud_run_v2_service_iam_member.submitters",
+        "google_cloud_run_v2_service_iam_member.waitpoint_invokers",  # waitpoints.tf
         "google_pubsub_subscription_iam_member.dashboard_reads_dead_letters",
         "google_pubsub_subscription_iam_member.pubsub_agent_acks_dead_letters",
     ]
@@ -230,11 +231,21 @@ def test_the_readmes_walk_through_counts_what_terraform_makes() -> None:
     assert f"google_project_service.enabled ({count} APIs)" in readme
     functions = config()["locals"]["functions"]
     sources = {re.search(r'source = "(\w+)"', str(v)).group(1) for v in functions.values()}  # type: ignore[union-attr]
-    sources.add("admin")  # admin.tf: its own function beside local.functions
+    sources |= {"admin", "waitpoints"}  # admin.tf, waitpoints.tf: beside local.functions
     assert "admin" in unquote(config()["locals"]["archives"])
-    numbers = {4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten"}
+    assert "waitpoints" in unquote(config()["locals"]["archives"])
+    numbers = {
+        4: "four",
+        5: "five",
+        6: "six",
+        7: "seven",
+        8: "eight",
+        9: "nine",
+        10: "ten",
+        11: "eleven",
+    }
     assert f"one archive per source folder ({numbers[len(sources)]}:" in readme
-    assert f"the {numbers[len(functions) + 1]} Cloud Builds" in readme  # with admin
+    assert f"the {numbers[len(functions) + 2]} Cloud Builds" in readme  # with admin, waitpoints
     alerts = resources("google_monitoring_alert_policy")
     assert f"and {numbers[len(alerts)]} alert policies" in readme
     late = sum(1 for g in _grants().values() if _made_after_first_use(g))

@@ -79,11 +79,14 @@ def _env_blocks() -> list[dict[str, Any]]:
 
 def test_the_task_gets_its_pool_claims_environment_and_secrets() -> None:
     """F7: the job's environment is its pool claim's (RECLAIM_POOL, the pool's stale time,
-    the runner variables), plus the task's revision and task timeout, and the webhook
+    the runner variables) and the waitpoints' URL as claim's (a stage on a task parks too),
+    plus the task's revision and task timeout, and the webhook
     signing secrets claim gets (value_source.secret_key_ref)."""
     plain, secrets = _env_blocks()
     env = unquote(plain["for_each"])
-    assert env.startswith('merge(local.reclaim_env, local.pool_env["claim_${each.key}"], {')
+    assert env.startswith(
+        'merge(local.reclaim_env, local.pool_env["claim_${each.key}"], local.waits_env, {'
+    )
     own = set(re.findall(r"(RECLAIM_\w+)\s*=", env))
     assert own == {v.name for v in TASK_ENV_VARS}
     pool_env = unquote(config()["locals"]["pool_env"])

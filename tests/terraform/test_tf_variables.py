@@ -113,6 +113,8 @@ def test_every_default_passes_every_validation() -> None:
         default = unquote(var.get("default"))
         value = "my-project-1" if name == "project_id" else default
         value = _value(name, value) if isinstance(value, dict) else value
+        if isinstance(value, list):  # a list of strings, as python-hcl2 quotes them
+            value = [v.strip('"') if isinstance(v, str) else v for v in value]
         for condition in _conditions(name):
             assert evaluate(condition, {name: value}) is True, (name, condition)
 

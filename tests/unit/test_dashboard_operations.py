@@ -160,3 +160,35 @@ def test_bulk_refusals_change_nothing(world: dict[str, Any]) -> None:
     assert client.get("/bulk?action=retry&colour=red").status_code == 400
     assert [store.read(i).record["status"] for i in ("a", "b")] == ["failed", "failed"]
     assert client.get("/bulk").status_code == 200  # the form alone
+
+
+def test_a_job_waiting_on_a_waitpoint_is_approved_or_rejected_from_its_page(
+    world: dict[str, Any],
+) -> None:
+    """waits (docs/waiting.md): the page says what the job waits for and offers Approve and
+    Reject, CSRF-checked, the author the verified caller; a second press is a 409."""
+    from shared.claim.drain import DrainGate
+    from shared.claim.shutdown import Shutdown
+    from shared.claim.slots import Slots
+    from tests.unit import test_waits  # registers its pipelines
+
+    client, queue = world["client"], world["queue"]
+    for job_id in ("wait-yes", "wait-no"):
+        submit(world, {"id": job_id, "pipeline": test_waits.WAITER})
+        queue.handle_delivery(job_id, slots=Slots(2), gate=DrainGate(), shutdown=Shutdown())
+    page = client.get("/jobs/wait-yes", headers=OPS)
+    text = page.get_data(as_text=True)
+    assert 'id="waiting-for"' in text and "waitpoint" in text
+    assert 'id="approve"' in text and 'id="reject"' in text
+    token = token_of(page)
+    forged = client.post("/jobs/wait-yes/approve", data={"csrf": "forged"}, headers=OPS)
+    assert forged.status_code == 403 and queue.read("wait-yes")["status"] == "waiting"
+    yes = client.post("/jobs/wait-yes/approve", data={"csrf": token}, headers={**OPS, **CLAIMED})
+    assert yes.status_code == 303 and "approved" in yes.headers["Location"]
+    no = client.post("/jobs/wait-no/reject", data={"csrf": token}, headers=OPS)
+    assert no.status_code == 303
+    assert queue.read("wait-yes")["waited"]["data"] == {"approved": True}
+    assert queue.read("wait-yes")["waited"]["by"] == "dashboard:ops@example.com"
+    assert queue.read("wait-no")["waited"]["data"] == {"approved": False}
+    again = client.post("/jobs/wait-yes/approve", data={"csrf": token}, headers=OPS)
+    assert again.status_code == 409

@@ -17,6 +17,8 @@ from shared.config import Settings
 from shared.errors import InvalidInput, InvalidSubmission
 from shared.features import executions, expiry, flow, pool_routing, uniqueness, workflows
 from shared.features import table as features
+from shared.features.waits import fanout as waits_fanout
+from shared.features.waits import hooks as waits
 from shared.finish import after_terminal
 from shared.jobs import JobStatus
 from shared.queue import Queue
@@ -74,6 +76,8 @@ def test_the_table_runs_each_seam_in_the_order_the_features_are_listed() -> None
         uniqueness.release_on_terminal,
         flow.record_ended,
         flow.release_hook,
+        waits_fanout.child_ended,
+        waits_fanout.parent_ended,
         workflows.batch_hook,
         workflows.release_hook,
         executions.cancel_hook,
@@ -81,10 +85,11 @@ def test_the_table_runs_each_seam_in_the_order_the_features_are_listed() -> None
     assert list(ctx.requeue_hooks()) == [flow.release_hook]
     assert list(ctx.sweep_checks()) == [
         expiry.sweep_check,
+        waits.sweep_check,  # a parked job is the waits feature's, before workflows' look
         workflows.sweep_check,
         executions.sweep_check,
     ]
-    assert [p.name for p in ctx.sweep_passes()] == ["time", "flow", "workflows"]
+    assert [p.name for p in ctx.sweep_passes()] == ["time", "flow", "waits", "workflows"]
 
 
 def test_the_front_door_hands_down_the_table_it_was_given() -> None:

@@ -167,9 +167,9 @@ def test_sweep_costs_one_listing_and_never_lists_history() -> None:
     sweep(store)
     # pending/, the time pass's bounded listings (due scheduled/ buckets: one per fan-out
     # slot and one of the names before it; unique/), flow control's two (parked/,
-    # waiting-for/) and the workflows' open markers (shared.features.workflows.sweep_open): the
-    # same count whatever the history holds
-    assert store.calls["list"] - before.get("list", 0) == 6 + TIME_INDEX_FANOUT
+    # waiting-for/), the waits' repair objects (waits/repair/) and the workflows' open
+    # markers (shared.features.workflows.sweep_open): the same count whatever the history holds
+    assert store.calls["list"] - before.get("list", 0) == 7 + TIME_INDEX_FANOUT
     assert store.calls["read"] - before.get("read", 0) == 3
 
 
@@ -301,4 +301,4 @@ def test_an_index_within_the_read_budget_is_one_listing_and_every_record_read() 
     store.calls.clear()
     result = sweeper.run_once(context(store, Bell(), settings(sweep_max_jobs=3)), NOW)
     assert sorted(store.read_ids) == ["a", "b", "c"] and not result.truncated
-    assert store.calls["list"] == 6 + TIME_INDEX_FANOUT  # the pending index, the passes
+    assert store.calls["list"] == 7 + TIME_INDEX_FANOUT  # the pending index, the passes
