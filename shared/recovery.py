@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from shared import finish, job_queue, metrics
+from shared.claim import due_hint
 from shared.errors import AttemptsExhausted, LostRace, NotFound, OwnerGone, StorageError
 from shared.jobs import JobError, JobRecord, JobStatus, WatchdogAction
 from shared.logs import get_logger
@@ -225,4 +226,5 @@ def mark_due(
     except StorageError as exc:
         log.warning("could not mark the job due on its marker", job_id=job_id, error=str(exc))
         return False
+    due_hint.announce(store, pool)  # freed slots list the index only when this moves
     return True

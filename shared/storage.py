@@ -85,6 +85,7 @@ _BLOB_NAME = re.compile(r"[A-Za-z0-9._:=@+-]+")
 INDEX_PREFIXES: tuple[str, ...] = (
     "schedules/",  # cron: each schedule's last tick, shared.cron.ticks
     "dashboard/",  # the dashboard's CSRF key, shared by its instances (shared.dashboard.app)
+    "hints/",  # what may be waiting: shared.claim.due_hint, shared.index_use
 )
 _RESERVED = (JOBS_PREFIX, PENDING_PREFIX, BATCHES_PREFIX, OUTPUTS_PREFIX, "sweep/")
 

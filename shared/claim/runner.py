@@ -19,6 +19,7 @@ and a delivery that arrives meanwhile rings its doorbell again instead of claimi
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import json
@@ -26,7 +27,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -35,8 +36,9 @@ from shared.claim import dispatch
 from shared.claim.budget import PushBudget
 from shared.claim.drain import GATE, Arrival, DrainGate, backlog_sign, drain
 from shared.claim.owned import Heartbeat, OwnedRecord
-from shared.claim.shutdown import SHUTDOWN, Shutdown
+from shared.claim.shutdown import SHUTDOWN, Running, Shutdown
 from shared.claim.slots import Slots, get_slots
+from shared.claim.stage_times import STAGE_TIMES, StageTimes
 from shared.claim.timeouts import Deadline, TimedOut
 from shared.errors import (
     CorruptRecord,
@@ -124,6 +126,7 @@ def handle_delivery(
         return Outcome(job_id, OutcomeKind.BUSY, "no free slot", retry_after_s=retry)
     with slot:
         outcome = runner.attempt(job_id)
+        _note_drain_hints(gate, outcome)
         outcome.drained = drain(
             ctx.store,
             settings,
@@ -136,6 +139,14 @@ def handle_delivery(
             push_gap=pool.push_gap,
         )
     return outcome
+
+
+def _note_drain_hints(gate: DrainGate, outcome: Outcome) -> None:
+    """This delivery's watchdog sent a stale job back to the queue marked due: the next
+    freed slot of this process lists the index for it (other processes learn it from the
+    pool's due hint, shared.claim.due_hint)."""
+    if outcome.kind == OutcomeKind.RECOVERED and outcome.detail == "requeue":
+        gate.note_marked()
 
 
 # --------------------------------------------------------------------------- the runner
@@ -387,6 +398,52 @@ def _plan(job: JobRecord, revision: str | None) -> _Plan:
     return _Plan(pipeline, versions.get(decision.version or "", []), decision)
 
 
+def _coalesce_checkpoints(owned: OwnedRecord, plan: _Plan) -> None:
+    """The pipeline's checkpoint interval (Pipeline.checkpoint_every_s): boundaries of
+    short stages coalesce into one write per interval (shared.claim.owned)."""
+    if plan.pipeline is not None:
+        owned.coalesce_checkpoints(plan.pipeline.checkpoint_every_s)
+
+
+class _StageClock:
+    """The running stage of one job and how long it has run; each run that completes is
+    recorded (shared.claim.stage_times), so that on SIGTERM a stage expected to end within
+    the grace finishes instead of being thrown away (shared.claim.shutdown)."""
+
+    def __init__(self, pipeline: str, times: StageTimes = STAGE_TIMES) -> None:
+        self._pipeline = pipeline
+        self._times = times
+        self._stage: str | None = None
+        self._started = 0.0
+
+    @contextlib.contextmanager
+    def timing(self, stage: str) -> Iterator[None]:
+        """Around a stage's call: its duration is recorded only when it returns."""
+        self._started, self._stage = time.monotonic(), stage
+        try:
+            yield
+            self._times.record(self._pipeline, stage, time.monotonic() - self._started)
+        finally:
+            self._stage = None
+
+    def left(self) -> float | None:
+        """Expected seconds until the running stage ends; None between stages, without a
+        record, or past its expected end (an overrunning stage says nothing)."""
+        stage = self._stage
+        if stage is None:
+            return None
+        expected = self._times.expected(self._pipeline, stage)
+        if expected is None:
+            return None
+        left = expected - (time.monotonic() - self._started)
+        return left if left >= 0 else None
+
+
+def _finishing(registered: Running | None) -> bool:
+    """The shutdown lets this job's running stage finish (shared.claim.shutdown)."""
+    return registered is not None and registered.finishing
+
+
 class _Outputs:
     """Stage output writer: keyed by attempt, refused once this owner lost the job."""
 
@@ -449,6 +506,9 @@ class _Job:
         trace = self.job.get("traceparent")
         self._trace = trace if isinstance(trace, str) else None
         self._pipeline = str(self.job.get("pipeline"))  # its doorbell goes to its pool
+        _coalesce_checkpoints(owned, plan)
+        self._clock = _StageClock(self._pipeline)  # the running stage, for the SIGTERM path
+        self._registered: Running | None = None
 
     def run(self) -> Outcome:
         plan = self.plan
@@ -468,7 +528,8 @@ class _Job:
         heartbeat = Heartbeat(self.owned, self.r.settings.heartbeat_tick_seconds, self.log)
         limit = timing.timeout_of(self.job, pipeline.timeout_seconds)  # time
         deadline = Deadline(limit, lambda: self._time_out(limit or 0.0))
-        with heartbeat, deadline, self.r.shutdown.running(self._hand_back_from_outside):
+        shutdown = self.r.shutdown.running(self._hand_back_from_outside, self._clock.left)
+        with heartbeat, deadline, shutdown as self._registered:
             for index in range(next_stage, len(stages)):
                 if self.r.shutdown.requested:  # a stage boundary: the checkpoint is saved
                     return self._hand_back("at a stage boundary")
@@ -491,7 +552,7 @@ class _Job:
         """Run one stage and its checkpoint; an Outcome ends the job, None goes on."""
         self.log.stage = name
         outputs = _Outputs(self.r.store, self.owned, self.job_id, self.confirm_s)
-        self.log.info("stage started", index=index, pipeline=pipeline.name)
+        self.log.debug("stage started", index=index, pipeline=pipeline.name)
         try:  # the context too: whatever the payload holds ends in the stage error mapping
             ctx = StageContext(
                 self.job_id,
@@ -506,7 +567,8 @@ class _Job:
                 reads=workflows.reads_for(self.r.store, self.job),  # parents, the batch
                 report=self.owned.report_progress,
             )
-            fn(ctx)
+            with self._clock.timing(name):
+                fn(ctx)
             _require_plain(state, result)
         except ShuttingDown:
             return self._hand_back("the stage called check()")
@@ -517,7 +579,7 @@ class _Job:
         except Exception as exc:  # the stage is the pipeline's own code: whatever it
             # raises is a stage error, retried with backoff until attempts run out
             return self._retry_or_fail(exc, stage=name)
-        self.log.info("stage finished", index=index, outputs=outputs.written or None)
+        self.log.debug("stage finished", index=index, outputs=outputs.written or None)
         self.outputs.extend(outputs.written)
         if index + 1 >= total:
             return None  # the final write follows at once
@@ -532,7 +594,7 @@ class _Job:
             )
         except OwnerLost:
             return self._lost("checkpoint refused")
-        self.log.info("checkpoint", next_stage=index + 1, written=written)
+        self.log.debug("checkpoint", next_stage=index + 1, written=written)
         return None
 
     def _stopped(self) -> bool:
@@ -544,7 +606,7 @@ class _Job:
             return True
         except Unavailable as exc:  # a storage hiccup is no proof of loss; the CAS writes decide
             self.log.warning("could not confirm ownership", error=str(exc))
-        if self.r.shutdown.requested:
+        if self.r.shutdown.requested and not _finishing(self._registered):
             raise ShuttingDown(f"job {self.job_id}: the instance is shutting down")
         return False
 
