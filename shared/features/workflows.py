@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from shared import finish, job_queue, records, tracing
+from shared import finish, index_use, job_queue, records, tracing
 from shared.errors import (
     AlreadyExists,
     Conflict,
@@ -92,7 +92,12 @@ def check_still_open(store: Store, batch_id: str) -> None:
 
 
 def write_markers(store: Store, names: Iterable[str]) -> None:
-    """Empty create-only markers (a replay finds the same empty bytes: success)."""
+    """Empty create-only markers (a replay finds the same empty bytes: success). An open
+    marker's index is noted on the board first (shared.index_use: the sweep's repair of
+    batches held open lists it only then)."""
+    names = list(names)
+    if any(n.startswith(graph.OPEN_ROOT) for n in names):
+        index_use.note(store, graph.OPEN_ROOT)
     for name in names:
         store.put_blob(name, b"", generation=0)
 
@@ -299,7 +304,13 @@ def sweep_open(
     skipped without a read, so the cost is one listing plus a read per stray. Returns
     the number of markers repaired."""
     repaired = 0
-    for info in ctx.store.list_blobs(graph.OPEN_ROOT, limit=limit):
+    run = index_use.current(ctx.store)  # the sweep's board: no open marker ever noted
+    if run is not None and not run[0].may_hold(graph.OPEN_ROOT):
+        return 0
+    listed = ctx.store.list_blobs(graph.OPEN_ROOT, limit=limit)
+    if run is not None:
+        run[1].listed(graph.OPEN_ROOT, [info.name for info in listed[:1]])
+    for info in listed:
         parsed = graph.parse_open_name(info.name)
         if parsed is None or parsed[1] in pending or parsed[1] == graph.HOLD_ID:
             continue  # an upload batch's hold: only its closing object removes it
@@ -330,7 +341,7 @@ def reopen_for_retry(store: Store, record: JobRecord) -> None:
     batch_id = record.get("batch_id")
     if not batch_id or not record.get("batch_has_callback"):
         return
-    store.put_blob(graph.open_name(batch_id, str(record["id"])), b"", generation=0)
+    write_markers(store, [graph.open_name(batch_id, str(record["id"]))])
     try:
         store.read(graph.callback_id(batch_id))
     except NotFound:
