@@ -37,11 +37,12 @@ judged on call counts (calls, sweep, delayed, lost_doorbell, client, the flow an
 workflows calls rows), on bounds several times their figure (rescue's hand-back 0.2 s
 against 2 s, its staleness 5 s against 10 s; the flow and workflows hand-offs, tens of
 ms against a second), or not judged (cost, run_jobs, capacity)."""
-LAST = ("throughput", "pools", "imports", "handback", "rollout")
+LAST = ("throughput", "first_stage", "pools", "imports", "handback", "rollout")
 """Timed entries run once the beside lanes are done: their ratios compare a fixed cost
 with a short batch (rollout: 1.32x beside a lane, 1.18x alone), figures of tens of
-milliseconds (pools, imports), a CPU-bound rate (throughput) or a wait for a free slot
-(handback: 0.00 s alone, 8.3 s beside two lanes), which other lanes' load would move.
+milliseconds (pools, imports, first_stage), a CPU-bound rate (throughput) or a wait for a
+free slot (handback: 0.00 s alone, 8.3 s beside two lanes), which other lanes' load would
+move.
 The timed entry before them (backlog: 0.95x against 1.3x beside the lanes) keeps its
 margin under that load."""
 STOP_WAIT_S = 60.0
