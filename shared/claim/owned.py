@@ -128,7 +128,8 @@ class OwnedRecord:
 
     def report_progress(self, progress: JsonObject) -> None:
         """Keep a stage's latest progress for the next write (never a write of its own
-        sooner than min_interval_s: the tick flushes it like a coalesced checkpoint)."""
+        sooner than the checkpoint interval: the tick flushes it like a coalesced
+        checkpoint, so a pipeline's checkpoint_every_s bounds its progress writes too)."""
         with self._lock:
             self._progress = dict(progress)
 
@@ -138,11 +139,10 @@ class OwnedRecord:
             if self._closed or self.lost:
                 return
             elapsed = self._since_write()
-            if self._pending is not None and elapsed >= self._flush_after_s():
+            due = elapsed >= self._flush_after_s()  # a checkpoint's or a progress's turn
+            if self._pending is not None and due:  # the one write carries the progress too
                 self._flush_pending(transient_ok=True)
-            elif elapsed >= self.heartbeat_s or (
-                self._progress is not None and elapsed >= self.min_interval_s
-            ):
+            elif elapsed >= self.heartbeat_s or (self._progress is not None and due):
                 self._write(lambda job: job_queue.heartbeat_fields(job, self._clock()), "heartbeat")
 
     def confirm(self, max_age_s: float) -> None:

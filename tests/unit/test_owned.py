@@ -263,3 +263,20 @@ def test_a_coalesced_checkpoint_goes_with_a_hand_back_and_no_interval_goes_below
     owned.finish(lambda job: job_queue.handback_fields(job, clock(), max_attempts=3), "handed back")
     job = store.read("j1").record
     assert job["status"] == JobStatus.QUEUED and job_queue.checkpoint_of(job) == (1, {"n": 1})
+
+
+def test_progress_waits_for_a_pipeline_s_checkpoint_interval_and_rides_with_its_write() -> None:
+    store, clock = MemoryStore(), Clock(START)
+    owned = claimed(store, clock, heartbeat_s=10.0)
+    owned.coalesce_checkpoints(3.0)
+    writes = store.calls["write"]
+    clock.advance(1.2)
+    owned.checkpoint("s0", 1, {"n": 1})
+    owned.report_progress({"done": 1, "total": 3, "message": None})
+    owned.tick()
+    assert store.calls["write"] == writes  # a progress report alone waits for the interval
+    clock.advance(1.8)
+    owned.tick()
+    assert store.calls["write"] == writes + 1  # one write: the checkpoint and the progress
+    job = store.read("j1").record
+    assert job["progress"]["done"] == 1 and job_queue.checkpoint_of(job) == (1, {"n": 1})
