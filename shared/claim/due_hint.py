@@ -7,9 +7,9 @@ sweep's re-ring) has its pending marker marked (shared.recovery.mark_due), and i
 doorbell may pend, back off or be lost (shared.claim.drain's module doc). Every freed
 slot used to list the pending index to look for such marks: one class A operation per
 job (N on N record shards), for marks that are rare. Now whoever marks a job due also
-rewrites ``hints/due/<pool>`` (`announce`: at most one write a second per process, the
-last one trailing, so a burst of hand-backs costs one or two writes and the object stays
-under Cloud Storage's one write a second per object,
+rewrites ``hints/due/<pool>`` (`announce`: on a thread, at most one write a second per
+process, the last one trailing, so a burst of hand-backs costs one or two writes and the
+object stays under Cloud Storage's one write a second per object,
 https://cloud.google.com/storage/quotas), and a freed slot reads the hint (`DueHint`: a
 class B read, at most once per HINT_READ_S per process) and lists only when its
 generation moved since the process last listed. A read is a twelfth of a listing's
@@ -78,7 +78,9 @@ class _Announcer:
                     timer.start()
                 return
             self._last[name] = now
-        _write(store, name[1])
+        # never in the caller's way: a hand-back on SIGTERM rings its doorbell next, and
+        # a hint write that meets the object's rate limit is retried for seconds
+        threading.Thread(target=_write, args=(store, name[1]), daemon=True).start()
 
     def _trail(self, store: Store, name: tuple[int, str]) -> None:
         with self._lock:
@@ -107,7 +109,8 @@ _ANNOUNCER = _Announcer()
 
 
 def announce(store: Store, pool: str | None) -> None:
-    """A job of `pool` was just marked due: move its hint (coalesced per process)."""
+    """A job of `pool` was just marked due: move its hint (coalesced per process, on a
+    thread of its own: the caller does not wait)."""
     _ANNOUNCER.announce(store, pool)
 
 

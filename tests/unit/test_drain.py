@@ -28,7 +28,7 @@ from shared.claim.drain import (
 from shared.claim.due_hint import hint_name
 from shared.claim.shutdown import Shutdown
 from shared.claim.slots import Slots
-from shared.errors import Unavailable
+from shared.errors import NotFound, Unavailable
 from shared.features import flow
 from shared.jobs import JobStatus
 from shared.outcome import Outcome, OutcomeKind
@@ -39,11 +39,19 @@ from tests.unit.unit_support import Clock, handle, settings, starved_slots, subm
 
 
 def wait_hint_moved(store: MemoryStore, generation: int, timeout_s: float = 10.0) -> None:
-    """Until the default pool's due hint is past `generation` (a trailing announce)."""
+    """Until the default pool's due hint is past `generation` (0: until it exists): an
+    announce is written on a thread of its own."""
     deadline = time.monotonic() + timeout_s
-    while store.read_blob(hint_name(None)).generation == generation:
+    while _hint_generation(store) == generation:
         assert time.monotonic() < deadline, "the due hint never moved"
         time.sleep(0.02)
+
+
+def _hint_generation(store: MemoryStore) -> int:
+    try:
+        return store.read_blob(hint_name(None)).generation
+    except NotFound:
+        return 0
 
 
 # --- the gate
@@ -473,6 +481,7 @@ def test_a_freed_slot_takes_a_job_marked_due_however_young_and_whatever_the_gate
     gate = DrainGate()
     assert gate.try_enter(s.drain_interval_seconds)  # another slot's safety net just listed
     mark_due(store, handed, clock())  # marked and announced (shared.claim.due_hint)
+    wait_hint_moved(store, 0)  # the announce is written on a thread of its own
     trigger = submit(store, now=clock())
     outcome = handle(trigger, store, s, clock, gate=gate)
     assert [(d.job_id, d.kind) for d in outcome.drained] == [(handed, OutcomeKind.DONE)]
@@ -542,6 +551,7 @@ def test_a_marked_job_found_taken_is_not_read_again_by_this_process_until_marked
     clock = Clock()
     taken = submit(store, now=clock())
     mark_due(store, taken, clock())
+    wait_hint_moved(store, 0)
     stored = store.read(taken)
     claimed = {**stored.record, **job_queue.claim_fields(stored.record, "elsewhere", clock())}
     store.update(claimed, stored.generation)  # another slot took it first: running, fresh

@@ -1,0 +1,69 @@
+"""shared.claim.due_hint: a freed slot lists the pending index only when the pool's due
+hint moved since its process last listed; whoever marks a job due moves it (on a thread,
+at most once a second per process, the last one trailing)."""
+
+from __future__ import annotations
+
+import time
+
+from shared.claim.due_hint import DueHint, announce, hint_name
+from shared.errors import NotFound, Unavailable
+from shared.stores.memory import MemoryStore
+
+
+def generation(store: MemoryStore, pool: str | None = None) -> int:
+    try:
+        return store.read_blob(hint_name(pool)).generation
+    except NotFound:
+        return 0
+
+
+def wait_past(store: MemoryStore, seen: int, pool: str | None = None) -> int:
+    deadline = time.monotonic() + 10
+    while (now := generation(store, pool)) == seen:
+        assert time.monotonic() < deadline, "the hint never moved"
+        time.sleep(0.02)
+    return now
+
+
+def test_no_hint_means_nothing_was_announced_and_a_new_one_moves_once_per_listing() -> None:
+    store = MemoryStore()
+    hint = DueHint(read_s=0.0)
+    assert not hint.moved(store, None)  # never announced: nothing marked, no listing
+    announce(store, None)
+    wait_past(store, 0)
+    assert hint.moved(store, None)
+    assert hint.moved(store, None)  # still: no listing followed yet
+    hint.listed()
+    assert not hint.moved(store, None)
+
+
+def test_a_process_reads_the_hint_at_most_once_per_interval() -> None:
+    store = MemoryStore()
+    hint = DueHint(read_s=1.0)
+    assert not hint.moved(store, None, now_s=100.0)
+    announce(store, None)
+    wait_past(store, 0)
+    reads = store.calls["read"]
+    assert not hint.moved(store, None, now_s=100.5)  # the read of 100.0 still stands
+    assert store.calls["read"] == reads  # no call at all
+    assert hint.moved(store, None, now_s=101.0)
+
+
+def test_an_unreadable_hint_counts_as_moved_and_pools_have_their_own() -> None:
+    store = MemoryStore()
+    hint = DueHint(read_s=0.0)
+    store.inject_failure("read", Unavailable("outage"))
+    assert hint.moved(store, None)  # the listing is the safe side
+    announce(store, "light")
+    wait_past(store, 0, "light")
+    assert not hint.moved(store, None) and generation(store, None) == 0
+
+
+def test_announces_within_a_second_trail_one_write_after_the_first() -> None:
+    store = MemoryStore()
+    announce(store, None)
+    first = wait_past(store, 0)
+    announce(store, None)  # within the second: a trailing write, not a second one now
+    announce(store, None)
+    assert wait_past(store, first) > first  # the burst's last mark is announced
