@@ -118,8 +118,7 @@ def handle_delivery(
     if shutdown.requested:
         return runner.decline(job_id)
     if arrival is not None and (sign := backlog_sign(arrival, ctx.now())) is not None:
-        log.info("doorbells are being held back: draining", job_id=job_id, sign=sign)
-        gate.note_backlog()
+        _note_backlog(gate, settings.backlog_window_seconds, job_id, sign)
     slot = pool.try_acquire()
     if slot is None:
         retry = settings.busy_retry_after_seconds
@@ -139,6 +138,17 @@ def handle_delivery(
             push_gap=pool.push_gap,
         )
     return outcome
+
+
+def _note_backlog(gate: DrainGate, window_s: float, job_id: str, sign: str) -> None:
+    """A push shows doorbells held back: the process counts as backlogged (the drain
+    takes due jobs itself). Said at INFO when a backlog begins, at DEBUG for each push
+    that keeps it going (in a backlog that is every push)."""
+    began = not gate.backlogged(window_s)
+    (log.info if began else log.debug)(
+        "doorbells are being held back: draining", job_id=job_id, sign=sign
+    )
+    gate.note_backlog()
 
 
 def _note_drain_hints(gate: DrainGate, outcome: Outcome) -> None:
