@@ -4,8 +4,9 @@ sweep's cost, met by equal calls).
 
 The delayed jobs wait in scheduled/<slot>/<YYYYMMDDTHH>/ (shared.features.delayed), not in
 pending/, and the sweep lists a slot only when the index board (shared.index_use) says it
-may hold an hour that has come, so they add no call at all: the wire calls must be equal. Runs the queue's sweep_once against fake-gcs-server through the
-counting proxy, as bench/sweep.py does.
+may hold an hour that has come, so they add no call at all: the wire calls must be equal.
+Runs the queue's sweep_once against fake-gcs-server through the counting proxy, as
+bench/sweep.py does.
 """
 
 from __future__ import annotations
