@@ -19,13 +19,13 @@ pushes (the emulator's /stats). Priced per 1,000 jobs:
 Free tiers are ignored (they are per billing account and would make small volumes free).
 
 An idle deployment costs what its sweep costs (Cloud Scheduler POSTs it every minute,
-terraform's sweep_schedule): after the batch, with the queue empty, the run sweeps
-IDLE_RUNS times as the scheduler would (its first run of a new deployment, which lists
-every feature's index once for the index board, shared.index_use, is counted apart) and
-prices a month of them: the sweep instance's billed time per run (its own 100 ms steps;
-kept warm by the minute's tick, as Cloud Run keeps an idle instance up to 15 minutes), the
-request, the Cloud Storage calls on the wire, the whole index check once a day, and the
-scheduler job itself.
+terraform's sweep_schedule): the deployment's first sweep runs before the batch (it
+lists every feature's index once for the index board, shared.index_use: counted apart,
+as the daily whole check), and after the batch, with the queue empty, the run sweeps
+IDLE_RUNS times as the scheduler would and prices a month of them: the sweep instance's
+billed time per run (its own 100 ms steps; kept warm by the minute's tick, as Cloud Run
+keeps an idle instance up to 15 minutes), the request, the Cloud Storage calls on the
+wire, the whole index check once a day, and the scheduler job itself.
 """
 
 from __future__ import annotations
@@ -132,6 +132,7 @@ def _measure() -> dict[str, Any]:
         stale_seconds=30.0,
         sweep_interval_seconds=0,
     ) as b:
+        first = _sweep_calls(b)  # the deployment's first sweep, before its first job
         b.proxy.reset()
         payload = {"stages": STAGES, "sleep_s": SLEEP_S, "output": True}
         _batch, ids = submit_batch(
@@ -150,7 +151,7 @@ def _measure() -> dict[str, Any]:
         publishes = topic_count(stats, b.cloud.endpoints["jobs_topic"], "published")
         calls = b.proxy.counts()
         by_prefix = b.proxy.by_prefix()
-        idle = _idle(b)
+        idle = {**_idle(b), "first_run_calls": first}
     subs = stats.get("subscriptions") or {}
     pushes = sum(int(v.get("push_attempts") or 0) for v in subs.values())
     return {
@@ -166,26 +167,31 @@ def _measure() -> dict[str, Any]:
     }
 
 
-def _idle(b: Any) -> dict[str, Any]:
-    """Sweeps of the empty queue, as Cloud Scheduler POSTs them: the first (the index
-    board's whole check) apart, then IDLE_RUNS back to back (the instance warm), each
-    one's calls on the wire and the sweep's billed time."""
-    url = b.cloud.endpoints["sweep"]
-    service = b.cloud.platform.service("sweep")
+def _tick(b: Any) -> None:
+    """One sweep run, POSTed as Cloud Scheduler does."""
+    req = urllib.request.Request(b.cloud.endpoints["sweep"], data=b"", method="POST")
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        resp.read()
 
-    def tick() -> None:
-        req = urllib.request.Request(url, data=b"", method="POST")
-        with urllib.request.urlopen(req, timeout=120) as resp:
-            resp.read()
 
-    CONSOLE.progress("cost: idle sweeps")
+def _sweep_calls(b: Any) -> dict[str, int]:
+    """A deployment's first sweep (the index board's first whole check): its calls."""
     b.proxy.reset()
-    tick()
-    first = b.proxy.counts()
+    _tick(b)
+    return b.proxy.counts()
+
+
+def _idle(b: Any) -> dict[str, Any]:
+    """Sweeps of the empty queue, IDLE_RUNS back to back as Cloud Scheduler POSTs them
+    (one first, so that the instance is warm as a minute's tick keeps it): each one's
+    calls on the wire and the sweep's billed time."""
+    service = b.cloud.platform.service("sweep")
+    CONSOLE.progress("cost: idle sweeps")
+    _tick(b)
     billed0 = service.stats()["billing"]["instance_seconds"]
     b.proxy.reset()
     for _ in range(IDLE_RUNS):
-        tick()
+        _tick(b)
     calls = b.proxy.counts()
     billed = service.stats()["billing"]["instance_seconds"] - billed0
     return {
@@ -193,7 +199,6 @@ def _idle(b: Any) -> dict[str, Any]:
         "calls": calls,
         "by_prefix": b.proxy.by_prefix(),
         "billed_s": round(billed, 3),
-        "first_run_calls": first,
     }
 
 

@@ -25,8 +25,10 @@ The rules that keep it safe (no entry is ever left unlisted):
   generation-matched write;
 - what the board cannot know (entries written by a revision from before it, or by
   hand) the sweep finds by listing every watched index once, limit 1, when the board is
-  missing or its last such check is old (CHECK_EARLY_S for a day after the board was
-  made, when an upgrade's old revisions may still write, then CHECK_EVERY_S).
+  missing or its last such check is old: hourly for a day after the board was made,
+  then daily. When the first such check finds entries, the deployment may be an upgrade
+  in use, whose older revisions may still write for a while without a note (a request
+  runs up to claim's timeout): every run checks whole for UPGRADE_CHECK_S.
 
 The board is one object written rarely (under Cloud Storage's one write a second per
 object, https://cloud.google.com/storage/quotas), always generation-matched.
@@ -57,7 +59,10 @@ SLACK_S = 60.0
 CHECK_EARLY_S = 3600.0
 CHECK_EVERY_S = 86400.0
 """How often the sweep lists every watched index for entries the board never heard of:
-hourly for the first day of a board (an upgrade's old revisions), then daily."""
+hourly for the first day of a board, then daily."""
+UPGRADE_CHECK_S = 3600.0
+"""After an upgrade in use (the first check found entries): a whole check every run this
+long, while the older revisions finish (claim's request timeout is 1,800 s)."""
 WRITE_ATTEMPTS = 8
 
 
@@ -79,6 +84,8 @@ class Board:
     made: datetime | None = None
     checked: datetime | None = None
     generation: int = 0
+    every_run_until: datetime | None = None
+    """An upgrade in use: every run checks whole until then (UPGRADE_CHECK_S)."""
 
     def may_hold(self, key: str, before: str | None = None) -> bool:
         """Whether the index under `key` may hold an entry (with `before`, a time index's
@@ -91,6 +98,8 @@ class Board:
     def check_due(self, now: datetime) -> bool:
         """Whether the sweep should list every watched index this run (see the module)."""
         if self.generation == 0 or self.checked is None or self.made is None:
+            return True
+        if self.every_run_until is not None and now < self.every_run_until:
             return True
         every = CHECK_EARLY_S if now - self.made < timedelta(days=1) else CHECK_EVERY_S
         return (now - self.checked).total_seconds() >= every
@@ -127,13 +136,14 @@ def decode(data: bytes, generation: int) -> Board:
     made, checked = _time(raw.get("made")), _time(raw.get("checked"))
     if made is None:  # unreadable: the sweep checks every index and writes it anew
         checked = None
-    return Board(entries, made, checked, generation)
+    return Board(entries, made, checked, generation, _time(raw.get("every_run_until")))
 
 
 def encode(board: Board) -> bytes:
     body: dict[str, Any] = {
         "made": board.made.isoformat() if board.made else None,
         "checked": board.checked.isoformat() if board.checked else None,
+        "every_run_until": (board.every_run_until.isoformat() if board.every_run_until else None),
         "indexes": {
             k: {"until": e.until.isoformat(), **({"since": e.since} if e.since else {})}
             for k, e in sorted(board.entries.items())
@@ -188,8 +198,12 @@ def settled(board: Board, key: str, now: datetime, since: str | None, empty: boo
 
 def checked(board: Board, found: Mapping[str, str | None], now: datetime) -> Board:
     """The board after a full check: every index found holding an entry is on it (its
-    lease at least until now; a time index from its first entry's hour at the latest)."""
+    lease at least until now; a time index from its first entry's hour at the latest).
+    A first check that finds entries starts an upgrade's window (a new deployment whose
+    first entries came before its first sweep pays it too: an hour of checks)."""
     out = board
+    if board.checked is None and found:
+        out = replace(out, every_run_until=now + timedelta(seconds=UPGRADE_CHECK_S))
     for key, since in found.items():
         entry = out.entries.get(key)
         if entry is None:

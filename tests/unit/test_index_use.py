@@ -175,3 +175,20 @@ def test_an_entry_written_without_a_note_is_found_by_the_whole_check() -> None:
     assert not index_use.read(store).may_hold(fp.PARKED_PREFIX)
     sweep(store, NOW + timedelta(hours=1))  # the board's first day: an hourly check
     assert index_use.read(store).may_hold(fp.PARKED_PREFIX)
+
+
+def test_a_first_check_that_finds_entries_checks_every_run_for_an_upgrade_s_hour() -> None:
+    """Entries before the board's first check: an upgrade in use, whose older revisions may
+    still write without a note. Every run checks whole for UPGRADE_CHECK_S, then hourly."""
+    store = MemoryStore()
+    context(store, Bell(), settings())  # the features' prefixes
+    store.put_blob(fp.parked_name("demo", "j-old"), b"", generation=0)  # before the board
+    sweep(store, NOW)
+    board = index_use.read(store)
+    assert board.may_hold(fp.PARKED_PREFIX)
+    end = NOW + timedelta(seconds=index_use.UPGRADE_CHECK_S)
+    assert board.every_run_until == end
+    whole = 1 + 5 + len(fanout_slots())
+    assert lists(store, NOW + timedelta(minutes=1)) >= whole  # checked whole again
+    assert lists(store, end - timedelta(minutes=1)) >= whole
+    assert lists(store, end + timedelta(minutes=1)) < whole  # hourly from here
