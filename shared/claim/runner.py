@@ -400,7 +400,7 @@ def _plan(job: JobRecord, revision: str | None) -> _Plan:
     try:
         payload = job.get("payload") or {}
         versions = pipeline.versions_for(payload)
-        current = pipeline.version_for(payload)
+        current = next(iter(versions))  # versions_for puts this version first: planned once
     except Exception as exc:  # planning is a pure function of the record: permanent
         return _Plan(pipeline, [], None, exc)
     names = {v: [n for n, _ in stages] for v, stages in versions.items()}
