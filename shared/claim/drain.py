@@ -226,9 +226,10 @@ class _Drain:
         self.shutdown = shutdown
         self.push_gap = push_gap
 
-    def pushes_scarce(self) -> bool:
-        """Pushes leave freed slots free (PUSH_GAP_S); unknown (no slots given): yes."""
-        return self.push_gap is None or self.push_gap() >= PUSH_GAP_S
+    def pushes_scarce(self, at_least_s: float = PUSH_GAP_S) -> bool:
+        """Pushes leave freed slots free (at least PUSH_GAP_S); unknown (no slots given):
+        yes."""
+        return self.push_gap is None or self.push_gap() >= max(PUSH_GAP_S, at_least_s)
 
     def may_take(self) -> bool:
         """Another job fits: the instance is not shutting down and the push has time."""
@@ -261,13 +262,15 @@ class _Drain:
             backlogged = signs and scarce
             if not backlogged and len(outcomes) >= s.drain_max_jobs:
                 break
-            # the safety net takes a queued job as lost when it is old, and only while
-            # freed slots wait for pushes: a slot a push refills at once needs no lost
-            # doorbell (the sweep rings it); while doorbells are held back (signs), age
-            # says only that a job waits its turn: taking those doubled them too, every
-            # process the oldest first (bench/big_backlog.py: at 4,000 jobs, 1,197 drained
-            # while pushes kept up, 902 claim races lost)
-            entered = entered or (not signs and scarce and gate.try_enter(s.drain_interval_seconds))
+            # the safety net takes a queued job as lost when it is overdue by age, and only
+            # while a freed slot has waited for pushes that long (a slot pushes refill, or
+            # one free since the end of a batch, needs no lost doorbell: the sweep rings
+            # it); while doorbells are held back (signs), age says only that a job waits
+            # its turn: taking those doubled them too, every process the oldest first
+            # (bench/big_backlog.py: at 4,000 jobs, 1,197 drained while pushes kept up,
+            # 902 claim races lost)
+            idle = self.pushes_scarce(s.overdue_after_seconds)
+            entered = entered or (not signs and idle and gate.try_enter(s.drain_interval_seconds))
             aged = backlogged or entered
             if not aged and not self._marked_hint(gate):
                 break  # nothing says a job waits that no push will bring: no listing
@@ -343,10 +346,11 @@ class _Drain:
         fresh = [e for e in entries if e.due is None or not gate.taken(e.job_id, e.due)]
         order = candidates(fresh, now, s, backlogged=backlogged, aged=aged, skip=skip)
         by_id = {e.job_id: e for e in fresh}
-        gate.note_marked(False)
-        for i, (job_id, marked) in enumerate(order):
+        # set before a job is taken (this slot runs it to its end): the next freed slot
+        # lists again while this listing showed more marks than the one this slot takes
+        gate.note_marked(sum(m for _j, m in order) > 1)
+        for job_id, marked in order:
             if not self.may_take():
-                gate.note_marked(any(m for _j, m in order[i:]))
                 break
             try:
                 outcome = self._drain_one(gate, by_id[job_id], backlogged, marked)
@@ -360,8 +364,6 @@ class _Drain:
             # (and so is one this revision lacks the code of: rollout skew, or one of
             # another pool's pipeline: sent on to its pool)
             if outcome is not None and outcome.kind not in _NOT_TAKEN:
-                # marks this listing showed and this slot left: the next freed slot lists
-                gate.note_marked(any(m for _j, m in order[i + 1 :]))
                 return [outcome], whole_index
         return [], whole_index
 

@@ -4,7 +4,9 @@ handle_delivery on MemoryStore with an injected clock."""
 
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -35,7 +37,7 @@ from shared.outcome import Outcome, OutcomeKind
 from shared.recovery import mark_due
 from shared.storage import PendingEntry, pending_object
 from shared.stores.memory import MemoryStore
-from tests.unit.unit_support import Clock, handle, settings, starved_slots, submit
+from tests.unit.unit_support import Clock, handle, pipeline, settings, starved_slots, submit
 
 
 def wait_hint_moved(store: MemoryStore, generation: int, timeout_s: float = 10.0) -> None:
@@ -606,3 +608,49 @@ def test_a_window_of_one_pool_never_lists_another_pools_markers() -> None:
     heavy = _markers(store, ["heavy-1", "heavy-2", "heavy-3"], "heavy")
     window, whole = listing_window(store, "heavy", random_start("heavy"))
     assert sorted(e.key for e in window) == heavy and whole
+
+
+def test_a_slot_freed_while_another_runs_a_marked_job_takes_the_next_marked_one() -> None:
+    """Two jobs handed back: the first freed slot takes one and runs it to its end; a slot
+    that frees meanwhile must take the other, though the due hint has not moved since the
+    first slot's listing (it said more than one mark)."""
+    store, clock = MemoryStore(), Clock()
+    release, started = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    def slow_once(ctx: Any) -> None:
+        ran.append(ctx.job_id)
+        if len(ran) == 1:
+            started.set()
+            release.wait(10)
+
+    name = pipeline([("slow", slow_once)])
+    handed = [submit(store, name, now=clock()) for _ in range(2)]
+    for job_id in handed:
+        mark_due(store, job_id, clock())
+    wait_hint_moved(store, 0)
+    gate, s = DrainGate(), settings(drain_max_jobs=3)
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(handle, submit(store, now=clock()), store, s, clock, gate=gate)
+        assert started.wait(5)  # the first freed slot runs one handed-back job
+        second = handle(submit(store, now=clock()), store, s, clock, gate=gate)
+        assert [d.job_id for d in second.drained] == [ran[1]]  # the other, at once
+        release.set()
+        drained = [d.job_id for d in first.result(10).drained + second.drained]
+    assert sorted(drained) == sorted(handed) and sorted(ran) == sorted(handed)
+
+
+def test_the_safety_net_waits_until_a_slot_has_idled_as_long_as_a_job_must_be_overdue() -> None:
+    """A slot free for a few seconds (the end of a batch, pushes trickling) is no reason
+    to list for lost doorbells: the net lists once a slot has waited for pushes as long as
+    a job must be overdue before it is taken (Settings.overdue_after_seconds)."""
+    s = settings(drain_max_jobs=3)
+    for gap_s, taken in ((PUSH_GAP_S + 1, False), (s.overdue_after_seconds, True)):
+        store, clock = MemoryStore(), Clock()
+        lost = submit(store, now=clock())
+        clock.advance(60)
+        store.calls.clear()
+        slots = starved_slots(gap_s=gap_s)
+        outcome = handle(submit(store, now=clock()), store, s, clock, slots=slots)
+        assert [d.job_id for d in outcome.drained] == ([lost] if taken else [])
+        assert (store.calls["list"] > 0) == taken  # no listing at all before
