@@ -274,6 +274,7 @@ class _Drain:
             aged = backlogged or entered
             if not aged and not self._marked_hint(gate):
                 break  # nothing says a job waits that no push will bring: no listing
+            log.debug("drain lists the pending index", backlog=backlogged, safety_net=entered)
             found, whole_index = self._drain_pass(gate, backlogged, aged, skip)
             outcomes += found
             if found:

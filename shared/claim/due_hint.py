@@ -134,8 +134,8 @@ class DueHint:
         now_s = time.monotonic() if now_s is None else now_s
         with self._lock:
             fresh = self._read_at is not None and now_s - self._read_at < self._read_s
-            if fresh:
-                return self._read != self._covered
+            if fresh:  # (a read another slot has under way says nothing yet: no listing)
+                return self._read is not None and self._read != self._covered
             self._read_at = now_s
         try:
             generation = store.read_blob(hint_name(pool)).generation

@@ -4,7 +4,9 @@ at most once a second per process, the last one trailing)."""
 
 from __future__ import annotations
 
+import threading
 import time
+from typing import Any
 
 from shared.claim.due_hint import DueHint, announce, hint_name
 from shared.errors import NotFound, Unavailable
@@ -67,3 +69,27 @@ def test_announces_within_a_second_trail_one_write_after_the_first() -> None:
     announce(store, None)  # within the second: a trailing write, not a second one now
     announce(store, None)
     assert wait_past(store, first) > first  # the burst's last mark is announced
+
+
+def test_a_slot_that_frees_while_another_reads_the_hint_does_not_list() -> None:
+    """Two slots of one process free at once: the first reads the hint; the second, within
+    the read interval and before that read has answered, must not take "not read yet" for
+    "moved" (it listed the pending index for nothing: a list a process, N on N shards)."""
+    store = MemoryStore()
+    hint = DueHint(read_s=1.0)
+    reading = threading.Event()
+    answered = threading.Event()
+
+    class SlowRead(MemoryStore):
+        def read_blob(self, name: str) -> Any:
+            reading.set()
+            answered.wait(5)
+            return super().read_blob(name)
+
+    slow = SlowRead()
+    first = threading.Thread(target=hint.moved, args=(slow, None), kwargs={"now_s": 100.0})
+    first.start()
+    assert reading.wait(5)
+    assert hint.moved(store, None, now_s=100.1) is False  # the first read is under way
+    answered.set()
+    first.join(5)
