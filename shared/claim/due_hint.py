@@ -114,6 +114,21 @@ def announce(store: Store, pool: str | None) -> None:
     _ANNOUNCER.announce(store, pool)
 
 
+READ_WAIT_S = 5.0
+"""The longest a freed slot waits for the read another slot of its process has under way."""
+
+
+def _generation(store: Store, pool: str | None) -> int:
+    """The hint's generation: 0 without one, -1 when it cannot be read."""
+    try:
+        return store.read_blob(hint_name(pool)).generation
+    except NotFound:
+        return 0
+    except StorageError as exc:
+        log.warning("could not read the due hint", error=str(exc))
+        return -1
+
+
 class DueHint:
     """What one process knows of a pool's hint: the generation its last listing covered,
     and the generation of its last read (cached HINT_READ_S)."""
@@ -123,6 +138,7 @@ class DueHint:
         self._read_s = read_s
         self._read_at: float | None = None
         self._read: int | None = None  # the generation last read (0: no hint object)
+        self._reading: threading.Event | None = None  # set once the read under way answers
         self._covered = 0
         """The generation a listing followed; 0: no hint object, so no mark announced
         (a process that finds one lists once: a replacement instance looks for the jobs
@@ -130,20 +146,28 @@ class DueHint:
 
     def moved(self, store: Store, pool: str | None, now_s: float | None = None) -> bool:
         """Whether the hint moved since this process's last listing (a read at most every
-        read_s; an unreadable hint counts as moved: the listing is the safe side)."""
+        read_s; an unreadable hint counts as moved: the listing is the safe side). A slot
+        that frees while another slot's read is under way waits for its answer."""
         now_s = time.monotonic() if now_s is None else now_s
         with self._lock:
             fresh = self._read_at is not None and now_s - self._read_at < self._read_s
-            if fresh:  # (a read another slot has under way says nothing yet: no listing)
+            under_way = self._reading
+            if not fresh:
+                self._read_at = now_s
+                self._reading = under_way = None
+        if fresh:
+            if under_way is not None:
+                under_way.wait(READ_WAIT_S)
+            with self._lock:
                 return self._read is not None and self._read != self._covered
-            self._read_at = now_s
+        reading = threading.Event()
+        with self._lock:
+            self._reading = reading
         try:
-            generation = store.read_blob(hint_name(pool)).generation
-        except NotFound:
-            generation = 0
-        except StorageError as exc:
-            log.warning("could not read the due hint", error=str(exc))
-            generation = -1
+            generation = _generation(store, pool)
+        finally:
+            with self._lock:
+                reading.set()
         with self._lock:
             self._read = generation
             return generation != self._covered or generation < 0

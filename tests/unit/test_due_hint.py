@@ -71,14 +71,12 @@ def test_announces_within_a_second_trail_one_write_after_the_first() -> None:
     assert wait_past(store, first) > first  # the burst's last mark is announced
 
 
-def test_a_slot_that_frees_while_another_reads_the_hint_does_not_list() -> None:
+def test_a_slot_that_frees_while_another_reads_the_hint_waits_for_its_answer() -> None:
     """Two slots of one process free at once: the first reads the hint; the second, within
-    the read interval and before that read has answered, must not take "not read yet" for
-    "moved" (it listed the pending index for nothing: a list a process, N on N shards)."""
-    store = MemoryStore()
-    hint = DueHint(read_s=1.0)
-    reading = threading.Event()
-    answered = threading.Event()
+    the read interval, waits for that read rather than take "not read yet" for "moved" (it
+    listed the pending index for nothing: a listing a process, one per shard) or for "not
+    moved" (two jobs handed back, and it would idle beside the second)."""
+    reading, answered = threading.Event(), threading.Event()
 
     class SlowRead(MemoryStore):
         def read_blob(self, name: str) -> Any:
@@ -86,10 +84,25 @@ def test_a_slot_that_frees_while_another_reads_the_hint_does_not_list() -> None:
             answered.wait(5)
             return super().read_blob(name)
 
-    slow = SlowRead()
-    first = threading.Thread(target=hint.moved, args=(slow, None), kwargs={"now_s": 100.0})
-    first.start()
-    assert reading.wait(5)
-    assert hint.moved(store, None, now_s=100.1) is False  # the first read is under way
-    answered.set()
-    first.join(5)
+    for announced in (False, True):
+        store = SlowRead()
+        if announced:
+            store.put_blob(hint_name(None), b"x", generation=0)
+        hint, seen = DueHint(read_s=1.0), list[bool]()
+        reading.clear()
+        answered.clear()
+
+        def free_a_slot(
+            at: float, hint: DueHint = hint, store: Any = store, seen: list[bool] = seen
+        ) -> None:
+            seen.append(hint.moved(store, None, now_s=at))
+
+        first = threading.Thread(target=free_a_slot, args=(100.0,))
+        first.start()
+        assert reading.wait(5)
+        second = threading.Thread(target=free_a_slot, args=(100.1,))
+        second.start()
+        answered.set()
+        first.join(5)
+        second.join(5)
+        assert seen == [announced, announced]
