@@ -37,6 +37,7 @@ ORDER = (  # the order of the table; one name per line
     "sweep",
     "delayed",
     "throughput",
+    "first_stage",
     "backlog",
     "drain_off",
     "lost_doorbell",

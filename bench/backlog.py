@@ -65,8 +65,9 @@ def _claim_log_counts(cloud: LocalCloud) -> dict[str, Any]:
 
 
 def _variant(refuse: bool, drain: bool = True) -> dict[str, Any]:
+    env = {"RECLAIM_LOG_LEVEL": "DEBUG"}  # every push's backlog sign (INFO only the first)
     cloud = local_cloud(
-        function_env={} if drain else {"RECLAIM_DRAIN_MAX_JOBS": "0"},
+        function_env=env if drain else {**env, "RECLAIM_DRAIN_MAX_JOBS": "0"},
         max_instances=INSTANCES,
         min_instances=INSTANCES,
         concurrency=CONCURRENCY,

@@ -17,14 +17,25 @@ pushes (the emulator's /stats). Priced per 1,000 jobs:
   doorbell is far smaller), each doorbell published in its own request (the worst case).
 
 Free tiers are ignored (they are per billing account and would make small volumes free).
+
+An idle deployment costs what its sweep costs (Cloud Scheduler POSTs it every minute,
+terraform's sweep_schedule): the deployment's first sweep runs before the batch (it
+lists every feature's index once for the index board, shared.hints.index_board: counted apart,
+as the daily whole check), and after the batch, with the queue empty, the run sweeps
+IDLE_RUNS times as the scheduler would and prices a month of them: the sweep instance's
+billed time per run (its own 100 ms steps; kept warm by the minute's tick, as Cloud Run
+keeps an idle instance up to 15 minutes), the request, the Cloud Storage calls on the
+wire, the whole index check once a day, and the scheduler job itself.
 """
 
 from __future__ import annotations
 
 import time
+import urllib.request
 from typing import Any
 
 from bench.common import bench_cloud, row, wait_terminal
+from bench.console import CONSOLE
 from reclaim.local.observe import emulator_stats, submit_batch, topic_count
 
 JOBS = 100
@@ -75,6 +86,13 @@ PRICES: dict[str, dict[str, Any]] = {
         "source": "https://cloud.google.com/pubsub/pricing",
         "confirmed": True,
     },
+    "scheduler_job": {
+        "shown": "$0.10 per job per 31 days",
+        "usd": 0.10 / 31,
+        "what": "Cloud Scheduler job (billed per day it exists, not per run)",
+        "source": "https://cloud.google.com/scheduler/pricing",
+        "confirmed": True,
+    },
     "e2_small_hour": {
         "shown": "$0.016751 per hour",
         "usd": 0.016751,
@@ -93,7 +111,17 @@ VM_UTILISATION = 0.10
 incident's was 22 jobs), and a single always-on VM is sized for the burst, not the mean."""
 SWEEP_TICKS_PER_MONTH = 60 * HOURS_PER_MONTH
 SWEEP_TICK_S = 0.3
-"""The scheduler's sweep, once a minute: a fixed monthly cost (one short request each)."""
+"""What a sweep run was assumed to bill before it was measured (price() without an idle
+measurement)."""
+SWEEP_SIZE = (1.0, 0.5)
+"""The sweep's vCPU and GiB (terraform's sweep_function default)."""
+IDLE_RUNS = 10
+CHECKS_PER_MONTH = HOURS_PER_MONTH / 24
+"""The index board's whole check: daily once the board is a day old (shared.hints.index_board)."""
+IDLE_TARGET_A = 2
+"""Class A operations per idle sweep run at most (10 before the index board)."""
+IDLE_TARGET_USD = 0.50
+"""An idle deployment's month at most $0.50."""
 
 
 def _measure() -> dict[str, Any]:
@@ -104,6 +132,7 @@ def _measure() -> dict[str, Any]:
         stale_seconds=30.0,
         sweep_interval_seconds=0,
     ) as b:
+        first = _sweep_calls(b)  # the deployment's first sweep, before its first job
         b.proxy.reset()
         payload = {"stages": STAGES, "sleep_s": SLEEP_S, "output": True}
         _batch, ids = submit_batch(
@@ -122,6 +151,7 @@ def _measure() -> dict[str, Any]:
         publishes = topic_count(stats, b.cloud.endpoints["jobs_topic"], "published")
         calls = b.proxy.counts()
         by_prefix = b.proxy.by_prefix()
+        idle = {**_idle(b), "first_run_calls": first}
     subs = stats.get("subscriptions") or {}
     pushes = sum(int(v.get("push_attempts") or 0) for v in subs.values())
     return {
@@ -133,6 +163,76 @@ def _measure() -> dict[str, Any]:
         "gcs_by_prefix": by_prefix,
         "publishes": publishes,
         "pushes": pushes,
+        "idle": idle,
+    }
+
+
+def _tick(b: Any) -> None:
+    """One sweep run, POSTed as Cloud Scheduler does."""
+    req = urllib.request.Request(b.cloud.endpoints["sweep"], data=b"", method="POST")
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        resp.read()
+
+
+def _sweep_calls(b: Any) -> dict[str, int]:
+    """A deployment's first sweep (the index board's first whole check): its calls."""
+    b.proxy.reset()
+    _tick(b)
+    return b.proxy.counts()
+
+
+def _idle(b: Any) -> dict[str, Any]:
+    """Sweeps of the empty queue, IDLE_RUNS back to back as Cloud Scheduler POSTs them
+    (one first, so that the instance is warm as a minute's tick keeps it): each one's
+    calls on the wire and the sweep's billed time."""
+    service = b.cloud.platform.service("sweep")
+    CONSOLE.progress("cost: idle sweeps")
+    _tick(b)
+    billed0 = service.stats()["billing"]["instance_seconds"]
+    b.proxy.reset()
+    for _ in range(IDLE_RUNS):
+        _tick(b)
+    calls = b.proxy.counts()
+    billed = service.stats()["billing"]["instance_seconds"] - billed0
+    return {
+        "runs": IDLE_RUNS,
+        "calls": calls,
+        "by_prefix": b.proxy.by_prefix(),
+        "billed_s": round(billed, 3),
+    }
+
+
+def class_a(calls: dict[str, int]) -> int:
+    """Writes and listings (https://cloud.google.com/storage/pricing; deletes are free)."""
+    return calls.get("write", 0) + calls.get("list", 0)
+
+
+def idle_month(idle: dict[str, Any]) -> dict[str, Any]:
+    """An idle deployment's month (pure): a sweep run a minute as measured, the index
+    board's whole check daily (what the first run made beyond a plain one), the scheduler
+    job."""
+    p = {k: v["usd"] for k, v in PRICES.items()}
+    runs = idle["runs"]
+    a_run = class_a(idle["calls"]) / runs
+    b_run = (idle["calls"].get("read", 0) + idle["calls"].get("other", 0)) / runs
+    billed_run = idle["billed_s"] / runs
+    check_a = max(0.0, class_a(idle["first_run_calls"]) - a_run)
+    ticks = SWEEP_TICKS_PER_MONTH
+    cpu, gib = SWEEP_SIZE
+    usd = {
+        "compute": ticks * billed_run * (cpu * p["cpu_s"] + gib * p["gib_s"]),
+        "requests": ticks * p["request"],
+        "gcs_class_a": (ticks * a_run + CHECKS_PER_MONTH * check_a) * p["class_a"],
+        "gcs_class_b": ticks * b_run * p["class_b"],
+        "scheduler": p["scheduler_job"] * HOURS_PER_MONTH / 24,
+    }
+    return {
+        "class_a_per_run": round(a_run, 2),
+        "class_b_per_run": round(b_run, 2),
+        "billed_s_per_run": round(billed_run, 3),
+        "check_class_a": round(check_a, 1),
+        "usd": {k: round(v, 4) for k, v in usd.items()},
+        "usd_per_month": round(sum(usd.values()), 2),
     }
 
 
@@ -160,9 +260,12 @@ def price(m: dict[str, Any]) -> dict[str, Any]:
     vm_month = p["e2_small_hour"] * HOURS_PER_MONTH
     job_s = STAGES * SLEEP_S
     vm_jobs = VM_UTILISATION * HOURS_PER_MONTH * 3600 * VM_CONCURRENT / job_s
-    sweep_month = SWEEP_TICKS_PER_MONTH * (
-        SWEEP_TICK_S * (p["cpu_s"] + 0.5 * p["gib_s"]) + p["request"]
-    )
+    if m.get("idle"):
+        sweep_month = idle_month(m["idle"])["usd_per_month"]
+    else:  # no idle measurement: the assumed tick, compute and request only
+        sweep_month = SWEEP_TICKS_PER_MONTH * (
+            SWEEP_TICK_S * (p["cpu_s"] + 0.5 * p["gib_s"]) + p["request"]
+        )
     return {
         "instance_seconds": {n: round(s, 1) for n, s in inst_s.items()},
         "requests": round(reqs),
@@ -215,11 +318,12 @@ def run() -> dict[str, Any]:
                 None,
                 f"prices: {sources}",
             ),
+            *_idle_rows(m["idle"]),
             row(
                 "cost for a month vs one always-on e2-small",
                 f"{c['vm_jobs_per_month']:,} jobs/month (the VM {VM_UTILISATION:.0%} busy, "
                 f"{VM_CONCURRENT} at a time): ${c['serverless_usd_for_vm_jobs']:.2f} serverless "
-                f"(incl. the sweep's ${c['sweep_usd_per_month']:.2f}); break-even at "
+                f"(incl. the idle deployment's ${c['sweep_usd_per_month']:.2f}); break-even at "
                 f"{c['break_even_jobs_per_month']:,} jobs/month (the VM "
                 f"{c['break_even_utilisation']:.1%} busy)",
                 f"e2-small ${c['vm_usd_per_month']:.2f}/month (730 h), whatever the load",
@@ -231,3 +335,39 @@ def run() -> dict[str, Any]:
             ),
         ],
     }
+
+
+def _idle_rows(idle: dict[str, Any]) -> list[dict[str, Any]]:
+    """The idle sweep's calls per run, and an idle deployment's month."""
+    month = idle_month(idle)
+    usd = month["usd"]
+    by = idle["by_prefix"]
+    shown = ", ".join(f"{k} {n / idle['runs']:g}" for k, n in sorted(by.items()) if n)
+    return [
+        row(
+            "idle sweep, empty queue: Cloud Storage calls per run",
+            f"class A {month['class_a_per_run']:g}, class B {month['class_b_per_run']:g} "
+            f"({shown}; {idle['runs']} runs); the index board's whole check (a new "
+            f"deployment's first run, then daily): {month['check_class_a']:g} class A more",
+            "before the index board: 10 class A a run (pending/, every scheduled/ fan-out "
+            "slot and the names before them, unique/, parked/, waiting-for/, workflows/)",
+            f"{month['class_a_per_run'] / 10:.2f}x the calls before",
+            f"<= {IDLE_TARGET_A} class A per run",
+            month["class_a_per_run"] <= IDLE_TARGET_A,
+            "class A: writes and listings; class B: reads (https://cloud.google.com/storage/"
+            "pricing). The one listing is the pending index's, which an idle run needs",
+        ),
+        row(
+            "an idle deployment for a month (the sweep every minute, empty queue)",
+            f"${month['usd_per_month']:.2f}: sweep compute ${usd['compute']:.3f} "
+            f"({month['billed_s_per_run']:g} s billed a run, 1 vCPU / 0.5 GiB), requests "
+            f"${usd['requests']:.3f}, GCS class A ${usd['gcs_class_a']:.3f} and class B "
+            f"${usd['gcs_class_b']:.3f}, Cloud Scheduler's job ${usd['scheduler']:.3f}",
+            "before the index board: $2.19 of class A alone (10 listings a run)",
+            "-",
+            f"<= ${IDLE_TARGET_USD:.2f}",
+            month["usd_per_month"] <= IDLE_TARGET_USD,
+            f"{SWEEP_TICKS_PER_MONTH:,} runs a month (730 h); free tiers ignored, as above; "
+            "logs are outside the model (the sweep's metric lines, a few KB a run)",
+        ),
+    ]

@@ -2,10 +2,11 @@
 the scheduled-index markers of 10,000 jobs a week ahead (issue 11: at most 1.2x the
 sweep's cost, met by equal calls).
 
-The delayed jobs wait in scheduled/<YYYYMMDDTHH>/ (shared.features.delayed), not in pending/, and
-the sweep lists scheduled/ only up to the current hour, so they add no call at all: the
-wire calls must be equal. Runs the queue's sweep_once against fake-gcs-server through the
-counting proxy, as bench/sweep.py does.
+The delayed jobs wait in scheduled/<slot>/<YYYYMMDDTHH>/ (shared.features.delayed), not in
+pending/, and the sweep lists a slot only when the index board (shared.hints.index_board) says it
+may hold an hour that has come, so they add no call at all: the wire calls must be equal.
+Runs the queue's sweep_once against fake-gcs-server through the counting proxy, as
+bench/sweep.py does.
 """
 
 from __future__ import annotations
@@ -55,8 +56,9 @@ def run() -> dict[str, Any]:
 
 def _slow_note() -> str:
     return (
-        "calls are equal (due scheduled/ buckets only: the far-future ones are past the "
-        "listing's end offset); the extra wall time is fake-gcs-server's listing, which "
+        "calls are equal (a scheduled/ slot is listed only from the first hour the index "
+        "board says it may hold: these are a week ahead); the extra wall time is "
+        "fake-gcs-server's listing, which "
         "scans every object of the bucket (10,000 more markers here) to filter "
         "by prefix and range. Cloud Storage lists from an index, so there the ratio is the "
         "call ratio (1.0). The delayed jobs' records are left out of the fixture (the sweep "

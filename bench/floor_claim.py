@@ -3,13 +3,15 @@ the way reclaim's is (Pub/Sub push, the local Cloud Run's front, functions-frame
 same storage client and connection pool): read the job's record, write it running and
 then done (each write generation-matched), delete its pending marker. No policy, stage,
 heartbeat, drain, flow gate or log line: what reclaim's claim costs beyond this is the
-row's ratio. bench/throughput.py deploys it as a local cloud's `claim`.
+row's ratio. bench/throughput.py deploys it as a local cloud's `claim`; bench/first_stage.py
+reads when its claim write landed (where a first stage would start).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,6 +24,10 @@ from shared.shards import shard_of
 from shared.storage import job_object, pending_object
 from shared.stores.gcs import make_client
 
+STARTED = "stage_started_at"
+"""What bench/first_stage.py reads of a floor job (bench.row_pipelines.STARTED: the same
+field name a reclaim job's first stage writes), kept literal: the floor imports nothing
+of the benchmark."""
 _buckets: list[Any] = []
 
 
@@ -47,5 +53,7 @@ def claim(request: flask.Request) -> tuple[str, int]:
         write = bucket.blob(job_object(job_id))
         write.upload_from_string(json.dumps(record), if_generation_match=generation)
         generation = write.generation
+        if status == JobStatus.RUNNING:  # claimed: where a first stage would start
+            record["result"] = {STARTED: time.time()}  # bench/first_stage.py reads it
     bucket.blob(pending_object(job_id)).delete()
     return "", 200

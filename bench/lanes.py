@@ -40,10 +40,20 @@ against 2 s, its staleness 5 s against 10 s; the flow and workflows hand-offs, t
 ms against a second; retry's lateness after a not_before, tenths of a second against 2 s),
 or not judged (cost, run_jobs, capacity). retry waits out its backoffs (about 75 s, two
 local clouds mostly asleep): a lane of its own, so it lengthens no other."""
-LAST = ("throughput", "pools", "imports", "handback", "rollout", "trace", "waiters", "waits")
+LAST = (
+    "throughput",
+    "first_stage",
+    "pools",
+    "imports",
+    "handback",
+    "rollout",
+    "trace",
+    "waiters",
+    "waits",
+)
 """Timed entries run once the beside lanes are done: their ratios compare a fixed cost
 with a short batch (rollout: 1.32x beside a lane, 1.18x alone), figures of tens of
-milliseconds (pools, imports), a CPU-bound rate (throughput) or a wait for a free slot
+milliseconds (pools, imports, first_stage), a CPU-bound rate (throughput) or a wait for a free slot
 (handback: 0.00 s alone, 8.3 s beside two lanes), or a latency's p95 (trace; waits, a
 resume over a thousand completions), which other lanes' load would move; waiters times
 submits against a bound (2 s) with sixteen waiters parked.

@@ -49,6 +49,7 @@ def _at(lines: list[dict[str, Any]], job_id: str, message: str) -> datetime:
 
 def _latencies(runner: str) -> list[float]:
     overrides: dict[str, Any] = {"claim_runner": runner} if runner == "job" else {}
+    overrides["function_env"] = {"RECLAIM_LOG_LEVEL": "DEBUG"}  # "stage started" is DEBUG
     start = "dispatched to a Cloud Run job" if runner == "job" else "claimed"
     with bench_cloud(max_instances=1, min_instances=1, concurrency=4, **overrides) as b:
         ids = []

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from shared import finish, job_queue, metrics
 from shared.errors import AttemptsExhausted, LostRace, NotFound, OwnerGone, StorageError
+from shared.hints import due_hint
 from shared.jobs import HistoryEntry, JobError, JobRecord, JobStatus, WatchdogAction
 from shared.logs import get_logger
 from shared.seams import ring_or_leave
@@ -289,4 +290,5 @@ def mark_due(
     except StorageError as exc:
         log.warning("could not mark the job due on its marker", job_id=job_id, error=str(exc))
         return False
+    due_hint.announce(store, pool)  # freed slots list the index only when this moves
     return True

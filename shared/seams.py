@@ -149,6 +149,9 @@ class SweepPass:
     name: str
     run: Callable[[Context, datetime, frozenset[str]], Mapping[str, int | bool]]
     beside: bool = False
+    indexes: tuple[str, ...] = ()
+    """The index prefixes the pass lists (shared.hints.index_board): the sweep skips a pass none
+    of whose indexes the board says may hold anything (an idle run lists none of them)."""
 
 
 class ParkPlan(Protocol):

@@ -86,6 +86,7 @@ INDEX_PREFIXES: tuple[str, ...] = (
     "schedules/",  # cron: each schedule's last tick, shared.cron.ticks
     "dashboard/",  # the dashboard's CSRF key, shared by its instances (shared.dashboard.app)
     "bulk/",  # bulk confirm tokens: their key and their single-use markers (shared.bulk)
+    "hints/",  # what may be waiting: shared.hints.due_hint, shared.hints.index_board
 )
 _RESERVED = (JOBS_PREFIX, PENDING_PREFIX, BATCHES_PREFIX, OUTPUTS_PREFIX, "sweep/")
 

@@ -36,14 +36,15 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from shared import job_queue, metrics, sweep_plan
 from shared.config import Settings
-from shared.errors import CorruptRecord, InvalidInput, NotFound, ReclaimError
+from shared.errors import CorruptRecord, InvalidInput, NotFound, ReclaimError, StorageError
+from shared.hints import index_board
 from shared.jobs import JobRecord
 from shared.logs import get_logger
 from shared.pipelines import pipeline_names
@@ -107,8 +108,9 @@ def run_once(
     result = SweepResult()
     beside = SweepResult()  # their listings overlap the pending pass
     passes = list(ctx.sweep_passes())
-    first = [p for p in passes if p.beside]
-    side = threading.Thread(target=_run_passes, args=(ctx, first, now, frozenset(), beside))
+    indexes = _Indexes(ctx, passes, now)  # which of the passes' indexes may hold anything
+    indexes.load()
+    side = threading.Thread(target=indexes.run_beside, args=(passes, beside))
     side.start()
     entries = ctx.store.list_pending()  # the whole index: one list call per 1,000 markers
     chosen = sweep_plan.plan(entries, now, settings, settings.sweep_max_jobs)
@@ -137,7 +139,8 @@ def run_once(
     side.join()
     result.add(beside.counts())
     listed = frozenset(e.job_id for e in entries)
-    _run_passes(ctx, [p for p in passes if not p.beside], now, listed, result)
+    _run_passes(ctx, indexes.runnable(p for p in passes if not p.beside), now, listed, result)
+    indexes.settle()
     result.elapsed = monotonic() - start
     _log_gauges(pending, unread, now, settings)
     log.info(
@@ -147,6 +150,59 @@ def run_once(
         **metrics.sweep_run(),
     )
     return result
+
+
+class _Indexes:
+    """One run's view of the index board (shared.hints.index_board): read beside the pending
+    listing (checked whole when due), the passes with an index that may hold anything
+    run, and what they listed settles the board at the end. A board that cannot be read
+    leaves every pass to list as it would without one."""
+
+    def __init__(self, ctx: Context, passes: list[SweepPass], now: datetime) -> None:
+        self.ctx = ctx
+        self.now = now
+        self.watched = [k for p in passes for k in p.indexes]
+        self.board: index_board.Board | None = None
+        self.observed = index_board.Observed()
+        self._scope: index_board.sweeping | None = None
+
+    def run_beside(self, passes: list[SweepPass], out: SweepResult) -> None:
+        """On the side thread: the beside passes the board lets run."""
+        _run_passes(
+            self.ctx, self.runnable(p for p in passes if p.beside), self.now, frozenset(), out
+        )
+
+    def load(self) -> None:
+        """The board, checked whole when due (a read; nine listings at most once an hour)."""
+        store = self.ctx.store
+        try:
+            board = index_board.read(store)
+            if board.check_due(self.now):  # entries the board never heard of
+                board, lists = index_board.full_check(store, board, self.watched, self.now)
+                log.info("index board checked whole", listings=lists, on_board=len(board.entries))
+        except StorageError as exc:
+            log.warning("could not read the index board: every index is listed", error=str(exc))
+            return
+        self.board = board
+        self._scope = index_board.sweeping(store, board, self.observed)
+        self._scope.__enter__()
+
+    def runnable(self, passes: Iterable[SweepPass]) -> list[SweepPass]:
+        """The passes whose indexes may hold something (all of them without a board)."""
+        board = self.board
+        return [
+            p
+            for p in passes
+            if board is None or not p.indexes or any(board.may_hold(k) for k in p.indexes)
+        ]
+
+    def settle(self) -> None:
+        """The run is over: indexes its passes listed empty past their lease leave the
+        board (shared.hints.index_board.settle)."""
+        if self._scope is None or self.board is None:
+            return
+        self._scope.__exit__()
+        index_board.settle(self.ctx.store, self.board, self.observed, self.now)
 
 
 def _log_gauges(

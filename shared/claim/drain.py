@@ -54,6 +54,7 @@ from shared.claim.shutdown import Shutdown
 from shared.clock import Clock
 from shared.config import Settings
 from shared.errors import CorruptRecord, InvalidInput, NotFound, StorageError
+from shared.hints.due_hint import HINT_READ_S, DueHint
 from shared.jobs import JobRecord, JobStatus
 from shared.logs import get_logger
 from shared.outcome import Outcome, OutcomeKind
@@ -123,7 +124,7 @@ class DrainGate:
     """Per-process drain state: rate-limits listings (the pending list is not read after
     every job) and remembers the last sign of a backlog."""
 
-    def __init__(self) -> None:
+    def __init__(self, hint_read_s: float = HINT_READ_S) -> None:
         self._lock = threading.Lock()
         self._last: float | None = None
         self._backlog: float | None = None
@@ -132,6 +133,19 @@ class DrainGate:
         """The last listing was the pool's whole index (so is a first one, until a full
         page says otherwise): list it from the first marker, one call, rather than from
         a random point (listing_window: two when it wraps round)."""
+        self.due_hint = DueHint(hint_read_s)
+        """The pool's due hint as this process last read it (shared.hints.due_hint)."""
+        self._marked_left = False
+
+    def note_marked(self, left: bool = True) -> None:
+        """This process knows of jobs marked due that no listing of it has taken yet: its
+        last listing left some (or it marked one itself), so the next freed slot lists."""
+        with self._lock:
+            self._marked_left = left
+
+    def marked_left(self) -> bool:
+        with self._lock:
+            return self._marked_left
 
     def note_taken(self, job_id: str, due: datetime) -> None:
         """A job marked due at `due` was found taken (running or finished): this
@@ -212,9 +226,10 @@ class _Drain:
         self.shutdown = shutdown
         self.push_gap = push_gap
 
-    def pushes_scarce(self) -> bool:
-        """Pushes leave freed slots free (PUSH_GAP_S); unknown (no slots given): yes."""
-        return self.push_gap is None or self.push_gap() >= PUSH_GAP_S
+    def pushes_scarce(self, at_least_s: float = PUSH_GAP_S) -> bool:
+        """Pushes leave freed slots free (at least PUSH_GAP_S); unknown (no slots given):
+        yes."""
+        return self.push_gap is None or self.push_gap() >= max(PUSH_GAP_S, at_least_s)
 
     def may_take(self) -> bool:
         """Another job fits: the instance is not shutting down and the push has time."""
@@ -225,11 +240,13 @@ class _Drain:
     def drain(self, gate: DrainGate, *, skip: str | None = None) -> list[Outcome]:
         """Due jobs from the pending index, run in this slot (see the module doc).
 
-        One job per fresh listing (a listing is stale once a job has run), for as long
-        as one is found and may_take(), up to drain_max_jobs outside a backlog. Every
-        listing reads the markers marked due (mark_due), oldest due first; it also reads
-        markers overdue by age when the process is backlogged or its safety-net
-        interval allows. drain_max_jobs 0 turns the drain off.
+        Lists only on a hint: a job marked due (this process's last listing left one, or
+        the pool's due hint moved: shared.hints.due_hint), a backlog sign while freed
+        slots wait for pushes, or, while they wait, the safety net's interval. Then one
+        job per fresh listing (a listing is stale once a job has run), for as long as one
+        is found and may_take(), up to drain_max_jobs outside a backlog. A listing reads
+        the markers marked due, oldest due first; it also reads markers overdue by age in
+        a backlog or on the safety net's turn. drain_max_jobs 0 turns the drain off.
         """
         s = self.settings
         outcomes: list[Outcome] = []
@@ -241,15 +258,23 @@ class _Drain:
             # taking its jobs from the index here only doubles them (each one's doorbell
             # still comes, to be answered with a read)
             signs = gate.backlogged(s.backlog_window_seconds)
-            backlogged = signs and self.pushes_scarce()
+            scarce = self.pushes_scarce()
+            backlogged = signs and scarce
             if not backlogged and len(outcomes) >= s.drain_max_jobs:
                 break
-            # the safety net takes a queued job as lost when it is old; while doorbells
-            # are held back (signs), age says only that it waits its turn: taking those
-            # doubled them too, every process the oldest first (bench/big_backlog.py: at
-            # 4,000 jobs, 1,197 drained while pushes kept up, 902 claim races lost)
-            entered = entered or (not signs and gate.try_enter(s.drain_interval_seconds))
+            # the safety net takes a queued job as lost when it is overdue by age, and only
+            # while a freed slot has waited for pushes that long (a slot pushes refill, or
+            # one free since the end of a batch, needs no lost doorbell: the sweep rings
+            # it); while doorbells are held back (signs), age says only that a job waits
+            # its turn: taking those doubled them too, every process the oldest first
+            # (bench/big_backlog.py: at 4,000 jobs, 1,197 drained while pushes kept up,
+            # 902 claim races lost)
+            idle = self.pushes_scarce(s.overdue_after_seconds)
+            entered = entered or (not signs and idle and gate.try_enter(s.drain_interval_seconds))
             aged = backlogged or entered
+            if not aged and not self._marked_hint(gate):
+                break  # nothing says a job waits that no push will bring: no listing
+            log.debug("drain lists the pending index", backlog=backlogged, safety_net=entered)
             found, whole_index = self._drain_pass(gate, backlogged, aged, skip)
             outcomes += found
             if found:
@@ -258,6 +283,11 @@ class _Drain:
                 gate.clear_backlog()  # the whole index holds nothing due: stop looking
             break
         return outcomes
+
+    def _marked_hint(self, gate: DrainGate) -> bool:
+        """A job may be marked due: this process knows of one, or the pool's due hint
+        moved since its last listing (a read at most once a second per process)."""
+        return gate.marked_left() or gate.due_hint.moved(self.store, self.settings.pool)
 
     def _listing(self, gate: DrainGate, backlogged: bool) -> tuple[list[PendingEntry], bool]:
         """A page of this pool's markers, and whether it was the whole index. In a backlog,
@@ -311,11 +341,15 @@ class _Drain:
         except StorageError as exc:  # the drain is a bonus; the sweep covers the rest
             log.warning("drain could not list pending jobs", error=str(exc))
             return [], False
+        gate.due_hint.listed()  # the marks announced before the last read are in it
         whole_index = whole and len(entries) < BACKLOG_WHOLE  # in a backlog, read whole
         now = self.clock()
         fresh = [e for e in entries if e.due is None or not gate.taken(e.job_id, e.due)]
         order = candidates(fresh, now, s, backlogged=backlogged, aged=aged, skip=skip)
         by_id = {e.job_id: e for e in fresh}
+        # set before a job is taken (this slot runs it to its end): the next freed slot
+        # lists again while this listing showed more marks than the one this slot takes
+        gate.note_marked(sum(m for _j, m in order) > 1)
         for job_id, marked in order:
             if not self.may_take():
                 break

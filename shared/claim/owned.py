@@ -10,6 +10,13 @@ Writes are coalesced: a stage-boundary checkpoint that comes sooner than
 heartbeat tick (or folded into the final write), so one record sees about one
 write per interval (GCS allows ~1 sustained write/s per object). Final writes
 (done, failed, requeued) are never delayed.
+
+A pipeline may ask for fewer checkpoint writes (Pipeline.checkpoint_every_s, set with
+``coalesce_checkpoints``): boundaries then wait for that interval, so a job of short
+stages costs one checkpoint write per interval instead of one per boundary. The
+trade-off: a hard crash (SIGKILL, a lost host) re-runs the stages completed since the
+last write, up to one interval of them; a hand-back, a requeue after a stage error and a
+timeout fold the pending checkpoint into their own write, so they lose none.
 """
 
 from __future__ import annotations
@@ -55,6 +62,8 @@ class OwnedRecord:
         self._clock = clock
         self.min_interval_s = max(0.0, min_interval_s)
         self.heartbeat_s = max(0.0, heartbeat_s)
+        self.checkpoint_every_s = self.min_interval_s
+        """Least time between two checkpoint writes (coalesce_checkpoints raises it)."""
         self._log = log
         self._lock = threading.Lock()
         self._lost = threading.Event()
@@ -90,6 +99,12 @@ class OwnedRecord:
 
     # --- writes
 
+    def coalesce_checkpoints(self, every_s: float | None) -> None:
+        """Write stage boundaries at most once per `every_s` (the pipeline's
+        checkpoint_every_s; None or less than the write interval: the write interval)."""
+        with self._lock:
+            self.checkpoint_every_s = max(self.min_interval_s, every_s or 0.0)
+
     def checkpoint(
         self,
         stage: str,
@@ -118,13 +133,14 @@ class OwnedRecord:
                 None if completed is None else list(completed),
                 running,
             )
-            if self._since_write() < self.min_interval_s:
+            if self._since_write() < self.checkpoint_every_s:
                 return False
             return self._flush_pending(transient_ok=True)
 
     def report_progress(self, progress: JsonObject) -> None:
         """Keep a stage's latest progress for the next write (never a write of its own
-        sooner than min_interval_s: the tick flushes it like a coalesced checkpoint)."""
+        sooner than the checkpoint interval: the tick flushes it like a coalesced
+        checkpoint, so a pipeline's checkpoint_every_s bounds its progress writes too)."""
         with self._lock:
             self._progress = dict(progress)
 
@@ -134,11 +150,10 @@ class OwnedRecord:
             if self._closed or self.lost:
                 return
             elapsed = self._since_write()
-            if self._pending is not None and elapsed >= self.min_interval_s:
+            due = elapsed >= self._flush_after_s()  # a checkpoint's or a progress's turn
+            if self._pending is not None and due:  # the one write carries the progress too
                 self._flush_pending(transient_ok=True)
-            elif elapsed >= self.heartbeat_s or (
-                self._progress is not None and elapsed >= self.min_interval_s
-            ):
+            elif elapsed >= self.heartbeat_s or (self._progress is not None and due):
                 self._write(lambda job: job_queue.heartbeat_fields(job, self._clock()), "heartbeat")
 
     def confirm(self, max_age_s: float) -> None:
@@ -225,6 +240,11 @@ class OwnedRecord:
         if self._progress is progress:
             self._progress = None
         self._log.debug("record written", write=event, generation=self._stored.generation)
+
+    def _flush_after_s(self) -> float:
+        """When a pending checkpoint is written: its interval is up, or a heartbeat is due
+        (the one write carries both), never sooner than the write interval."""
+        return max(self.min_interval_s, min(self.checkpoint_every_s, self.heartbeat_s))
 
     def _seconds(self) -> float:
         return self._clock().timestamp()

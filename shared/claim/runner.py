@@ -19,13 +19,14 @@ and a delivery that arrives meanwhile rings its doorbell again instead of claimi
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import os
 import secrets
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -34,9 +35,10 @@ from shared.claim import dispatch, due_wait, stage_errors
 from shared.claim.budget import PushBudget, unlimited
 from shared.claim.drain import GATE, Arrival, DrainGate, backlog_sign, drain
 from shared.claim.owned import Heartbeat, OwnedRecord
-from shared.claim.shutdown import CLOUD_RUN_GRACE_S, SHUTDOWN, Shutdown
+from shared.claim.shutdown import CLOUD_RUN_GRACE_S, SHUTDOWN, Running, Shutdown
 from shared.claim.slots import Slots, get_slots
 from shared.claim.stage_outputs import StageOutputs
+from shared.claim.stage_times import STAGE_TIMES, StageTimes
 from shared.claim.timeouts import Deadline, TimedOut
 from shared.errors import (
     CorruptRecord,
@@ -119,14 +121,14 @@ def handle_delivery(
     if shutdown.requested:
         return runner.decline(job_id)
     if arrival is not None and (sign := backlog_sign(arrival, ctx.now())) is not None:
-        log.info("doorbells are being held back: draining", job_id=job_id, sign=sign)
-        gate.note_backlog()
+        _note_backlog(gate, settings.backlog_window_seconds, job_id, sign)
     slot = pool.try_acquire()
     if slot is None:
         retry = settings.busy_retry_after_seconds
         return Outcome(job_id, OutcomeKind.BUSY, "no free slot", retry_after_s=retry)
     with slot:
         outcome = runner.attempt(job_id, wait=True)
+        _note_drain_hints(gate, outcome)
         outcome.drained = drain(
             ctx.store,
             settings,
@@ -139,6 +141,25 @@ def handle_delivery(
             push_gap=pool.push_gap,
         )
     return outcome
+
+
+def _note_backlog(gate: DrainGate, window_s: float, job_id: str, sign: str) -> None:
+    """A push shows doorbells held back: the process counts as backlogged (the drain
+    takes due jobs itself). Said at INFO when a backlog begins, at DEBUG for each push
+    that keeps it going (in a backlog that is every push)."""
+    began = not gate.backlogged(window_s)
+    (log.info if began else log.debug)(
+        "doorbells are being held back: draining", job_id=job_id, sign=sign
+    )
+    gate.note_backlog()
+
+
+def _note_drain_hints(gate: DrainGate, outcome: Outcome) -> None:
+    """This delivery's watchdog sent a stale job back to the queue marked due: the next
+    freed slot of this process lists the index for it (other processes learn it from the
+    pool's due hint, shared.hints.due_hint)."""
+    if outcome.kind == OutcomeKind.RECOVERED and outcome.detail == "requeue":
+        gate.note_marked()
 
 
 # --------------------------------------------------------------------------- the runner
@@ -444,7 +465,7 @@ def _plan(job: JobRecord, revision: str | None) -> _Plan:
     try:
         payload = job.get("payload") or {}
         versions = pipeline.versions_for(payload)
-        current = pipeline.version_for(payload)
+        current = next(iter(versions))  # versions_for puts this version first: planned once
     except Exception as exc:  # planning is a pure function of the record: permanent
         return _Plan(pipeline, [], None, exc)
     names = {v: [n for n, _ in stages] for v, stages in versions.items()}
@@ -458,6 +479,52 @@ def _kill_deadline(shutdown: Shutdown, now: datetime) -> datetime:
     began = shutdown.began_at if shutdown.began_at is not None else time.monotonic()
     left = max(0.0, began + CLOUD_RUN_GRACE_S - time.monotonic())
     return now + timedelta(seconds=left)
+
+
+def _coalesce_checkpoints(owned: OwnedRecord, plan: _Plan) -> None:
+    """The pipeline's checkpoint interval (Pipeline.checkpoint_every_s): boundaries of
+    short stages coalesce into one write per interval (shared.claim.owned)."""
+    if plan.pipeline is not None:
+        owned.coalesce_checkpoints(plan.pipeline.checkpoint_every_s)
+
+
+class _StageClock:
+    """The running stage of one job and how long it has run; each run that completes is
+    recorded (shared.claim.stage_times), so that on SIGTERM a stage expected to end within
+    the grace finishes instead of being thrown away (shared.claim.shutdown)."""
+
+    def __init__(self, pipeline: str, times: StageTimes = STAGE_TIMES) -> None:
+        self._pipeline = pipeline
+        self._times = times
+        self._stage: str | None = None
+        self._started = 0.0
+
+    @contextlib.contextmanager
+    def timing(self, stage: str) -> Iterator[None]:
+        """Around a stage's call: its duration is recorded only when it returns."""
+        self._started, self._stage = time.monotonic(), stage
+        try:
+            yield
+            self._times.record(self._pipeline, stage, time.monotonic() - self._started)
+        finally:
+            self._stage = None
+
+    def left(self) -> float | None:
+        """Expected seconds until the running stage ends; None between stages, without a
+        record, or past its expected end (an overrunning stage says nothing)."""
+        stage = self._stage
+        if stage is None:
+            return None
+        expected = self._times.expected(self._pipeline, stage)
+        if expected is None:
+            return None
+        left = expected - (time.monotonic() - self._started)
+        return left if left >= 0 else None
+
+
+def _finishing(registered: Running | None) -> bool:
+    """The shutdown lets this job's running stage finish (shared.claim.shutdown)."""
+    return registered is not None and registered.finishing
 
 
 def _require_plain(state: JsonObject, result: JsonObject) -> None:
@@ -488,6 +555,9 @@ class _Job:
         self._pipeline = str(self.job.get("pipeline"))  # its doorbell goes to its pool
         self.spans = StageSpans(trace, self.job_id, owned.attempt, runner.clock)  # ctx.span
         self.cap_s: float | None = None  # a Cloud Run task's own limit (run_adopted)
+        _coalesce_checkpoints(owned, plan)
+        self._clock = _StageClock(self._pipeline)  # the running stage, for the SIGTERM path
+        self._registered: Running | None = None
 
     def run(self) -> Outcome:
         """Run the attempt, then export what it adds to the job's trace before the request
@@ -518,7 +588,8 @@ class _Job:
         if self.cap_s is not None:  # below a Cloud Run job's task timeout (run_adopted)
             limit = self.cap_s if limit is None else min(limit, self.cap_s)
         deadline = Deadline(limit, lambda: self._time_out(limit or 0.0))
-        with heartbeat, deadline, self.r.shutdown.running(self._hand_back_from_outside):
+        shutdown = self.r.shutdown.running(self._hand_back_from_outside, self._clock.left)
+        with heartbeat, deadline, shutdown as self._registered:
             for index in range(next_stage, len(stages)):
                 if self.r.shutdown.requested:  # a stage boundary: the checkpoint is saved
                     return self._hand_back("at a stage boundary")
@@ -544,7 +615,7 @@ class _Job:
         self.log.stage = name
         self.spans.enter_stage(index)
         outputs = StageOutputs(self.r.store, self.owned, self.job_id, self.confirm_s)
-        self.log.info("stage started", index=index, pipeline=pipeline.name)
+        self.log.debug("stage started", index=index, pipeline=pipeline.name)
         try:  # the context too: whatever the payload holds ends in the stage error mapping
             ctx = StageContext(
                 self.job_id,
@@ -562,7 +633,8 @@ class _Job:
                 # the features' helpers (waits: sleep, waitpoints, fan-out): shared.seams
                 tools=self.r.ctx.stage_tools(self.job, self.owned.attempt, index, name),
             )
-            fn(ctx)
+            with self._clock.timing(name):
+                fn(ctx)
             _require_plain(state, result)
         except Parked as parked:  # the stage ended early to wait (shared.features.waits)
             return self._park(parked, index, name, state, outputs)
@@ -577,7 +649,7 @@ class _Job:
             return self._retry_or_fail(exc, stage=name, trace=self._stage_raised(exc))
         finally:
             self._discard_open_streams(outputs)
-        self.log.info("stage finished", index=index, outputs=outputs.written or None)
+        self.log.debug("stage finished", index=index, outputs=outputs.written or None)
         self.outputs.extend(outputs.written)
         if index + 1 >= total:
             return None  # the final write follows at once
@@ -593,7 +665,7 @@ class _Job:
             )
         except OwnerLost:
             return self._lost("checkpoint refused")
-        self.log.info("checkpoint", next_stage=index + 1, written=written)
+        self.log.debug("checkpoint", next_stage=index + 1, written=written)
         return None
 
     # --- waits (docs/waiting.md): a stage that ended early parks the job at its boundary
@@ -646,7 +718,7 @@ class _Job:
         is going away (the stage stops and the job is handed back)."""
         if self._lease_lost():
             return True
-        if self.r.shutdown.requested:
+        if self.r.shutdown.requested and not _finishing(self._registered):
             raise ShuttingDown(f"job {self.job_id}: the instance is shutting down")
         return False
 

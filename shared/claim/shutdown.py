@@ -6,13 +6,20 @@ rollout, host maintenance): SIGTERM, then SIGKILL 10 s later
 still running at the SIGKILL waits out the stale time before another instance may
 take it. So from the SIGTERM on (shared.claim.runner does each step):
 
-- at its next stage boundary, or when its stage calls check(), a job is handed
-  back (job_queue.handback_fields: queued and due now, the attempt not spent, the
+- a running stage whose expected remaining time (from the stage's recorded durations,
+  shared.claim.stage_times) fits well inside the grace (FINISH_FITS_S) finishes: its
+  check() does not stop it, and its job is handed back at the boundary that follows,
+  the stage's checkpoint in the hand-back's write (or ends done, if it was the last).
+  Stopping it threw away work the grace had time to keep: in bench/handback.py the
+  reclaimed instance's four jobs each lost 3 s of a 6 s stage;
+- any other job is handed back at its next stage boundary, or when its stage calls
+  check() (job_queue.handback_fields: queued and due now, the attempt not spent, the
   checkpoint kept), its doorbell rung, and its push answered;
-- HAND_BACK_WAIT_S after the SIGTERM, the jobs whose stage reached neither (a long
-  call that never checks) are handed back from here. Python cannot stop a thread,
-  so such a stage runs on until the SIGKILL, but its owner's writes are refused
-  from then on: it commits nothing;
+- HAND_BACK_WAIT_S after the SIGTERM (FINISH_BY_S for a stage let finish), the jobs
+  whose stage reached neither (a long call that never checks, a stage slower than its
+  record) are handed back from here. Python cannot stop a thread, so such a stage runs
+  on until the SIGKILL, but its owner's writes are refused from then on: it commits
+  nothing;
 - a delivery that arrives meanwhile rings its doorbell again and is acked, and the
   drain takes nothing new.
 
@@ -53,21 +60,56 @@ CLOUD_RUN_GRACE_S = 10.0
 HAND_BACK_WAIT_S = CLOUD_RUN_GRACE_S / 2
 """Stages get the first half of the grace to reach a boundary or check(); the jobs still
 running then are handed back from outside, which leaves the other half for those writes."""
+FINISH_FITS_S = CLOUD_RUN_GRACE_S / 2
+"""A stage expected to end within this much of the SIGTERM finishes before its job is
+handed back: half the grace, with the expectation the longest of the stage's recent
+runs, so it fits with room."""
+FINISH_BY_S = CLOUD_RUN_GRACE_S * 0.7
+"""A stage let finish that has not by then (slower than its record) is handed back from
+outside: 3 s of the grace stay for the hand-back's writes (a CAS write, a marker patch,
+the due hint, a publish: well under a second each)."""
 WATCH_S = 0.05
 """How often the watcher looks at gunicorn's worker (the hand-back starts this much late
 at worst)."""
 
 HandBack = Callable[[], None]
+Remaining = Callable[[], float | None]
+"""A running job's expected seconds until its stage ends (None: no stage, or no record)."""
+
+
+def _unknown() -> float | None:
+    return None
+
+
+class Running:
+    """A job registered with the shutdown: how to hand it back from outside, how long its
+    stage has left, and (once the shutdown began) whether its stage may finish."""
+
+    def __init__(self, hand_back: HandBack, remaining: Remaining) -> None:
+        self.hand_back = hand_back
+        self.remaining = remaining
+        self.finishing = False
+        """Its stage finishes before the job is handed back (decided at begin())."""
+        self.deadline_s = 0.0
+        """Seconds after begin() at which it is handed back from outside if still running."""
 
 
 class Shutdown:
     """A process's shutdown: whether it began, and the jobs to hand back when it does."""
 
-    def __init__(self, hand_back_wait_s: float = HAND_BACK_WAIT_S) -> None:
+    def __init__(
+        self,
+        hand_back_wait_s: float = HAND_BACK_WAIT_S,
+        *,
+        finish_fits_s: float = FINISH_FITS_S,
+        finish_by_s: float = FINISH_BY_S,
+    ) -> None:
         self.hand_back_wait_s = hand_back_wait_s
+        self.finish_fits_s = finish_fits_s
+        self.finish_by_s = max(finish_by_s, hand_back_wait_s)
         self._event = threading.Event()
         self._lock = threading.Lock()
-        self._jobs: dict[int, HandBack] = {}
+        self._jobs: dict[int, Running] = {}
         self._ids = itertools.count()
         self._watching_pid: int | None = None
         self.began_at: float | None = None
@@ -91,22 +133,43 @@ class Shutdown:
         with self._lock:
             if self._event.is_set():
                 return False
-            self._event.set()
+            finishing = sum(self._decide(job) for job in self._jobs.values())
+            self._event.set()  # after the decisions: a stage let finish never sees a stop
             self.began_at = time.monotonic()
             running = len(self._jobs)
-        log.warning("shutting down: running jobs are handed back", why=why, running=running)
+        log.warning(
+            "shutting down: running jobs are handed back",
+            why=why,
+            running=running,
+            finishing=finishing,
+        )
         threading.Thread(target=self._force_later, name="reclaim-hand-back", daemon=True).start()
         return True
 
+    def _decide(self, job: Running) -> bool:
+        """Let the job's stage finish when its expected remaining time fits (lock held)."""
+        try:
+            left = job.remaining()
+        except Exception:  # an estimate is a bonus: without one the job goes back at once
+            log.exception("could not tell how long a stage has left")
+            left = None
+        job.finishing = left is not None and 0 <= left <= self.finish_fits_s
+        job.deadline_s = self.finish_by_s if job.finishing else self.hand_back_wait_s
+        return job.finishing
+
     @contextlib.contextmanager
-    def running(self, hand_back: HandBack) -> Iterator[None]:
-        """Register a running job for the whole block: `hand_back` is called from outside
-        if the job is still running HAND_BACK_WAIT_S after the shutdown began."""
+    def running(self, hand_back: HandBack, remaining: Remaining = _unknown) -> Iterator[Running]:
+        """Register a running job for the whole block: when the shutdown begins, its stage
+        finishes if `remaining` fits (the block's Running says so: `finishing`), and
+        `hand_back` is called from outside if the job is still running HAND_BACK_WAIT_S
+        (FINISH_BY_S when finishing) after the shutdown began."""
+        job = Running(hand_back, remaining)
+        job.deadline_s = self.hand_back_wait_s  # registered late: handed back with the rest
         with self._lock:
             key = next(self._ids)
-            self._jobs[key] = hand_back
+            self._jobs[key] = job
         try:
-            yield
+            yield job
         finally:
             with self._lock:
                 self._jobs.pop(key, None)
@@ -135,15 +198,21 @@ class Shutdown:
         self.begin("SIGTERM (gunicorn's worker is stopping)")
 
     def _force_later(self) -> None:
-        time.sleep(self.hand_back_wait_s)
+        """At each deadline, hand back from outside the jobs still running with it."""
         with self._lock:
-            left = list(self._jobs.values())
-            self.forced += len(left)
-        if not left:
-            return
-        log.warning("handing back jobs whose stage did not stop in time", jobs=len(left))
-        for fn in left:  # in parallel: the grace is short, each hand-back is a write and a ring
-            threading.Thread(target=_quietly, args=(fn,), daemon=True).start()
+            own = {j.deadline_s for j in self._jobs.values()}
+            deadlines = sorted({self.hand_back_wait_s, *own})
+        began = self.began_at or time.monotonic()
+        for deadline in deadlines:
+            time.sleep(max(0.0, began + deadline - time.monotonic()))
+            with self._lock:
+                left = [j for j in self._jobs.values() if j.deadline_s == deadline]
+                self.forced += len(left)
+            if not left:
+                continue
+            log.warning("handing back jobs whose stage did not stop in time", jobs=len(left))
+            for job in left:  # in parallel: the grace is short, each is a write and a ring
+                threading.Thread(target=_quietly, args=(job.hand_back,), daemon=True).start()
 
 
 def _quietly(hand_back: HandBack) -> None:

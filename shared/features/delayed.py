@@ -28,9 +28,11 @@ from typing import TYPE_CHECKING
 from shared import finish, job_queue, timing
 from shared.errors import CorruptRecord, IllegalTransition, LostRace, NotFound
 from shared.features import uniqueness
+from shared.hints import index_board
 from shared.jobs import JobStatus
 from shared.logs import get_logger
 from shared.seams import ring_or_leave
+from shared.shards import fanout_slots
 
 if TYPE_CHECKING:
     from shared.jobs import JobRecord
@@ -39,6 +41,13 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
+INDEXES: tuple[str, ...] = (
+    timing.SCHEDULED_PREFIX,  # the names from before the fan-out slots
+    *(f"{timing.SCHEDULED_PREFIX}{slot}/" for slot in fanout_slots()),
+    timing.UNIQUE_PREFIX,
+)
+"""What time's sweep pass lists (shared.hints.index_board: the sweep skips what holds nothing)."""
+
 
 def place(store: Store, record: JobRecord, now: datetime) -> bool:
     """Write the scheduled marker of a job that is not due yet (before its record, as
@@ -46,8 +55,17 @@ def place(store: Store, record: JobRecord, now: datetime) -> bool:
     run_at = timing.run_at_of(record, now)
     if run_at is None or run_at <= now:
         return False
-    store.put_blob(timing.scheduled_name(str(record["id"]), run_at), b"", generation=0)
+    write_entry(store, timing.scheduled_name(str(record["id"]), run_at), now)
     return True
+
+
+def write_entry(store: Store, name: str, now: datetime) -> None:
+    """A scheduled entry (create-only), its index and hour noted on the board first
+    (shared.hints.index_board: the sweep lists a slot only from the first hour it may hold). The
+    one writer of the time index: a delayed job's, a waits' sleep or timeout."""
+    key, hour = name.rsplit("/", 2)[0] + "/", name.rsplit("/", 2)[1]  # scheduled/<slot>/, hour
+    index_board.note(store, key, now, since=hour)
+    store.put_blob(name, b"", generation=0)
 
 
 @dataclass
@@ -89,10 +107,16 @@ def release_due(ctx: Context, now: datetime | None = None) -> Released:
     out = Released()
     limit = ctx.settings.sweep_max_jobs
     infos: list[BlobInfo] = []
+    run = index_board.current(ctx.store)  # the sweep's board: a slot listed only if due
     for prefix, end in timing.scheduled_ranges(now):  # one listing per fan-out slot + old
         if len(infos) >= limit:
             break
-        infos += ctx.store.list_blobs(prefix, end_before=end, limit=limit - len(infos))
+        if run is not None and not run[0].may_hold(prefix, before=end.rsplit("/", 1)[-1]):
+            continue  # nothing in this slot can be due (or the board says it is empty)
+        listed = ctx.store.list_blobs(prefix, end_before=end, limit=limit - len(infos))
+        if run is not None:
+            _observe(ctx.store, run, prefix, listed, now)
+        infos += listed
     out.truncated = len(infos) >= limit
     for info in infos:
         out.examined += 1
@@ -102,6 +126,25 @@ def release_due(ctx: Context, now: datetime | None = None) -> Released:
         except Exception as exc:  # one odd entry must not stop the others
             log.error("could not release a delayed job", job_id=job_id, error=repr(exc))
     return out
+
+
+def _observe(
+    store: Store,
+    run: tuple[index_board.Board, index_board.Observed],
+    key: str,
+    listed: list[BlobInfo],
+    now: datetime,
+) -> None:
+    """Tell the board what a slot holds: its first due entry's hour, or, when nothing in
+    it is due and its note has lapsed, its first entry at all (one more listing, limit 1)
+    or that it is empty, so the sweep stops listing it until a later hour comes due."""
+    board, observed = run
+    if listed:
+        observed.listed(key, [listed[0].name])
+    elif index_board.settled(board, key, now, None, True) is not None:  # its lease ended
+        keys = [p for p, _end in timing.scheduled_ranges(now)]  # the old names' sit above
+        first = index_board.first_entry(store, key, keys)
+        observed.listed(key, [first] if first else [])
 
 
 def _release_one(ctx: Context, now: datetime, info: BlobInfo, job_id: str, out: Released) -> None:
@@ -131,7 +174,7 @@ def _release_one(ctx: Context, now: datetime, info: BlobInfo, job_id: str, out: 
         run_at = timing.run_at_of(job, now)
         if run_at is not None and timing.scheduled_name(job_id, run_at) != name:
             # a replayed submit moved run_at to a later hour: index it there, drop this one
-            store.put_blob(timing.scheduled_name(job_id, run_at), b"", generation=0)
+            write_entry(store, timing.scheduled_name(job_id, run_at), now)
             store.delete_blob(name)
             out.repaired += 1
         return  # later this hour

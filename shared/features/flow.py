@@ -44,6 +44,7 @@ from shared.errors import (
     UnknownPipeline,
 )
 from shared.features import flow_policy as fp
+from shared.hints import index_board
 from shared.jobs import JobRecord, JobStatus
 from shared.logs import get_logger
 from shared.outcome import Outcome, OutcomeKind
@@ -51,7 +52,7 @@ from shared.pipelines import get_pipeline, pipeline_names
 
 if TYPE_CHECKING:
     from shared.seams import Context, Ringer
-    from shared.storage import Store, Stored
+    from shared.storage import BlobInfo, Store, Stored
 
 log = get_logger(__name__)
 
@@ -97,6 +98,7 @@ def pause_gate(ctx: Context, stored: Stored, now: datetime) -> Outcome | None:
         return None  # fails a record naming another (never a 4xx to the push)
     if not is_paused(ctx.store, pipeline):
         return None
+    index_board.note(ctx.store, fp.PARKED_PREFIX, now)  # the sweep lists parked/ from now on
     _create(ctx.store, fp.parked_name(pipeline, job_id))
     if not is_paused(ctx.store, pipeline, cached=False):  # resumed meanwhile: the resume
         ctx.store.delete_blob(fp.parked_name(pipeline, job_id))  # may have listed before
@@ -313,6 +315,7 @@ def limit_gate(ctx: Context, stored: Stored, now: datetime) -> Outcome | None:
     if _take_place(ctx, key, n, me, now).taken:
         return None
     waiter = fp.waiter_name(key, job)
+    index_board.note(ctx.store, fp.WAITING_PREFIX, now)  # the sweep wakes a key's waiters
     _create(ctx.store, waiter)
     # a holder that freed its place between our look and our marker did not see the
     # marker: look once more, now that the marker is there
@@ -554,7 +557,8 @@ def sweep(store: Store, doorbell: Ringer) -> dict[str, int]:
     """The safety net: ring parked jobs of pipelines no longer paused, and the oldest
     waiter of every key with waiters (it takes over a leaked place, or waits again)."""
     rung = {"parked": 0, "waiters": 0}
-    parked = store.list_blobs(fp.PARKED_PREFIX, limit=SWEEP_LISTING)
+    run = index_board.current(store)  # the sweep's board: an index never noted is not listed
+    parked = _listed(store, run, fp.PARKED_PREFIX)
     by_pipeline: dict[str, list[tuple[str, str]]] = {}
     for blob in parked:
         parts = blob.name.split("/")
@@ -563,11 +567,24 @@ def sweep(store: Store, doorbell: Ringer) -> dict[str, int]:
     for pipeline, items in by_pipeline.items():
         if not is_paused(store, pipeline, cached=False):
             rung["parked"] += _ring_and_drop(store, doorbell, items, pipeline=pipeline)
-    waiting = store.list_blobs(fp.WAITING_PREFIX, limit=SWEEP_LISTING)
+    waiting = _listed(store, run, fp.WAITING_PREFIX)
     keys = {b.name.split("/")[1] for b in waiting if b.name.count("/") == 2}
     for key in sorted(keys):
         rung["waiters"] += wake(store, doorbell, key, count=1)
     return rung
+
+
+def _listed(
+    store: Store, run: tuple[index_board.Board, index_board.Observed] | None, prefix: str
+) -> list[BlobInfo]:
+    """The sweep's listing of one of flow control's indexes, skipped when the board says
+    it holds nothing (shared.hints.index_board), what it found told to the board."""
+    if run is not None and not run[0].may_hold(prefix):
+        return []
+    listed = store.list_blobs(prefix, limit=SWEEP_LISTING)
+    if run is not None:
+        run[1].listed(prefix, [info.name for info in listed[:1]])
+    return listed
 
 
 def sweep_pass(ctx: Context, _now: datetime, _pending: frozenset[str]) -> dict[str, int]:

@@ -45,7 +45,9 @@ TIME = Feature(
     gates=(expiry.gate,),  # an expired job ends instead of running
     terminal_hooks=(uniqueness.release_on_terminal,),  # a "while pending" key is released
     sweep_checks=(expiry.sweep_check,),  # an expired job with no doorbell left still ends
-    sweep_passes=(SweepPass("time", delayed.sweep_pass, beside=True),),  # delayed, unique keys
+    sweep_passes=(  # delayed jobs (each fan-out slot and the old names), unique keys
+        SweepPass("time", delayed.sweep_pass, beside=True, indexes=delayed.INDEXES),
+    ),
     indexed=delayed.delayed_ids,  # bulk cancel: delayed jobs are not in pending/
 )
 
@@ -67,7 +69,9 @@ FLOW_CONTROL = Feature(
         flow.release_hook,  # free the concurrency place, ring the oldest waiters
     ),
     requeue_hooks=(flow.release_hook,),  # a requeued, handed-back or rescued job's place
-    sweep_passes=(SweepPass("flow", flow.sweep_pass),),  # parked and waiting jobs
+    sweep_passes=(  # parked and waiting jobs
+        SweepPass("flow", flow.sweep_pass, indexes=(fp.PARKED_PREFIX, fp.WAITING_PREFIX)),
+    ),
     indexed=flow.ended_ids,  # bulk retry: failed and cancelled jobs by day
 )
 
@@ -82,7 +86,9 @@ WAITS = Feature(
         wfan.parent_ended,  # a parent ended while it waited: its children are cancelled
     ),
     sweep_checks=(waits.sweep_check,),  # a parked job: before workflows' waiting check
-    sweep_passes=(SweepPass("waits", waits.sweep_pass),),  # kept completions, stops
+    sweep_passes=(  # kept completions, stops
+        SweepPass("waits", waits.sweep_pass, indexes=(wrules.REPAIR_ROOT,)),
+    ),
     stage_tools=(("waits", wpark.tools_for),),  # ctx.sleep, waitpoint, wait, fan_out
     upload_hooks=(waits.upload,),  # an upload carrying a waitpoint token completes it
     wakes=(waits.wake_from_index,),  # a sleep's end, a waitpoint's timeout: the time index
@@ -101,7 +107,9 @@ WORKFLOWS = Feature(
         workflows.release_hook,  # release (or cancel) the children waiting on this job
     ),
     sweep_checks=(workflows.sweep_check,),  # a waiting child whose parents ended (a crash)
-    sweep_passes=(SweepPass("workflows", workflows.sweep_pass),),  # batches held open
+    sweep_passes=(  # batches held open
+        SweepPass("workflows", workflows.sweep_pass, indexes=(graph.OPEN_ROOT,)),
+    ),
 )
 
 TAGS = Feature(

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from shared import timing
 from shared.errors import AlreadyExists, Conflict, CorruptRecord, LostRace, NotFound
+from shared.hints import index_board
 from shared.logs import get_logger
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ def acquire(store: Store, record: JobRecord, now: datetime) -> str | None:
     ours), else the id of the job that holds it."""
     key = str(record["unique_key"])
     lock = timing.lock_data(str(record["id"]), key, record.get("unique_until"), now)
+    index_board.note(store, timing.UNIQUE_PREFIX, now)  # the sweep's repair lists unique/
     return take(store, timing.unique_lock_name(key), lock, now, f"unique_key {key[:60]!r}")
 
 
@@ -120,7 +122,12 @@ def repair(store: Store, settings: Settings, now: datetime | None = None) -> int
     lock that a takeover just wrote, which the next submit of that key re-creates)."""
     now = now or datetime.now(UTC)
     limit = settings.sweep_max_jobs
+    run = index_board.current(store)  # the sweep's board: no lock ever noted, no listing
+    if run is not None and not run[0].may_hold(timing.UNIQUE_PREFIX):
+        return 0
     page = store.list_blobs(timing.UNIQUE_PREFIX, limit=limit)
+    if run is not None:
+        run[1].listed(timing.UNIQUE_PREFIX, [info.name for info in page[:1]])
     cursor = _read_cursor(store) if len(page) >= limit else None  # more than a page
     if cursor:
         page = store.list_blobs(timing.UNIQUE_PREFIX, start_at=cursor, limit=limit)

@@ -46,6 +46,7 @@ from shared.errors import (
 )
 from shared.features import workflow_graph as graph
 from shared.features.waits import rules as waits_rules
+from shared.hints import index_board
 from shared.jobs import JobRecord, JobStatus, JsonObject
 from shared.logs import get_logger
 from shared.pipelines.base import Reads
@@ -93,7 +94,12 @@ def check_still_open(store: Store, batch_id: str) -> None:
 
 
 def write_markers(store: Store, names: Iterable[str]) -> None:
-    """Empty create-only markers (a replay finds the same empty bytes: success)."""
+    """Empty create-only markers (a replay finds the same empty bytes: success). An open
+    marker's index is noted on the board first (shared.hints.index_board: the sweep's repair of
+    batches held open lists it only then)."""
+    names = list(names)
+    if any(n.startswith(graph.OPEN_ROOT) for n in names):
+        index_board.note(store, graph.OPEN_ROOT)
     for name in names:
         store.put_blob(name, b"", generation=0)
 
@@ -300,7 +306,13 @@ def sweep_open(
     skipped without a read, so the cost is one listing plus a read per stray. Returns
     the number of markers repaired."""
     repaired = 0
-    for info in ctx.store.list_blobs(graph.OPEN_ROOT, limit=limit):
+    run = index_board.current(ctx.store)  # the sweep's board: no open marker ever noted
+    if run is not None and not run[0].may_hold(graph.OPEN_ROOT):
+        return 0
+    listed = ctx.store.list_blobs(graph.OPEN_ROOT, limit=limit)
+    if run is not None:
+        run[1].listed(graph.OPEN_ROOT, [info.name for info in listed[:1]])
+    for info in listed:
         parsed = graph.parse_open_name(info.name)
         if parsed is None or parsed[1] in pending or parsed[1] == graph.HOLD_ID:
             continue  # an upload batch's hold: only its closing object removes it
@@ -331,7 +343,7 @@ def reopen_for_retry(store: Store, record: JobRecord) -> None:
     batch_id = record.get("batch_id")
     if not batch_id or not record.get("batch_has_callback"):
         return
-    store.put_blob(graph.open_name(batch_id, str(record["id"])), b"", generation=0)
+    write_markers(store, [graph.open_name(batch_id, str(record["id"]))])
     try:
         store.read(graph.callback_id(batch_id))
     except NotFound:

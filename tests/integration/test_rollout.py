@@ -42,7 +42,8 @@ def cloud() -> Iterator[LocalCloud]:
         stale_seconds=60.0,  # beyond the test: only a hand-back can move a job on
         sweep_interval_seconds=1.0,
         shutdown_grace_seconds=5.0,
-        function_env={"RECLAIM_MIN_WRITE_INTERVAL_SECONDS": "0.2"},
+        # DEBUG: "stage finished" (read below) is a DEBUG line since the hot path went quiet
+        function_env={"RECLAIM_MIN_WRITE_INTERVAL_SECONDS": "0.2", "RECLAIM_LOG_LEVEL": "DEBUG"},
     ) as c:
         yield c
 

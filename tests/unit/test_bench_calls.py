@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.calls import INSTANCES, _reads, _row
+from bench.calls import INSTANCES, _reads, _row, floor_row
 
 
 def _measured(by_prefix: dict[str, int], jobs: int, wall_s: float) -> dict[str, Any]:
@@ -45,4 +45,28 @@ def test_a_record_read_more_per_job_misses() -> None:
 
 def test_pause_flag_reads_past_their_bound_miss() -> None:
     seen = {"read jobs/": 8, "read workflows/": 8, "read paused/": 40}
+    assert _row("GCS calls/job", _measured(seen, jobs=8, wall_s=5.0))["met"] is False
+
+
+def _class_a(per_job: float, sources: dict[str, float]) -> dict[str, Any]:
+    return {"class_a_per_job": per_job, "class_a_by_source": sources}
+
+
+def test_class_a_is_judged_against_the_floor_claim_s() -> None:
+    floor = _class_a(4.0, {"write jobs/": 3.0, "write pending/": 1.0})
+    six = _class_a(6.0, {"write jobs/": 5.0, "write pending/": 1.0})
+    seven = _class_a(7.0, {"write jobs/": 5.0, "list pending/": 1.0, "write pending/": 1.0})
+    assert floor_row("x", six, floor, 1.5, "")["met"] is True
+    assert floor_row("x", seven, floor, 1.5, "")["ratio"] == "1.75x the floor"
+    assert floor_row("x", seven, floor, 1.5, "")["met"] is False
+    assert floor_row("x", _class_a(5.0, {}), floor, 1.25, "")["met"] is True
+
+
+def test_due_hint_reads_are_bounded_by_time_like_the_pause_flag() -> None:
+    seen = {"read jobs/": 8, "read workflows/": 8, "read paused/": 4, "read hints/": 9}
+    m = _reads(seen, jobs=8, wall_s=5.0)
+    assert m["job_reads_per_job"] == 2.0 and m["due_hint_reads"] == 9
+    assert m["due_hint_bound"] == INSTANCES * 6  # floor(5 / 1) + 1 per instance
+    assert _row("GCS calls/job", _measured(seen, jobs=8, wall_s=5.0))["met"] is True
+    seen["read hints/"] = 13
     assert _row("GCS calls/job", _measured(seen, jobs=8, wall_s=5.0))["met"] is False

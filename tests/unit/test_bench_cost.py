@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.cost import HOURS_PER_MONTH, PRICES, price
+from bench.cost import HOURS_PER_MONTH, PRICES, idle_month, price
 
 
 def test_costs_scale_to_1000_jobs_and_add_up() -> None:
@@ -38,3 +38,24 @@ def test_every_price_names_its_page() -> None:
         assert p["usd"] > 0, key
         assert p["source"].startswith("https://cloud.google.com/"), key
         assert isinstance(p["confirmed"], bool) and p["what"] and p["shown"].startswith("$"), key
+
+
+def test_an_idle_month_prices_a_run_a_minute_the_daily_check_and_the_scheduler() -> None:
+    idle = {
+        "runs": 10,
+        "calls": {"list": 10, "read": 10, "write": 0},
+        "billed_s": 1.0,  # 100 ms a run
+        "first_run_calls": {"list": 10, "read": 1, "write": 1},
+    }
+    month = idle_month(idle)
+    assert (month["class_a_per_run"], month["class_b_per_run"]) == (1.0, 1.0)
+    assert month["check_class_a"] == 10.0  # 11 in the first run, 1 in a plain one
+    ticks = 60 * HOURS_PER_MONTH
+    assert month["usd"]["gcs_class_a"] == pytest.approx(
+        (ticks + HOURS_PER_MONTH / 24 * 10) * 0.005 / 1000, abs=1e-4
+    )
+    assert month["usd"]["compute"] == pytest.approx(
+        ticks * 0.1 * (0.000024 + 0.5 * 0.0000025), abs=1e-4
+    )
+    assert month["usd"]["scheduler"] == pytest.approx(0.10 / 31 * HOURS_PER_MONTH / 24, abs=1e-4)
+    assert month["usd_per_month"] == pytest.approx(sum(month["usd"].values()), abs=0.01)

@@ -4,6 +4,9 @@ handle_delivery on MemoryStore with an injected clock."""
 
 from __future__ import annotations
 
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -26,13 +29,32 @@ from shared.claim.drain import (
 )
 from shared.claim.shutdown import Shutdown
 from shared.claim.slots import Slots
-from shared.errors import Unavailable
+from shared.errors import NotFound, Unavailable
 from shared.features import flow
+from shared.hints.due_hint import hint_name
 from shared.jobs import JobStatus
 from shared.outcome import Outcome, OutcomeKind
+from shared.recovery import mark_due
 from shared.storage import PendingEntry, pending_object
 from shared.stores.memory import MemoryStore
-from tests.unit.unit_support import Clock, handle, settings, starved_slots, submit
+from tests.unit.unit_support import Clock, handle, pipeline, settings, starved_slots, submit
+
+
+def wait_hint_moved(store: MemoryStore, generation: int, timeout_s: float = 10.0) -> None:
+    """Until the default pool's due hint is past `generation` (0: until it exists): an
+    announce is written on a thread of its own."""
+    deadline = time.monotonic() + timeout_s
+    while _hint_generation(store) == generation:
+        assert time.monotonic() < deadline, "the due hint never moved"
+        time.sleep(0.02)
+
+
+def _hint_generation(store: MemoryStore) -> int:
+    try:
+        return store.read_blob(hint_name(None)).generation
+    except NotFound:
+        return 0
+
 
 # --- the gate
 
@@ -134,6 +156,8 @@ def test_the_drain_skips_the_request_s_own_job_and_lost_races() -> None:
 
 
 def test_drain_runs_overdue_jobs_in_the_same_slot_and_is_rate_limited() -> None:
+    """The safety net: while freed slots wait for pushes, a freed slot takes a queued job
+    overdue by age (a doorbell lost without a mark), once per drain interval."""
     store = MemoryStore()
     clock = Clock()
     lost_doorbell = submit(store, now=clock())
@@ -143,13 +167,31 @@ def test_drain_runs_overdue_jobs_in_the_same_slot_and_is_rate_limited() -> None:
     trigger = submit(store, now=clock())
     s = settings(drain_max_jobs=3)
     gate = DrainGate()
-    outcome = handle(trigger, store, s, clock, gate=gate)
+    outcome = handle(trigger, store, s, clock, gate=gate, slots=starved_slots())
     assert outcome.kind == OutcomeKind.DONE
     assert [(d.job_id, d.kind) for d in outcome.drained] == [(lost_doorbell, OutcomeKind.DONE)]
     assert store.read(fresh).record["status"] == "queued"  # its doorbell is on the way
     another = submit(store, now=old)
-    assert handle(fresh, store, s, clock, gate=gate).drained == []  # gate: listed just now
+    drained = handle(fresh, store, s, clock, gate=gate, slots=starved_slots()).drained
+    assert drained == []  # gate: listed just now
     assert store.read(another).record["status"] == "queued"
+
+
+def test_a_freed_slot_that_pushes_refill_lists_nothing_without_a_hint() -> None:
+    """No mark announced, no backlog sign, pushes refilling freed slots at once: the freed
+    slot reads the pool's due hint (absent) and lists nothing, though a job is overdue by
+    age (its doorbell lost: the sweep rings it). Listing per freed slot was a class A
+    operation per job (N on N record shards) for marks that are rare."""
+    store = MemoryStore()
+    clock = Clock()
+    lost_doorbell = submit(store, now=clock())
+    clock.advance(60)
+    trigger = submit(store, now=clock())
+    store.calls.clear()
+    outcome = handle(trigger, store, settings(drain_max_jobs=3), clock, slots=_kept_up_slots())
+    assert outcome.kind == OutcomeKind.DONE and outcome.drained == []
+    assert store.calls["list"] == 0
+    assert store.read(lost_doorbell).record["status"] == "queued"
 
 
 def test_in_a_backlog_a_freed_slot_keeps_taking_due_jobs() -> None:
@@ -248,7 +290,12 @@ def test_while_doorbells_are_held_back_an_old_queued_job_is_not_taken_as_lost() 
             submit(store, now=clock()), store, s, clock, gate=gate, slots=_kept_up_slots()
         )
         taken = sorted(d.job_id for d in outcome.drained)
-        assert taken == ([] if signs else sorted(old))
+        assert taken == []  # signs: they wait their turn; none: pushes keep up
+        if not signs:  # the same while freed slots wait for pushes: the net takes them
+            outcome = handle(
+                submit(store, now=clock()), store, s, clock, gate=gate, slots=starved_slots()
+            )
+            assert sorted(d.job_id for d in outcome.drained) == sorted(old)
 
 
 def test_a_full_page_turns_a_backlog_to_listing_from_random_points() -> None:
@@ -262,7 +309,7 @@ def test_a_full_page_turns_a_backlog_to_listing_from_random_points() -> None:
     gate = DrainGate()
     assert gate.index_fits
     s = settings(drain_max_jobs=1, max_concurrent=1)
-    handle(submit(store, now=clock()), store, s, clock, gate=gate)
+    handle(submit(store, now=clock()), store, s, clock, gate=gate, slots=starved_slots(1))
     assert not gate.index_fits  # the page of BACKLOG_LISTING was full
     gate.note_backlog()
     store.calls.clear()
@@ -364,7 +411,7 @@ def test_drain_takes_at_most_its_budget() -> None:
         submit(store, now=clock())
     clock.advance(60)
     trigger = submit(store, now=clock())
-    outcome = handle(trigger, store, settings(drain_max_jobs=2), clock)
+    outcome = handle(trigger, store, settings(drain_max_jobs=2), clock, slots=starved_slots())
     assert len(outcome.drained) == 2
     assert all(d.kind == OutcomeKind.DONE for d in outcome.drained)
 
@@ -377,13 +424,14 @@ def test_drain_reads_no_record_whose_marker_is_too_young_to_be_overdue() -> None
     trigger = submit(store, now=clock())
     store.calls.clear()
     flow._PAUSE_CACHE.clear()  # the process's pause flag cache: read once, whatever ran before
-    outcome = handle(trigger, store, settings(drain_max_jobs=3), clock)
+    s = settings(drain_max_jobs=3)
+    outcome = handle(trigger, store, s, clock, slots=starved_slots())
     assert outcome.kind == OutcomeKind.DONE and outcome.drained == []
     # the trigger's own record, its pipeline's pause flag, and its parent mark (workflows:
     # the after-terminal hook reads workflows/parents/<id>, absent for a job without
     # children, and lists nothing)
     assert store.calls["read"] == 3
-    assert store.calls["list"] == 1  # the pending listing
+    assert store.calls["list"] == 1  # the safety net's pending listing
 
 
 def test_overdue_policy() -> None:
@@ -434,7 +482,8 @@ def test_a_freed_slot_takes_a_job_marked_due_however_young_and_whatever_the_gate
     s = settings(drain_max_jobs=3)
     gate = DrainGate()
     assert gate.try_enter(s.drain_interval_seconds)  # another slot's safety net just listed
-    store.mark_due(handed, clock())
+    mark_due(store, handed, clock())  # marked and announced (shared.hints.due_hint)
+    wait_hint_moved(store, 0)  # the announce is written on a thread of its own
     trigger = submit(store, now=clock())
     outcome = handle(trigger, store, s, clock, gate=gate)
     assert [(d.job_id, d.kind) for d in outcome.drained] == [(handed, OutcomeKind.DONE)]
@@ -503,19 +552,22 @@ def test_a_marked_job_found_taken_is_not_read_again_by_this_process_until_marked
     store = Reads()
     clock = Clock()
     taken = submit(store, now=clock())
-    store.mark_due(taken, clock())
+    mark_due(store, taken, clock())
+    wait_hint_moved(store, 0)
     stored = store.read(taken)
     claimed = {**stored.record, **job_queue.claim_fields(stored.record, "elsewhere", clock())}
     store.update(claimed, stored.generation)  # another slot took it first: running, fresh
     s = settings(drain_max_jobs=3)
-    gate = DrainGate()
+    gate = DrainGate(hint_read_s=0.0)  # reads the due hint at every freed slot
     assert gate.try_enter(s.drain_interval_seconds)  # only the marked path reads
     for _ in range(2):
         trigger = submit(store, now=clock())
         read.clear()
         assert handle(trigger, store, s, clock, gate=gate).drained == []
         assert read.count(taken) == (1 if _ == 0 else 0)
-    store.mark_due(taken, clock() + timedelta(seconds=1))  # handed back again: a new mark
+    announced = store.read_blob(hint_name(None)).generation
+    mark_due(store, taken, clock() + timedelta(seconds=1))  # handed back again: a new mark
+    wait_hint_moved(store, announced)  # a second announce within a second trails it
     clock.advance(2)
     read.clear()
     handle(submit(store, now=clock()), store, s, clock, gate=gate)
@@ -556,3 +608,49 @@ def test_a_window_of_one_pool_never_lists_another_pools_markers() -> None:
     heavy = _markers(store, ["heavy-1", "heavy-2", "heavy-3"], "heavy")
     window, whole = listing_window(store, "heavy", random_start("heavy"))
     assert sorted(e.key for e in window) == heavy and whole
+
+
+def test_a_slot_freed_while_another_runs_a_marked_job_takes_the_next_marked_one() -> None:
+    """Two jobs handed back: the first freed slot takes one and runs it to its end; a slot
+    that frees meanwhile must take the other, though the due hint has not moved since the
+    first slot's listing (it said more than one mark)."""
+    store, clock = MemoryStore(), Clock()
+    release, started = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    def slow_once(ctx: Any) -> None:
+        ran.append(ctx.job_id)
+        if len(ran) == 1:
+            started.set()
+            release.wait(10)
+
+    name = pipeline([("slow", slow_once)])
+    handed = [submit(store, name, now=clock()) for _ in range(2)]
+    for job_id in handed:
+        mark_due(store, job_id, clock())
+    wait_hint_moved(store, 0)
+    gate, s = DrainGate(), settings(drain_max_jobs=3)
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(handle, submit(store, now=clock()), store, s, clock, gate=gate)
+        assert started.wait(5)  # the first freed slot runs one handed-back job
+        second = handle(submit(store, now=clock()), store, s, clock, gate=gate)
+        assert [d.job_id for d in second.drained] == [ran[1]]  # the other, at once
+        release.set()
+        drained = [d.job_id for d in first.result(10).drained + second.drained]
+    assert sorted(drained) == sorted(handed) and sorted(ran) == sorted(handed)
+
+
+def test_the_safety_net_waits_until_a_slot_has_idled_as_long_as_a_job_must_be_overdue() -> None:
+    """A slot free for a few seconds (the end of a batch, pushes trickling) is no reason
+    to list for lost doorbells: the net lists once a slot has waited for pushes as long as
+    a job must be overdue before it is taken (Settings.overdue_after_seconds)."""
+    s = settings(drain_max_jobs=3)
+    for gap_s, taken in ((PUSH_GAP_S + 1, False), (s.overdue_after_seconds, True)):
+        store, clock = MemoryStore(), Clock()
+        lost = submit(store, now=clock())
+        clock.advance(60)
+        store.calls.clear()
+        slots = starved_slots(gap_s=gap_s)
+        outcome = handle(submit(store, now=clock()), store, s, clock, slots=slots)
+        assert [d.job_id for d in outcome.drained] == ([lost] if taken else [])
+        assert (store.calls["list"] > 0) == taken  # no listing at all before

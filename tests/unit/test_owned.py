@@ -219,3 +219,64 @@ def test_progress_is_folded_into_a_checkpoint_and_fenced_like_it() -> None:
     with pytest.raises(OwnerLost):
         owned.checkpoint("s1", 2, {})
     assert store.read("j1").record["progress"]["done"] == 1  # a lost owner's never lands
+
+
+# --- a pipeline's checkpoint interval (Pipeline.checkpoint_every_s)
+
+
+def test_coalesced_checkpoints_wait_for_their_interval_then_one_write_carries_them() -> None:
+    store, clock = MemoryStore(), Clock(START)
+    owned = claimed(store, clock, heartbeat_s=10.0)
+    owned.coalesce_checkpoints(3.0)
+    writes = store.calls["write"]
+    clock.advance(1.2)
+    assert owned.checkpoint("s0", 1, {"n": 1}) is False  # past the write interval, not 3 s
+    clock.advance(1.2)
+    assert owned.checkpoint("s1", 2, {"n": 2}) is False
+    owned.tick()
+    assert store.calls["write"] == writes  # 2.4 s since the claim's write
+    clock.advance(0.6)
+    owned.tick()
+    assert store.calls["write"] == writes + 1  # one write for both boundaries
+    assert job_queue.checkpoint_of(store.read("j1").record) == (2, {"n": 2})
+
+
+def test_a_due_heartbeat_carries_a_pending_checkpoint() -> None:
+    store, clock = MemoryStore(), Clock(START)
+    owned = claimed(store, clock, heartbeat_s=5.0)
+    owned.coalesce_checkpoints(60.0)
+    owned.checkpoint("s0", 1, {"n": 1})
+    clock.advance(5.0)
+    owned.tick()
+    assert not owned.has_pending
+    assert job_queue.checkpoint_of(store.read("j1").record) == (1, {"n": 1})
+
+
+def test_a_coalesced_checkpoint_goes_with_a_hand_back_and_no_interval_goes_below_a_second() -> None:
+    store, clock = MemoryStore(), Clock(START)
+    owned = claimed(store, clock)
+    owned.coalesce_checkpoints(0.1)
+    assert owned.checkpoint_every_s == 1.0  # the record's own write interval stands
+    owned.coalesce_checkpoints(30.0)
+    clock.advance(2.0)
+    assert owned.checkpoint("s0", 1, {"n": 1}) is False
+    owned.finish(lambda job: job_queue.handback_fields(job, clock(), max_attempts=3), "handed back")
+    job = store.read("j1").record
+    assert job["status"] == JobStatus.QUEUED and job_queue.checkpoint_of(job) == (1, {"n": 1})
+
+
+def test_progress_waits_for_a_pipeline_s_checkpoint_interval_and_rides_with_its_write() -> None:
+    store, clock = MemoryStore(), Clock(START)
+    owned = claimed(store, clock, heartbeat_s=10.0)
+    owned.coalesce_checkpoints(3.0)
+    writes = store.calls["write"]
+    clock.advance(1.2)
+    owned.checkpoint("s0", 1, {"n": 1})
+    owned.report_progress({"done": 1, "total": 3, "message": None})
+    owned.tick()
+    assert store.calls["write"] == writes  # a progress report alone waits for the interval
+    clock.advance(1.8)
+    owned.tick()
+    assert store.calls["write"] == writes + 1  # one write: the checkpoint and the progress
+    job = store.read("j1").record
+    assert job["progress"]["done"] == 1 and job_queue.checkpoint_of(job) == (1, {"n": 1})

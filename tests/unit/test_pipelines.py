@@ -266,3 +266,10 @@ def test_a_stage_reports_progress_through_its_context() -> None:
     for bad in ((-1, 10), (True, 10), (1, float("inf")), ("1", 2)):
         with pytest.raises(ValueError):
             ctx.progress(*bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("every", [-1.0, float("inf"), float("nan"), True, "3"])
+def test_a_checkpoint_interval_must_be_a_finite_number_of_seconds(every: Any) -> None:
+    with pytest.raises(ValueError, match="checkpoint_every_s"):
+        Pipeline("p", stages=[("s", lambda ctx: None)], checkpoint_every_s=every)
+    assert Pipeline("p", stages=[], checkpoint_every_s=3).checkpoint_every_s == 3

@@ -17,7 +17,14 @@ from shared.claim.slots import Slots
 from shared.errors import Unavailable
 from shared.features.table import context
 from shared.outcome import Outcome, OutcomeKind
-from shared.pipelines import PermanentError, StageContext, Stopped, get_pipeline
+from shared.pipelines import (
+    PermanentError,
+    Pipeline,
+    StageContext,
+    Stopped,
+    get_pipeline,
+    register,
+)
 from shared.storage import job_object
 from shared.stores.memory import MemoryStore
 from tests.unit.unit_support import (
@@ -187,6 +194,33 @@ def test_boundary_writes_are_coalesced(step_s: float, checkpoints: int) -> None:
     assert handle(job_id, store, settings(), clock).kind == OutcomeKind.DONE
     # claim + the boundaries that came at least 1 s after the previous write + done
     assert store.calls["write"] - writes == 2 + checkpoints
+    assert events(store, job_id).count("checkpoint") == checkpoints
+
+
+@pytest.mark.parametrize(("every_s", "checkpoints"), [(None, 2), (3.0, 0)])
+def test_a_pipeline_s_checkpoint_interval_coalesces_its_boundaries(
+    every_s: float | None, checkpoints: int
+) -> None:
+    """Boundaries at 1.2 and 2.4 s: each its own write by default; with
+    checkpoint_every_s=3 none is due before the job ends (done needs no checkpoint)."""
+    store = MemoryStore()
+    clock = Clock()
+    steps = [1.2, 1.2, 0.0]
+
+    def make(i: int) -> Callable[[StageContext], None]:
+        def run(ctx: StageContext) -> None:
+            ctx.state[f"s{i}"] = True
+            clock.advance(steps[i])
+
+        return run
+
+    name = f"t-every-{every_s}-{records.new_job_id()[:8]}"
+    stages = [(f"s{i}", make(i)) for i in range(3)]
+    register(Pipeline(name, stages=stages, checkpoint_every_s=every_s))
+    job_id = submit(store, name, now=clock())
+    writes = store.calls["write"]
+    assert handle(job_id, store, settings(), clock).kind == OutcomeKind.DONE
+    assert store.calls["write"] - writes == 2 + checkpoints  # claim, checkpoints, done
     assert events(store, job_id).count("checkpoint") == checkpoints
 
 

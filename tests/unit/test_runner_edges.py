@@ -20,7 +20,15 @@ from shared.outcome import Outcome, OutcomeKind
 from shared.pipelines import StageContext
 from shared.storage import PendingEntry
 from shared.stores.memory import MemoryStore
-from tests.unit.unit_support import Bell, Clock, handle, pipeline, settings, submit
+from tests.unit.unit_support import (
+    Bell,
+    Clock,
+    handle,
+    pipeline,
+    settings,
+    starved_slots,
+    submit,
+)
 
 # --------------------------------------------------------------------------- the stage
 
@@ -374,14 +382,16 @@ def test_the_gate_rate_limits_listings() -> None:
 
 
 def test_a_delivery_drains_other_overdue_jobs_in_its_slot() -> None:
-    """handle_delivery drains in the slot it holds, skipping the job it just ran."""
+    """handle_delivery drains in the slot it holds, skipping the job it just ran (the
+    safety net's listing: freed slots wait for pushes)."""
     store = MemoryStore()
     old = T0 - timedelta(hours=1)
     name = pipeline([("s", lambda c: None)])
     first = submit(store, name, now=old)
     second = submit(store, name, now=old)
     clock = Clock(datetime.now(UTC) + timedelta(hours=1))  # markers dated by the store
-    outcome = handle(first, store, settings(drain_max_jobs=3), clock, Bell())
+    s = settings(drain_max_jobs=3)
+    outcome = handle(first, store, s, clock, Bell(), slots=starved_slots())
     assert outcome.kind == OutcomeKind.DONE
     assert [d.job_id for d in outcome.drained] == [second]
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from shared import job_queue
 from shared.claim.shutdown import Shutdown
+from shared.claim.stage_times import STAGE_TIMES, StageTimes
 from shared.outcome import OutcomeKind
 from shared.pipelines import StageContext
 from shared.stores.memory import MemoryStore
@@ -181,3 +182,121 @@ def test_a_hand_back_whose_doorbell_fails_asks_for_the_push_again() -> None:
     outcome = handle(job_id, store, settings(), bell=Bell(fail=True), shutdown=shutdown)
     assert outcome.kind == OutcomeKind.HANDED_BACK and outcome.redeliver
     assert store.read(job_id).record["status"] == "queued"  # the sweep would ring it too
+
+
+# --- a stage that fits the grace finishes first (shared.claim.stage_times)
+
+
+def test_stage_times_expect_a_stage_s_longest_recent_run_or_borrow_its_pipeline_s() -> None:
+    times = StageTimes()
+    assert times.expected("p", "a") is None  # nothing recorded: no guess
+    times.record("p", "a", 2.0)
+    times.record("p", "a", 3.0)
+    times.record("p", "b", 7.0)
+    times.record("q", "z", 50.0)
+    assert times.expected("p", "a") == 3.0  # its own runs, the longest
+    assert times.expected("p", "c") == 7.0  # not run here yet: its pipeline's longest
+    assert times.expected("r", "a") is None
+
+
+def test_the_shutdown_lets_a_stage_finish_only_when_its_remaining_time_fits() -> None:
+    shutdown = Shutdown(hand_back_wait_s=60, finish_fits_s=5.0, finish_by_s=70)
+    blocks = [
+        shutdown.running(lambda: None, lambda left=left: left)
+        for left in (3.0, 5.0, 5.1, None)  # fits, fits at the edge, too long, unknown
+    ]
+    jobs = [b.__enter__() for b in blocks]
+    shutdown.begin("test")
+    assert [j.finishing for j in jobs] == [True, True, False, False]
+    assert [j.deadline_s for j in jobs] == [70, 70, 60, 60]
+    for b in blocks:
+        b.__exit__(None, None, None)
+
+
+def _until_the_shutdown(shutdown: Shutdown, started: threading.Event, ran: list[int]) -> Any:
+    """A stage that runs, calling check(), until the shutdown began, then ends: a stage the
+    SIGTERM caught mid-way whose work is nearly done."""
+
+    def stage(ctx: StageContext) -> None:
+        started.set()
+        while not shutdown.requested:
+            ctx.check()
+            time.sleep(0.01)
+        ctx.check()  # a stage let finish is not stopped here
+        ran.append(ctx.attempt)
+        ctx.state["worked"] = ctx.attempt
+
+    return stage
+
+
+def _caught_mid_stage(
+    record_s: float, last: bool = False
+) -> tuple[MemoryStore, str, Any, list[int]]:
+    """A job caught by the SIGTERM in its `work` stage, recorded at `record_s` a run (the
+    shutdown lets stages expected within 600 s finish); (store, job, outcome, runs)."""
+    store = MemoryStore()
+    shutdown = Shutdown(hand_back_wait_s=60, finish_fits_s=600, finish_by_s=600)
+    started, ran = threading.Event(), list[int]()
+    stages = [
+        ("fetch", lambda ctx: ctx.state.update(fetched=True)),
+        ("work", _until_the_shutdown(shutdown, started, ran)),
+    ]
+    if not last:
+        stages.append(("report", lambda ctx: ctx.result.update(state=dict(ctx.state))))
+    name = pipeline(stages)
+    STAGE_TIMES.record(name, "work", record_s)
+    job_id = submit(store, name)
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(handle, job_id, store, settings(), bell=Bell(), shutdown=shutdown)
+        assert started.wait(5)
+        shutdown.begin("test")
+        outcome = running.result(10)
+    return store, job_id, outcome, ran
+
+
+def test_a_stage_expected_to_end_within_the_grace_finishes_and_goes_back_at_the_boundary() -> None:
+    store, job_id, outcome, ran = _caught_mid_stage(record_s=300.0)
+    assert outcome.kind == OutcomeKind.HANDED_BACK and ran == [1]  # the stage ended
+    job = store.read(job_id).record
+    assert job["status"] == "queued" and job["attempts"] == 1 and job["handbacks"] == 1
+    # its checkpoint went with the hand-back: the next attempt starts at "report"
+    assert job_queue.checkpoint_of(job) == (2, {"fetched": True, "worked": 1})
+    again = handle(job_id, store, settings(), shutdown=Shutdown())
+    assert again.kind == OutcomeKind.DONE and ran == [1]  # not run again
+    assert store.read(job_id).record["result"] == {"state": {"fetched": True, "worked": 1}}
+
+
+def test_a_stage_expected_past_the_grace_is_stopped_and_its_job_goes_back_at_once() -> None:
+    store, job_id, outcome, ran = _caught_mid_stage(record_s=900.0)
+    assert outcome.kind == OutcomeKind.HANDED_BACK and ran == []  # check() stopped it
+    assert job_queue.checkpoint_of(store.read(job_id).record) == (1, {"fetched": True})
+
+
+def test_the_last_stage_let_finish_ends_the_job() -> None:
+    store, job_id, outcome, ran = _caught_mid_stage(record_s=300.0, last=True)
+    assert outcome.kind == OutcomeKind.DONE and ran == [1]
+    assert store.read(job_id).record["status"] == "done"
+
+
+def test_a_stage_let_finish_that_overruns_is_handed_back_from_outside_at_its_deadline() -> None:
+    store = MemoryStore()
+    release, started = threading.Event(), threading.Event()
+
+    def blocked(ctx: StageContext) -> None:  # slower than its record, and never checks
+        started.set()
+        release.wait(10)
+
+    name = pipeline([("blocked", blocked), ("after", lambda ctx: None)])
+    STAGE_TIMES.record(name, "blocked", 300.0)
+    job_id = submit(store, name)
+    bell = Bell()
+    shutdown = Shutdown(hand_back_wait_s=0.05, finish_fits_s=600, finish_by_s=0.2)
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(handle, job_id, store, settings(), bell=bell, shutdown=shutdown)
+        assert started.wait(5)
+        shutdown.begin("test")
+        _wait("the hand-back from outside", lambda: bell.rung == [job_id])
+        assert store.read(job_id).record["status"] == "queued" and shutdown.forced == 1
+        release.set()
+        outcome = running.result(10)
+    assert outcome.kind == OutcomeKind.LOST  # its late end commits nothing

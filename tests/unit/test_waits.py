@@ -521,3 +521,27 @@ def test_the_sweep_marks_a_parked_marker_once_per_look_ahead_not_each_run() -> N
     clock.advance(release.RECHECK.total_seconds())
     queue.sweep_once()  # an hour on: marked ahead again
     assert marks == [job_id, job_id]
+
+
+def test_the_waits_indexes_are_noted_on_the_index_board_before_they_are_written() -> None:
+    """An idle sweep lists only what the board says may hold an entry
+    (shared.hints.index_board): a sleep's time entry and a kept completion must be noted
+    first, or a board made before them would hide them from the sweep."""
+    from shared.hints import index_board
+
+    queue, store, _bell, clock = make_queue()
+    HOOKS["q"] = queue
+    queue.sweep_once()  # the board's first whole check: every index empty
+    assert index_board.read(store).entries == {}
+    job_id = submit(queue, {"pipeline": SLEEPY, "payload": {"seconds": 7200}})
+    assert run(queue, job_id) == OutcomeKind.PARKED
+    (entry,) = store.list_blobs("scheduled/")
+    slot, hour = entry.name.rsplit("/", 2)[:2]
+    board = index_board.read(store)
+    assert board.may_hold(slot + "/") and board.entries[slot + "/"].since == hour
+    waiter = submit(queue, {"pipeline": WAITER, "payload": {"complete_first": "q"}})
+    run(queue, waiter)  # the completion was kept (waits/repair/done/) before the park
+    assert index_board.read(store).may_hold(rules.REPAIR_ROOT)
+    clock.advance(7201)
+    queue.sweep_once()
+    assert status(queue, job_id) == "queued"

@@ -111,7 +111,7 @@ def submit(
     return job_id
 
 
-def starved_slots(capacity: int = 4, gap_s: float = 10.0) -> Slots:
+def starved_slots(capacity: int = 4, gap_s: float = 60.0) -> Slots:
     """Slots one of which was freed gap_s ago and no push has filled since: pushes are
     not keeping up, so a backlog's drain takes work from the index (Slots.push_gap)."""
     now = [0.0]

@@ -50,6 +50,7 @@ from shared.errors import (
 )
 from shared.features import tags as tags_feature
 from shared.features.waits import release, rules
+from shared.hints import index_board
 from shared.jobs import JobRecord, JobStatus
 from shared.logs import get_logger
 from shared.pipelines import get_pipeline
@@ -318,6 +319,7 @@ def stop(ctx: Context, fanout: str, parent: str, why: str, child: str | None) ->
     """Stop a fan-out once (create-only stop marker): fail its parent naming `why`, then
     cancel its children still open, for STOP_BUDGET_S (the sweep's pass does the rest)."""
     body = json.dumps({"why": why[:500], "child": child, "at": ctx.now().isoformat()}).encode()
+    index_board.note(ctx.store, rules.REPAIR_ROOT)  # the sweep's pass finishes the cancels
     try:
         ctx.store.put_blob(rules.stop_name(fanout), body, generation=0)
     except AlreadyExists:

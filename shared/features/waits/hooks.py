@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from shared import timing
 from shared.errors import CorruptRecord, InvalidInput, NotFound, ReclaimError, StorageError
 from shared.features.waits import fanout, release, rules
+from shared.hints import index_board
 from shared.logs import get_logger
 from shared.seams import Settled
 
@@ -106,15 +107,21 @@ def wake_from_index(ctx: Context, stored: Stored, name: str, now: datetime) -> s
 
 
 def sweep_pass(ctx: Context, now: datetime, _pending: frozenset[str]) -> dict[str, int]:
-    """One listing of waits/repair/: kept completions whose job parked without seeing them
+    """One listing of waits/repair/ (none when the index board says it is empty:
+    shared.hints.index_board): kept completions whose job parked without seeing them
     (a crash) release it, stopped fan-outs with children still open get a page cancelled.
     A failure is only logged (the next run looks again)."""
     resumed = 0
+    run = index_board.current(ctx.store)  # the sweep's board: nothing ever kept, no listing
+    if run is not None and not run[0].may_hold(rules.REPAIR_ROOT):
+        return {}
     try:
         listed = ctx.store.list_blobs(rules.REPAIR_ROOT, limit=ctx.settings.sweep_max_jobs)
     except ReclaimError as exc:
         log.warning("waits sweep failed", error=f"{type(exc).__name__}: {exc}")
         return {}
+    if run is not None:
+        run[1].listed(rules.REPAIR_ROOT, [info.name for info in listed[:1]])
     for info in listed:
         try:
             if info.name.startswith(rules.STOP_ROOT):

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from shared import timing
 from shared.errors import AlreadyExists, Parked
+from shared.features import delayed
 from shared.features.waits import fanout, keys, release, rules
 from shared.pipelines.base import Waitpoint
 
@@ -142,7 +143,7 @@ class Tools:
         if until <= now:
             return
         with contextlib.suppress(AlreadyExists):  # there already: this park's own
-            self.ctx.store.put_blob(timing.scheduled_name(self.job_id, until), b"", generation=0)
+            delayed.write_entry(self.ctx.store, timing.scheduled_name(self.job_id, until), now)
 
 
 def tools_for(ctx: Context, job: JobRecord, attempt: int, stage_index: int, stage: str) -> Tools:

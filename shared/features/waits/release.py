@@ -37,6 +37,7 @@ from shared.errors import (
     StorageError,
 )
 from shared.features.waits import keys, rules
+from shared.hints import index_board
 from shared.jobs import JobRecord, JobStatus
 from shared.logs import get_logger
 from shared.seams import ring_or_leave
@@ -263,6 +264,7 @@ def _record_early(
     # a nonce: two completions with the same data at the same instant are still two writes
     # (a create-only write that finds its own bytes counts as its retry: stores.gcs.put_blob)
     body = json.dumps({**ended, "nonce": uuid.uuid4().hex}, separators=(",", ":")).encode()
+    index_board.note(ctx.store, rules.REPAIR_ROOT)  # the sweep's pass lists it from now on
     try:
         ctx.store.put_blob(rules.done_name(job_id, ref), body, generation=0)
     except AlreadyExists:
