@@ -317,6 +317,17 @@ ENV_VARS: tuple[EnvVar, ...] = (
         minimum=10,
     ),
     EnvVar(
+        name="RECLAIM_SHUTDOWN_GRACE_SECONDS",
+        field="shutdown_grace_seconds",
+        default="10",
+        parse=float,
+        doc="SIGTERM to SIGKILL on the platform: Cloud Run's is 10 s, fixed "
+        "(https://cloud.google.com/run/docs/container-contract#instance-shutdown). A claim "
+        "lets a running stage finish only when it fits well inside it; the local cloud sets "
+        "its own.",
+        minimum=0,
+    ),
+    EnvVar(
         name="RECLAIM_MAX_BODY_BYTES",
         field="max_body_bytes",
         default="1048576",
@@ -460,6 +471,7 @@ class Settings:
     drain_max_jobs: int
     drain_job_seconds: float
     push_deadline_seconds: float
+    shutdown_grace_seconds: float
     max_body_bytes: int
     max_batch_jobs: int
     retention_days_done: int

@@ -762,6 +762,8 @@ class LocalCloud:
                 "RECLAIM_STALE_SECONDS": str(c.stale_seconds),
                 # as terraform: a push's deadline is the claim subscription's ack deadline
                 "RECLAIM_PUSH_DEADLINE_SECONDS": str(t.claim_ack_deadline_seconds),
+                # SIGTERM to SIGKILL here (Cloud Run's is 10 s): what a stage may finish in
+                "RECLAIM_SHUTDOWN_GRACE_SECONDS": str(c.shutdown_grace_seconds),
                 # the dashboard: its dead letters, and its charts from the functions' logs
                 "RECLAIM_DEAD_LETTER_SUBSCRIPTION": wiring.DEAD_LETTER_SUBSCRIPTION,
                 "RECLAIM_METRICS_SOURCE": f"logs:{c.log_dir}",

@@ -28,7 +28,7 @@ import re
 import threading
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from google.protobuf import json_format
@@ -38,6 +38,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+from reclaim.local.json_api import Refused, ServerThread
 
 MAX_BODY = 8 * 1024 * 1024
 _TRACE_PATH = re.compile(r"/v1/traces/([0-9a-f]{32})")
@@ -128,12 +130,6 @@ def _spans_of(request: ExportTraceServiceRequest) -> Iterable[dict[str, Any]]:
                 }
 
 
-class _Refused(Exception):
-    def __init__(self, status: int, error: str, reason: str) -> None:
-        super().__init__(reason)
-        self.status, self.error, self.reason = status, error, reason
-
-
 def _decode(raw: bytes, content_type: str) -> ExportTraceServiceRequest:
     request = ExportTraceServiceRequest()
     try:
@@ -142,9 +138,9 @@ def _decode(raw: bytes, content_type: str) -> ExportTraceServiceRequest:
         elif content_type == PROTOBUF:
             request.ParseFromString(raw)
         else:
-            raise _Refused(415, "unsupported media type", f"send {PROTOBUF} or {JSON}")
+            raise Refused(415, "unsupported media type", f"send {PROTOBUF} or {JSON}")
     except (DecodeError, json_format.ParseError, UnicodeDecodeError, ValueError) as exc:
-        raise _Refused(400, "bad request", f"not an ExportTraceServiceRequest: {exc}") from None
+        raise Refused(400, "bad request", f"not an ExportTraceServiceRequest: {exc}") from None
     return request
 
 
@@ -152,9 +148,9 @@ def _post(collector: Collector, path: str, kind: str, raw: bytes) -> tuple[int, 
     """One export call: its answer (status, body, content type)."""
     try:
         if path != "/v1/traces":
-            raise _Refused(404, "not found", f"no route POST {path}")
+            raise Refused(404, "not found", f"no route POST {path}")
         collector.receive(_decode(raw, kind))
-    except _Refused as exc:
+    except Refused as exc:
         error = {"error": exc.error, "reason": exc.reason}
         return exc.status, json.dumps(error).encode(), JSON
     answer = ExportTraceServiceResponse()
@@ -210,38 +206,17 @@ def _handler(collector: Collector) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-class CollectorServer:
+class CollectorServer(ServerThread):
     """The collector on host:port (0: a free port), served by a daemon thread."""
 
     def __init__(self, host: str, port: int = 0) -> None:
         self.collector = Collector()
-        self._host = host
-        self._server = ThreadingHTTPServer((host, port), _handler(self.collector))
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="otlp-collector", daemon=True
-        )
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    @property
-    def url(self) -> str:
-        return f"http://{self._host}:{self.port}"
+        super().__init__(_handler(self.collector), host, port, name="otlp-collector")
 
     @property
     def traces_endpoint(self) -> str:
         """What OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set to."""
         return f"{self.url}/v1/traces"
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self._server.shutdown()
-        self._server.server_close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -69,15 +69,15 @@ def _handler(route: Route, max_body: int) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-class JsonApiServer:
-    """`route` served on host:port (0: any free port) by a ThreadingHTTPServer on its
-    own daemon thread."""
+class ServerThread:
+    """An HTTP handler class served on host:port (0: any free port) by a
+    ThreadingHTTPServer on its own daemon thread (the collector serves its own handler)."""
 
     def __init__(
-        self, route: Route, host: str, port: int = 0, *, name: str, max_body: int = 64 * 1024
+        self, handler: type[BaseHTTPRequestHandler], host: str, port: int = 0, *, name: str
     ) -> None:
         self._host = host
-        self._server = ThreadingHTTPServer((host, port), _handler(route, max_body))
+        self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name=name, daemon=True)
 
@@ -96,3 +96,12 @@ class JsonApiServer:
         if self._thread.is_alive():
             self._server.shutdown()
         self._server.server_close()
+
+
+class JsonApiServer(ServerThread):
+    """`route` served as a JSON API (see the module)."""
+
+    def __init__(
+        self, route: Route, host: str, port: int = 0, *, name: str, max_body: int = 64 * 1024
+    ) -> None:
+        super().__init__(_handler(route, max_body), host, port, name=name)

@@ -35,7 +35,7 @@ from shared.claim import dispatch, due_wait, stage_errors
 from shared.claim.budget import PushBudget, unlimited
 from shared.claim.drain import GATE, Arrival, DrainGate, backlog_sign, drain
 from shared.claim.owned import Heartbeat, OwnedRecord
-from shared.claim.shutdown import CLOUD_RUN_GRACE_S, SHUTDOWN, Running, Shutdown
+from shared.claim.shutdown import SHUTDOWN, Running, Shutdown
 from shared.claim.slots import Slots, get_slots
 from shared.claim.stage_outputs import StageOutputs
 from shared.claim.stage_times import STAGE_TIMES, StageTimes
@@ -116,7 +116,9 @@ def handle_delivery(
     budget = PushBudget(settings.push_deadline_seconds)
     pool = slots if slots is not None else get_slots(settings.max_concurrent)
     gate = gate if gate is not None else GATE
-    shutdown = shutdown if shutdown is not None else SHUTDOWN
+    if shutdown is None:
+        shutdown = SHUTDOWN
+        shutdown.use_grace(settings.shutdown_grace_seconds)  # the platform's SIGKILL
     runner = _Runner(ctx, owner or instance_id(), shutdown, budget)
     if shutdown.requested:
         return runner.decline(job_id)
@@ -475,9 +477,9 @@ def _plan(job: JobRecord, revision: str | None) -> _Plan:
 
 def _kill_deadline(shutdown: Shutdown, now: datetime) -> datetime:
     """The latest this instance lives, on the record's clock: the platform's SIGKILL
-    comes CLOUD_RUN_GRACE_S after the SIGTERM (shared.claim.shutdown)."""
+    comes its grace after the SIGTERM (shared.claim.shutdown)."""
     began = shutdown.began_at if shutdown.began_at is not None else time.monotonic()
-    left = max(0.0, began + CLOUD_RUN_GRACE_S - time.monotonic())
+    left = max(0.0, began + shutdown.grace_s - time.monotonic())
     return now + timedelta(seconds=left)
 
 

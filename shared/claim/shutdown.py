@@ -56,18 +56,22 @@ from shared.logs import get_logger
 log = get_logger(__name__)
 
 CLOUD_RUN_GRACE_S = 10.0
-"""SIGTERM to SIGKILL on Cloud Run (the container contract above)."""
-HAND_BACK_WAIT_S = CLOUD_RUN_GRACE_S / 2
+"""SIGTERM to SIGKILL on Cloud Run (the container contract above); another platform's
+(the local cloud's) comes from RECLAIM_SHUTDOWN_GRACE_SECONDS (Shutdown.use_grace)."""
+HAND_BACK_SHARE = 0.5
 """Stages get the first half of the grace to reach a boundary or check(); the jobs still
 running then are handed back from outside, which leaves the other half for those writes."""
-FINISH_FITS_S = CLOUD_RUN_GRACE_S / 2
-"""A stage expected to end within this much of the SIGTERM finishes before its job is
-handed back: half the grace, with the expectation the longest of the stage's recent
-runs, so it fits with room."""
-FINISH_BY_S = CLOUD_RUN_GRACE_S * 0.7
+FINISH_FITS_SHARE = 0.5
+"""A stage expected to end within this share of the grace after the SIGTERM finishes
+before its job is handed back: half, with the expectation the longest of the stage's
+recent runs, so it fits with room."""
+FINISH_BY_SHARE = 0.7
 """A stage let finish that has not by then (slower than its record) is handed back from
-outside: 3 s of the grace stay for the hand-back's writes (a CAS write, a marker patch,
-the due hint, a publish: well under a second each)."""
+outside: 3 s of Cloud Run's grace stay for the hand-back's writes (a CAS write, a marker
+patch, the due hint, a publish: well under a second each)."""
+HAND_BACK_WAIT_S = CLOUD_RUN_GRACE_S * HAND_BACK_SHARE
+FINISH_FITS_S = CLOUD_RUN_GRACE_S * FINISH_FITS_SHARE
+FINISH_BY_S = CLOUD_RUN_GRACE_S * FINISH_BY_SHARE
 WATCH_S = 0.05
 """How often the watcher looks at gunicorn's worker (the hand-back starts this much late
 at worst)."""
@@ -104,6 +108,8 @@ class Shutdown:
         finish_fits_s: float = FINISH_FITS_S,
         finish_by_s: float = FINISH_BY_S,
     ) -> None:
+        self.grace_s = CLOUD_RUN_GRACE_S
+        """SIGTERM to SIGKILL (use_grace sets another platform's)."""
         self.hand_back_wait_s = hand_back_wait_s
         self.finish_fits_s = finish_fits_s
         self.finish_by_s = max(finish_by_s, hand_back_wait_s)
@@ -117,6 +123,18 @@ class Shutdown:
         self.forced = 0
         """Jobs to hand back from outside (their stage reached neither a boundary nor
         check() in time)."""
+
+    def use_grace(self, grace_s: float) -> None:
+        """The platform's grace (RECLAIM_SHUTDOWN_GRACE_SECONDS): the hand-back wait and
+        what may finish are its shares. A shorter grace than Cloud Run's (the local cloud's
+        2 s in tests) must not let a stage finish past the SIGKILL."""
+        with self._lock:
+            if grace_s == self.grace_s:
+                return
+            self.grace_s = grace_s
+            self.hand_back_wait_s = grace_s * HAND_BACK_SHARE
+            self.finish_fits_s = grace_s * FINISH_FITS_SHARE
+            self.finish_by_s = grace_s * FINISH_BY_SHARE
 
     @property
     def requested(self) -> bool:

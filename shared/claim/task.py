@@ -178,6 +178,7 @@ def adopt(ctx: Context, task: TaskEnv) -> Stored | str:
 def run_task(ctx: Context, task: TaskEnv, shutdown: Shutdown = SHUTDOWN) -> Outcome:
     """Adopt the claim and run it to an ending (see the module doc); the execution place
     is freed whatever the ending."""
+    shutdown.use_grace(ctx.settings.shutdown_grace_seconds)  # the platform's SIGKILL
     try:
         return _run(ctx, task, shutdown)
     finally:

@@ -99,7 +99,7 @@ def test_a_rescued_and_handed_back_job_is_one_trace_at_the_collector(cloud: Loca
     # the rescue is the sweep's (a "rescued" write, exported then) or a redelivered
     # doorbell's claim taking the stale job over (attempt 1's spans go with attempt 2's)
     by_sweep = names.count("rescued") == 1
-    assert record["rescues"] == 1 and names.count("handed back") == 1
+    assert record["rescues"] == 1 and names.count("handed back") == 1, json.dumps(record["history"])
     root_name = "job demo"
     spans = wait_for(  # the export goes out just after the done write, before the answer
         "the root span at the collector",

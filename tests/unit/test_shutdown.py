@@ -300,3 +300,18 @@ def test_a_stage_let_finish_that_overruns_is_handed_back_from_outside_at_its_dea
         release.set()
         outcome = running.result(10)
     assert outcome.kind == OutcomeKind.LOST  # its late end commits nothing
+
+
+def test_the_platform_s_grace_sets_what_may_finish_and_when_the_rest_goes_back() -> None:
+    """RECLAIM_SHUTDOWN_GRACE_SECONDS: under a 2 s grace (the local cloud's in tests) a
+    stage with 2.3 s left is stopped, not let finish past the SIGKILL; under Cloud Run's
+    10 s it finishes. The settings carry the grace to the claim's shutdown."""
+    assert settings().shutdown_grace_seconds == 10.0
+    assert settings(shutdown_grace_seconds=2).shutdown_grace_seconds == 2.0
+    for grace, finishes in ((2.0, False), (10.0, True)):
+        shutdown = Shutdown()
+        shutdown.use_grace(grace)
+        assert (shutdown.hand_back_wait_s, shutdown.finish_fits_s) == (grace / 2, grace / 2)
+        with shutdown.running(lambda: None, lambda: 2.3) as job:
+            shutdown.begin("test")
+            assert job.finishing is finishes
