@@ -6,8 +6,10 @@ staleness rescue), each against its bound.
 waits until they run, and reclaims the instance holding the most, mid-stage:
 
 - gracefully (SIGTERM, the grace, SIGKILL, as a rollout or host maintenance does): its
-  jobs are handed back at their next check() and resumed by a live instance. Target:
-  re-claimed within 2 s of the SIGTERM;
+  jobs are handed back and resumed by a live instance. Since issue 43 a stage expected to
+  end within half the grace finishes first (shared.claim.shutdown), so here, 1 s into a
+  2 s stage, the hand-back waits about 1 s for the stage's end and the job resumes at the
+  next stage. Target (unchanged): re-claimed within 2 s of the SIGTERM;
 - hard (SIGKILL alone, a host failure): its jobs wait until their record is stale_s old,
   then the sweep requeues them (or a drain takes them over). Bound: stale_s + the sweep
   interval.

@@ -26,7 +26,6 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from shared import control, listing, status, sweeper
-from shared.claim import runner
 from shared.clock import Clock, utcnow
 from shared.config import Settings
 from shared.doorbell import get_doorbell
@@ -234,7 +233,11 @@ class Queue:
         within the push's time budget; BUSY at once when no slot is free; HANDED_BACK
         once the instance is shutting down. `arrival` (the push's delivery attempt and
         publish time) may show a backlog; `slots`, `gate` and `shutdown` default to the
-        process's own."""
+        process's own. The claim machinery loads here, on claim's first push: submit, the
+        dashboard and the admin function never run a job and start without it
+        (bench/imports.py: a cold start pays every import)."""
+        from shared.claim import runner
+
         return runner.handle_delivery(
             self.ctx,
             job_id,
