@@ -27,9 +27,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import urllib3
-from urllib3.util import parse_url
-
 from shared import tracing
 from shared.errors import ReclaimError
 
@@ -66,6 +63,8 @@ def parse_target(url: object) -> Target:
     """An https URL with a host; Refused otherwise (also a literal address not allowed)."""
     if not isinstance(url, str) or len(url) > 2048:
         raise Refused("url must be a string of at most 2048 characters")
+    from urllib3.util import parse_url  # on first use: no function's cold start pays it
+
     try:
         parsed = parse_url(url)
     except ValueError as exc:
@@ -169,6 +168,8 @@ def post(
     sent["Host"] = target.host if target.port == 443 else f"{target.host}:{target.port}"
     if secret is not None:
         sent[SIGNATURE_HEADER] = sign(secret, body, int(time.time()))
+    import urllib3
+
     pool = urllib3.HTTPSConnectionPool(
         address,
         target.port,
