@@ -87,6 +87,7 @@ INDEX_PREFIXES: tuple[str, ...] = (
     "dashboard/",  # the dashboard's CSRF key, shared by its instances (shared.dashboard.app)
     "bulk/",  # bulk confirm tokens: their key and their single-use markers (shared.bulk)
     "hints/",  # what may be waiting: shared.hints.due_hint, shared.hints.index_board
+    "submitted/",  # batches by the day they were submitted (shared.submission.batch_days)
 )
 _RESERVED = (JOBS_PREFIX, PENDING_PREFIX, BATCHES_PREFIX, OUTPUTS_PREFIX, "sweep/")
 

@@ -69,6 +69,9 @@ locals {
     RECLAIM_DRAIN_MAX_JOBS             = tostring(var.queue.drain_max_jobs)
     RECLAIM_DRAIN_JOB_SECONDS          = tostring(var.queue.drain_job_seconds)
     RECLAIM_PUSH_DEADLINE_SECONDS      = tostring(var.claim_push.ack_deadline_seconds)
+    # Cloud Run's SIGTERM-to-SIGKILL, fixed at 10 s: not a variable
+    # (https://cloud.google.com/run/docs/container-contract#instance-shutdown)
+    RECLAIM_SHUTDOWN_GRACE_SECONDS = "10"
     RECLAIM_MAX_BODY_BYTES             = tostring(var.queue.max_body_bytes)
     RECLAIM_MAX_BATCH_JOBS             = tostring(var.queue.max_batch_jobs)
     RECLAIM_RETENTION_DAYS_DONE        = tostring(var.retention_days.done)

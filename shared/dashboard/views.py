@@ -24,6 +24,7 @@ from shared.http import pages
 from shared.jobs import JobRecord
 from shared.pipelines import pipeline_names
 from shared.queue import Queue
+from shared.submission import batch_days
 
 PENDING_LIMIT = 2000
 """Most pending jobs one page reads (more: the page says the figures are partial)."""
@@ -435,6 +436,7 @@ def local_log_dir(metrics_source: str) -> str | None:
 
 
 FINISHED_SHOWN = 200
+SUBMITTED_SHOWN = 200
 """Most jobs one day's page lists per status (the rest: the CLI's `reclaim retry --since`)."""
 FINISHED_STATUSES = ("failed", "cancelled")
 
@@ -451,6 +453,9 @@ class FinishedDay:
     previous: str
     next: str | None
     batches: list[tuple[str, int]]
+    submitted: list[str]
+    """Batches submitted that day (shared.submission.batch_days): their done jobs too."""
+    more_submitted: bool
 
 
 def finished_day(queue: Queue, day_text: str, status_text: str, now: datetime) -> FinishedDay:
@@ -461,7 +466,8 @@ def finished_day(queue: Queue, day_text: str, status_text: str, now: datetime) -
     status = status_text or "failed"
     if status not in FINISHED_STATUSES:
         raise InvalidInput(
-            f"status must be failed or cancelled (done jobs are found by their batch or tag), "
+            f"status must be failed or cancelled (done jobs are found by their batch, listed "
+            f"by the day it was submitted, or by tag), "
             f"got {status[:40]!r}",
             "status",
         )
@@ -484,6 +490,7 @@ def finished_day(queue: Queue, day_text: str, status_text: str, now: datetime) -
         reverse=True,
     )
     batches = Counter(str(j["batch_id"]) for j in jobs if j.get("batch_id"))
+    submitted = batch_days.submitted_on(queue.store, day, SUBMITTED_SHOWN + 1)
     after = day + timedelta(days=1)
     return FinishedDay(
         day=day.isoformat(),
@@ -494,6 +501,8 @@ def finished_day(queue: Queue, day_text: str, status_text: str, now: datetime) -
         previous=(day - timedelta(days=1)).isoformat(),
         next=after.isoformat() if after <= today else None,
         batches=batches.most_common(ACTIVE_BATCHES_SHOWN),
+        submitted=submitted[:SUBMITTED_SHOWN],
+        more_submitted=len(submitted) > SUBMITTED_SHOWN,
     )
 
 

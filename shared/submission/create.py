@@ -31,6 +31,7 @@ from shared.jobs import JobRecord, JobStatus, JsonObject
 from shared.logs import get_logger
 from shared.seams import Context, Feature, Ringer, ring_or_leave
 from shared.storage import Store
+from shared.submission import batch_days
 from shared.submission.parse import MAX_PROBLEMS, JobSpec, Submission, names_text
 
 log = get_logger(__name__)
@@ -137,6 +138,8 @@ def submit(
         _map(lambda r: uniqueness.give_back(store, r), [r for _s, r in built])
         raise
     _map(lambda p: _mark_batch(store, p[0], p[1]), [(i, s) for i, s, f in planned if f])
+    if built and submission.batch_id is not None:  # the dashboard browses batches by day
+        batch_days.note(store, submission.batch_id, now)
     created: dict[str, SubmittedJob] = dict(duplicates)
     for start in range(0, len(built), RING_EVERY):  # a big batch starts running while it
         part = built[start : start + RING_EVERY]

@@ -160,6 +160,7 @@ def test_queue_defaults_equal_the_code_defaults() -> None:
         "jobs_topic",
         "max_concurrent",
         "push_deadline_seconds",
+        "shutdown_grace_seconds",  # Cloud Run's fixed 10 s (asserted below)
         "pipeline_modules",
         "dead_letter_subscription",  # local.subscriptions.dead_letter_hold
         "metrics_source",  # monitoring:<name_prefix> (test_tf_monitoring.py)
@@ -169,6 +170,8 @@ def test_queue_defaults_equal_the_code_defaults() -> None:
         "pool",  # "" (the default pool); a pool's claim: local.pool_env
         *(f"retention_days_{state}" for state in retention),
     }
+    grace = unquote(_locals()["reclaim_env"]["RECLAIM_SHUTDOWN_GRACE_SECONDS"])
+    assert grace == next(v.default for v in ENV_VARS if v.name == "RECLAIM_SHUTDOWN_GRACE_SECONDS")
     assert optional_defaults("claim_function")["concurrency"] == float(
         next(v.default for v in ENV_VARS if v.name == "RECLAIM_MAX_CONCURRENT")
     )
@@ -485,10 +488,10 @@ def test_submit_fits_a_maximum_batch_in_its_timeout() -> None:
     n = optional_defaults("queue")["max_batch_jobs"]
     calls = n * _calls_per_job_of_a_maximum_batch()
     # per job: read (id check), pending marker, batch marker, record; per batch: one read
-    # (a batch whose callback was created takes no new member); each read that misses
-    # looks at the record's old name too (RECLAIM_LEGACY_NAMES, on by default), and the
-    # create does not look again
-    assert calls == pytest.approx(5 * n + 2)
+    # (a batch whose callback was created takes no new member) and its day's marker
+    # (shared.submission.batch_days); each read that misses looks at the record's old
+    # name too (RECLAIM_LEGACY_NAMES, on by default), and the create does not look again
+    assert calls == pytest.approx(5 * n + 3)
     workers = getattr(submission, "_WORKERS", None)
     assert isinstance(workers, int), "submission's thread pool size moved: update this bound"
     # the calls overlap `workers` at a time; one call may retry for its whole deadline;

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import html
 import re
+import uuid
+from datetime import UTC, timedelta
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -192,3 +194,28 @@ def test_a_job_waiting_on_a_waitpoint_is_approved_or_rejected_from_its_page(
     assert queue.read("wait-no")["waited"]["data"] == {"approved": False}
     again = client.post("/jobs/wait-yes/approve", data={"csrf": token}, headers=OPS)
     assert again.status_code == 409
+
+
+def test_batches_are_browsed_by_the_day_they_were_submitted(world: dict[str, Any]) -> None:
+    """Issue 40, 8: done jobs have no index of their own, so their batches are listed by
+    the UTC day they were submitted, at one create-only marker per batch and day."""
+    client, store, clock = world["client"], world["store"], world["clock"]
+    day = clock().astimezone(UTC).date()
+    batch = f"day-{uuid.uuid4().hex[:10]}"
+
+    def writes(body: dict[str, Any]) -> int:
+        before = store.calls.get("write", 0)
+        submit(world, body)
+        return store.calls["write"] - before
+
+    first = writes({"batch_id": batch, "jobs": [{"pipeline": "demo"}, {"pipeline": "demo"}]})
+    late = writes({"batch_id": batch, "jobs": [{"pipeline": "demo", "id": "late-member"}]})
+    lone = writes({"pipeline": "demo", "id": "no-batch"})
+    assert [b.name for b in store.list_blobs("submitted/")] == [f"submitted/{day}/{batch}"]
+    assert first == 2 * late + 1  # the day's marker, once for the batch
+    assert late > lone  # a member's own batch marker, and no second day marker
+    page = client.get(f"/finished?day={day.isoformat()}")
+    shown = page.get_data(as_text=True)
+    assert page.status_code == 200 and f'<a href="/batches/{batch}">{batch}</a>' in shown
+    before = client.get(f"/finished?day={(day - timedelta(days=1)).isoformat()}")
+    assert 'id="no-submitted"' in before.get_data(as_text=True)
