@@ -214,7 +214,35 @@ def parse(doc: object, pipelines: Collection[str] | None = None) -> Routes:
             raise InvalidInput(f"{where}: {exc.reason}", "routes") from None
     _check_names(out)
     _check_overlaps(out)
-    return Routes(tuple(out), str(unrouted), tuple(buckets))
+    routes = Routes(tuple(out), str(unrouted), tuple(buckets))
+    _check_notifications(routes)
+    return routes
+
+
+NOTIFICATIONS_PER_BUCKET = 10
+"""Cloud Storage allows "up to 10 notification configurations set to trigger for a
+specific event" per bucket (https://cloud.google.com/storage/docs/pubsub-notifications):
+terraform's plan refuses an 11th (uploads.tf), and so does the file here."""
+
+
+def _check_notifications(routes: Routes) -> None:
+    """At most NOTIFICATIONS_PER_BUCKET notifications per bucket, counted as terraform
+    counts them (routes under one prefix share one). The uploads bucket is counted with
+    the unrouted default at the bucket's root, the fewest it can need; terraform counts it
+    again with its uploads_prefix."""
+    counts: dict[str, int] = {}
+    for bucket, _prefix in routes.notifications(""):
+        counts[bucket] = counts.get(bucket, 0) + 1
+    for bucket, n in sorted(counts.items()):
+        if n > NOTIFICATIONS_PER_BUCKET:
+            names = [r.name or "?" for r in routes.routes if (r.bucket or "") == bucket]
+            raise InvalidInput(
+                f"bucket {bucket or 'uploads'} needs {n} notifications (routes "
+                f"{', '.join(names)}); Cloud Storage allows {NOTIFICATIONS_PER_BUCKET} per "
+                "bucket and event type: share a prefix (one notification covers the routes "
+                "under it)",
+                "routes",
+            )
 
 
 def _one(entry: object, pipelines: Collection[str] | None, buckets: list[str]) -> Route:

@@ -180,6 +180,28 @@ def test_notifications_are_one_per_needed_prefix_and_no_wider() -> None:
     assert Routes().notifications(DEFAULT) == [(DEFAULT, "")]
 
 
+def test_an_eleventh_notification_on_a_bucket_is_refused_as_the_plan_refuses_it() -> None:
+    """Issue 42, F2: Cloud Storage allows 10 notifications per bucket and event type;
+    terraform's plan refuses an 11th (tests/terraform/test_tf_uploads.py), and the file's
+    parser must too, or `make dev` runs routes a deploy cannot make."""
+
+    def doc(n: int, bucket: str | None) -> dict[str, Any]:
+        extra = {"bucket": bucket} if bucket else {}
+        routes = [route(name=f"r{i}", prefix=f"p{i}/", pipeline="demo", **extra) for i in range(n)]
+        return {"unrouted": "ignore", "buckets": ["acme-inbox"], "routes": routes}
+
+    assert len(parse(doc(10, "acme-inbox"), KNOWN).notifications(DEFAULT)) == 10
+    assert "bucket acme-inbox needs 11 notifications" in refused(doc(11, "acme-inbox"))
+    assert "bucket uploads needs 11 notifications" in refused(doc(11, None))
+    shared = doc(11, "acme-inbox")
+    for r in shared["routes"]:
+        r["suffixes"] = [".csv"]  # told apart from the route below by their filters
+    shared["routes"].append(
+        route(name="all", prefix="", pipeline="demo", bucket="acme-inbox", suffixes=[".zip"])
+    )
+    assert parse(shared, KNOWN)  # "" covers the eleven: one notification
+
+
 def test_the_file_is_found_through_the_setting(tmp_path: Path) -> None:
     assert uploads_file({}) is None and load(None) == Routes()
     assert uploads_file({"RECLAIM_UPLOADS_FILE": "pipelines/uploads.json"}) == (
