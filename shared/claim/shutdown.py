@@ -69,9 +69,14 @@ FINISH_BY_SHARE = 0.7
 """A stage let finish that has not by then (slower than its record) is handed back from
 outside: 3 s of Cloud Run's grace stay for the hand-back's writes (a CAS write, a marker
 patch, the due hint, a publish: well under a second each)."""
-HAND_BACK_WAIT_S = CLOUD_RUN_GRACE_S * HAND_BACK_SHARE
-FINISH_FITS_S = CLOUD_RUN_GRACE_S * FINISH_FITS_SHARE
-FINISH_BY_S = CLOUD_RUN_GRACE_S * FINISH_BY_SHARE
+
+
+def shares(grace_s: float) -> tuple[float, float, float]:
+    """(the hand-back wait, what may finish, when a stage let finish goes back) of a grace."""
+    return grace_s * HAND_BACK_SHARE, grace_s * FINISH_FITS_SHARE, grace_s * FINISH_BY_SHARE
+
+
+HAND_BACK_WAIT_S, FINISH_FITS_S, FINISH_BY_S = shares(CLOUD_RUN_GRACE_S)
 WATCH_S = 0.05
 """How often the watcher looks at gunicorn's worker (the hand-back starts this much late
 at worst)."""
@@ -132,9 +137,7 @@ class Shutdown:
             if grace_s == self.grace_s:
                 return
             self.grace_s = grace_s
-            self.hand_back_wait_s = grace_s * HAND_BACK_SHARE
-            self.finish_fits_s = grace_s * FINISH_FITS_SHARE
-            self.finish_by_s = grace_s * FINISH_BY_SHARE
+            self.hand_back_wait_s, self.finish_fits_s, self.finish_by_s = shares(grace_s)
 
     @property
     def requested(self) -> bool:

@@ -52,7 +52,7 @@ from shared.pipelines import get_pipeline, pipeline_names
 
 if TYPE_CHECKING:
     from shared.seams import Context, Ringer
-    from shared.storage import BlobInfo, Store, Stored
+    from shared.storage import Store, Stored
 
 log = get_logger(__name__)
 
@@ -557,8 +557,8 @@ def sweep(store: Store, doorbell: Ringer) -> dict[str, int]:
     """The safety net: ring parked jobs of pipelines no longer paused, and the oldest
     waiter of every key with waiters (it takes over a leaked place, or waits again)."""
     rung = {"parked": 0, "waiters": 0}
-    run = index_board.current(store)  # the sweep's board: an index never noted is not listed
-    parked = _listed(store, run, fp.PARKED_PREFIX)
+    # the sweep's board (shared.hints.index_board): an index never noted is not listed
+    parked = index_board.sweep_list(store, fp.PARKED_PREFIX, SWEEP_LISTING)
     by_pipeline: dict[str, list[tuple[str, str]]] = {}
     for blob in parked:
         parts = blob.name.split("/")
@@ -567,24 +567,11 @@ def sweep(store: Store, doorbell: Ringer) -> dict[str, int]:
     for pipeline, items in by_pipeline.items():
         if not is_paused(store, pipeline, cached=False):
             rung["parked"] += _ring_and_drop(store, doorbell, items, pipeline=pipeline)
-    waiting = _listed(store, run, fp.WAITING_PREFIX)
+    waiting = index_board.sweep_list(store, fp.WAITING_PREFIX, SWEEP_LISTING)
     keys = {b.name.split("/")[1] for b in waiting if b.name.count("/") == 2}
     for key in sorted(keys):
         rung["waiters"] += wake(store, doorbell, key, count=1)
     return rung
-
-
-def _listed(
-    store: Store, run: tuple[index_board.Board, index_board.Observed] | None, prefix: str
-) -> list[BlobInfo]:
-    """The sweep's listing of one of flow control's indexes, skipped when the board says
-    it holds nothing (shared.hints.index_board), what it found told to the board."""
-    if run is not None and not run[0].may_hold(prefix):
-        return []
-    listed = store.list_blobs(prefix, limit=SWEEP_LISTING)
-    if run is not None:
-        run[1].listed(prefix, [info.name for info in listed[:1]])
-    return listed
 
 
 def sweep_pass(ctx: Context, _now: datetime, _pending: frozenset[str]) -> dict[str, int]:

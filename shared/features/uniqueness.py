@@ -122,12 +122,7 @@ def repair(store: Store, settings: Settings, now: datetime | None = None) -> int
     lock that a takeover just wrote, which the next submit of that key re-creates)."""
     now = now or datetime.now(UTC)
     limit = settings.sweep_max_jobs
-    run = index_board.current(store)  # the sweep's board: no lock ever noted, no listing
-    if run is not None and not run[0].may_hold(timing.UNIQUE_PREFIX):
-        return 0
-    page = store.list_blobs(timing.UNIQUE_PREFIX, limit=limit)
-    if run is not None:
-        run[1].listed(timing.UNIQUE_PREFIX, [info.name for info in page[:1]])
+    page = index_board.sweep_list(store, timing.UNIQUE_PREFIX, limit)  # no lock noted: none
     cursor = _read_cursor(store) if len(page) >= limit else None  # more than a page
     if cursor:
         page = store.list_blobs(timing.UNIQUE_PREFIX, start_at=cursor, limit=limit)

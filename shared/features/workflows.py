@@ -306,13 +306,7 @@ def sweep_open(
     skipped without a read, so the cost is one listing plus a read per stray. Returns
     the number of markers repaired."""
     repaired = 0
-    run = index_board.current(ctx.store)  # the sweep's board: no open marker ever noted
-    if run is not None and not run[0].may_hold(graph.OPEN_ROOT):
-        return 0
-    listed = ctx.store.list_blobs(graph.OPEN_ROOT, limit=limit)
-    if run is not None:
-        run[1].listed(graph.OPEN_ROOT, [info.name for info in listed[:1]])
-    for info in listed:
+    for info in index_board.sweep_list(ctx.store, graph.OPEN_ROOT, limit):  # none noted: none
         parsed = graph.parse_open_name(info.name)
         if parsed is None or parsed[1] in pending or parsed[1] == graph.HOLD_ID:
             continue  # an upload batch's hold: only its closing object removes it

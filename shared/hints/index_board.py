@@ -45,7 +45,7 @@ from typing import Any
 
 from shared.errors import AlreadyExists, LostRace, NotFound, StorageError, Unavailable
 from shared.logs import get_logger
-from shared.storage import Store
+from shared.storage import BlobInfo, Store
 
 log = get_logger(__name__)
 
@@ -366,6 +366,19 @@ def current(store: Store) -> tuple[Board, Observed] | None:
     passes observed (the sweeper sets it: `sweeping`), None outside a run."""
     with _RUNS_LOCK:
         return _RUNS.get(id(store))
+
+
+def sweep_list(store: Store, key: str, limit: int) -> list[BlobInfo]:
+    """A sweep pass's listing of the index `key` from its start: no call while the run's
+    board says it holds nothing, and what it found told to the board. Outside a sweep run
+    (no board): the plain listing."""
+    run = current(store)
+    if run is not None and not run[0].may_hold(key):
+        return []
+    listed = store.list_blobs(key, limit=limit)
+    if run is not None:
+        run[1].listed(key, [info.name for info in listed[:1]])
+    return listed
 
 
 class sweeping:

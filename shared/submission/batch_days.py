@@ -31,12 +31,13 @@ def day_prefix(day: date) -> str:
 def note(store: Store, batch_id: str, now: datetime) -> None:
     """The batch's marker for today (once per process and day). A write that fails is
     logged and the submit goes on: the batch is still found by its id, only not by day."""
-    key = (batch_id, now.astimezone(UTC).date().isoformat())
+    day = now.astimezone(UTC).date()
+    key = (batch_id, day.isoformat())
     with _LOCK:
         if key in _NOTED:
             return
     try:
-        store.put_blob(name(batch_id, now.astimezone(UTC).date()), b"", generation=0)
+        store.put_blob(name(batch_id, day), b"", generation=0)
     except AlreadyExists:
         pass
     except StorageError as exc:

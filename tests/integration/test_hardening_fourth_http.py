@@ -102,13 +102,8 @@ def failed_batch(cloud: LocalCloud, n: int) -> tuple[str, list[str]]:
     wait_for("the batch failed", lambda: all(job(cloud, i)["status"] == "failed" for i in ids))
     # what follows the terminal write (its pending marker's removal, the ended/ index) is
     # done once no claim request is in flight: only then is the bucket still
-    wait_for("the claims done", lambda: _claims_in_flight(cloud) == 0)
+    wait_for("the claims done", lambda: cloud.service("claim").stats()["in_flight"] == 0)
     return batch_id, ids
-
-
-def _claims_in_flight(cloud: LocalCloud) -> int:
-    stats = cloud.service("claim").stats()
-    return sum(int(i["in_flight"]) for i in stats["instance_list"])
 
 
 # ------------------------------------------------------------------ 1. waits and submits

@@ -112,16 +112,11 @@ def sweep_pass(ctx: Context, now: datetime, _pending: frozenset[str]) -> dict[st
     (a crash) release it, stopped fan-outs with children still open get a page cancelled.
     A failure is only logged (the next run looks again)."""
     resumed = 0
-    run = index_board.current(ctx.store)  # the sweep's board: nothing ever kept, no listing
-    if run is not None and not run[0].may_hold(rules.REPAIR_ROOT):
-        return {}
-    try:
-        listed = ctx.store.list_blobs(rules.REPAIR_ROOT, limit=ctx.settings.sweep_max_jobs)
+    try:  # nothing ever kept (the sweep's index board): no listing
+        listed = index_board.sweep_list(ctx.store, rules.REPAIR_ROOT, ctx.settings.sweep_max_jobs)
     except ReclaimError as exc:
         log.warning("waits sweep failed", error=f"{type(exc).__name__}: {exc}")
         return {}
-    if run is not None:
-        run[1].listed(rules.REPAIR_ROOT, [info.name for info in listed[:1]])
     for info in listed:
         try:
             if info.name.startswith(rules.STOP_ROOT):
