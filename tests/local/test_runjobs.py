@@ -192,7 +192,9 @@ def _post(url: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, 
 
 
 def _log(execution: dict[str, Any]) -> str:
-    return Path(execution["local"]["log"]).read_text()
+    """The task's log so far: empty until the runner has started the task and made it."""
+    log = Path(execution["local"]["log"])
+    return log.read_text() if log.exists() else ""
 
 
 def test_the_project_quota_of_running_executions_refuses_a_run_with_429(
